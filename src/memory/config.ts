@@ -1,0 +1,104 @@
+import { z } from "zod";
+import { OptchatError } from "../core/errors.js";
+
+/**
+ * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
+ * explicitly; nothing else reads the environment. README "Configuration" lists the same table.
+ */
+export const SETTINGS = {
+  databaseUrl: {
+    env: "DATABASE_URL",
+    default: "postgres://postgres@127.0.0.1:5432/optchat",
+    accepted: "a postgres:// or postgresql:// URL naming a database (created by `optchat migrate` if missing)",
+  },
+  poolSize: {
+    env: "OPTCHAT_POOL_SIZE",
+    default: 10,
+    accepted: "an integer from 1 to 100 (connections per process)",
+  },
+  statementTimeoutMs: {
+    env: "OPTCHAT_STATEMENT_TIMEOUT_MS",
+    default: 30_000,
+    accepted: "an integer from 0 to 3600000 milliseconds (0 disables the timeout)",
+  },
+} as const;
+
+export type SettingName = keyof typeof SETTINGS;
+
+const integerFrom = (min: number, max: number) =>
+  z.coerce
+    .number({ invalid_type_error: "not a number" })
+    .int("not an integer")
+    .min(min, `below ${min}`)
+    .max(max, `above ${max}`);
+
+const configSchema = z.object({
+  databaseUrl: z
+    .string()
+    .url("not a URL")
+    .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL")
+    .refine((value) => databaseNameOf(value).length > 0, "names no database"),
+  poolSize: integerFrom(1, 100),
+  statementTimeoutMs: integerFrom(0, 3_600_000),
+});
+
+export type Config = Readonly<z.infer<typeof configSchema>>;
+
+export interface ResolveConfigOptions {
+  /** The environment to read (default: none; the CLI passes process.env). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** Explicit values; they win over the environment. */
+  readonly overrides?: Partial<Record<SettingName, string | number | undefined>>;
+}
+
+export function resolveConfig(options: ResolveConfigOptions = {}): Config {
+  const env = options.env ?? {};
+  const raw: Record<string, unknown> = {};
+  const sources: Record<string, string> = {};
+  for (const [name, setting] of Object.entries(SETTINGS) as [SettingName, (typeof SETTINGS)[SettingName]][]) {
+    const override = options.overrides?.[name];
+    const fromEnv = env[setting.env];
+    if (override !== undefined) {
+      raw[name] = override;
+      sources[name] = `option ${name}`;
+    } else if (fromEnv !== undefined && fromEnv !== "") {
+      raw[name] = fromEnv;
+      sources[name] = `environment variable ${setting.env}`;
+    } else {
+      raw[name] = setting.default;
+      sources[name] = "default";
+    }
+  }
+  const parsed = configSchema.safeParse(raw);
+  if (!parsed.success) {
+    const problems = parsed.error.issues.map((issue) => {
+      const name = String(issue.path[0]) as SettingName;
+      const setting = SETTINGS[name];
+      return `${setting.env} (${sources[name]}): ${issue.message}; accepted: ${setting.accepted}`;
+    });
+    throw new OptchatError("CONFIG_INVALID", `Invalid configuration: ${problems.join("; ")}`, {
+      settings: parsed.error.issues.map((issue) => SETTINGS[String(issue.path[0]) as SettingName].env),
+    });
+  }
+  return Object.freeze(parsed.data);
+}
+
+/** The database name in a postgres URL ('' if none). */
+export function databaseNameOf(url: string): string {
+  try {
+    return decodeURIComponent(new URL(url).pathname.replace(/^\//, ""));
+  } catch {
+    return "";
+  }
+}
+
+/** The URL with its password hidden, for messages and `optchat status`. */
+export function redactUrl(url: string): string {
+  try {
+    const parsed = new URL(url);
+    if (parsed.password) parsed.password = "***";
+    return parsed.toString();
+  } catch {
+    return "(unparseable URL)";
+  }
+}

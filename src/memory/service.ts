@@ -1,0 +1,303 @@
+import { createHash, randomBytes } from "node:crypto";
+import { readdirSync } from "node:fs";
+import { InputInvalidError, type FieldIssue, OptchatError } from "../core/errors.js";
+import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
+import {
+  countLoneSurrogates,
+  decodePayloadCursor,
+  encodePayloadCursor,
+  hashPrefixOf,
+  isValidUtf8,
+  utf8SafePrefixLength,
+} from "../core/payload.js";
+import { type Pool, databaseUnavailable, openPool, sqlStateOf, withTransaction } from "../store/db.js";
+import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
+import {
+  type RecordToSeal,
+  type SealOutcome,
+  type SourceRecord,
+  type StageOutcome,
+  findRecord,
+  listRecords,
+  readPayloadBytes,
+  sealRecords,
+  stageItem,
+} from "../store/records.js";
+import { type Session, ensureScope, findSession, registerSession } from "../store/sessions.js";
+import type { Config } from "./config.js";
+import {
+  type IngestEvent,
+  MAX_PAYLOAD_BYTES,
+  type OpenSessionInput,
+  type ValidIngestEvent,
+  ingestEventSchema,
+  issuesOf,
+  openSessionSchema,
+  parseInput,
+  readPayloadOptionsSchema,
+  recordRefSchema,
+} from "./schemas.js";
+
+export type IngestResult =
+  | SealOutcome
+  | { readonly status: StageOutcome; readonly eventKey: string; readonly sessionId: string };
+
+export interface RecordRef {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly seq: number;
+}
+
+export interface PayloadPage {
+  readonly ref: RecordRef;
+  readonly offset: number;
+  /** The exact stored bytes of this page. */
+  readonly bytes: Buffer;
+  /** The page as text; invalid UTF-8 sequences appear as U+FFFD (see `validUtf8`). */
+  readonly text: string;
+  readonly totalBytes: number;
+  readonly validUtf8: boolean;
+  /** Cursor of the next page; null on the last page. */
+  readonly nextCursor: string | null;
+  /** True when this page reaches the end of the payload. */
+  readonly complete: boolean;
+  /** The host had already cut the output before we saw it: the full original cannot be recovered. */
+  readonly hostTruncated: boolean;
+  readonly hostOriginalBytes: number | null;
+}
+
+export interface Memory {
+  readonly pool: Pool;
+  openSession(input: OpenSessionInput): Promise<Session>;
+  getSession(sessionId: string): Promise<Session>;
+  /** Ingests one event; throws INGEST_CONFLICT (after recording it) when the key is sealed with other content. */
+  ingest(event: IngestEvent): Promise<IngestResult>;
+  /** Ingests a batch in one transaction; conflicts are recorded and reported per item, not thrown. */
+  ingestMany(events: readonly IngestEvent[]): Promise<IngestResult[]>;
+  listRecords(sessionId: string, options?: { generation?: number; fromSeq?: number; limit?: number }): Promise<SourceRecord[]>;
+  readPayload(ref: RecordRef, options?: { cursor?: string; maxBytes?: number }): Promise<PayloadPage>;
+  close(): Promise<void>;
+}
+
+/** Number of migration files this code expects to be applied. */
+export function expectedSchemaVersion(): number {
+  return readdirSync(MIGRATIONS_DIRECTORY).filter((name) => /^\d+[-_].*\.sql$/.test(name)).length;
+}
+
+/**
+ * Opens the memory service: a pool, after checking that the database is reachable and migrated. Fails with
+ * DATABASE_UNAVAILABLE or SCHEMA_OUT_OF_DATE (naming the fix) instead of failing later inside a query.
+ */
+export async function openMemory(config: Config, options: { applicationName?: string } = {}): Promise<Memory> {
+  const pool = openPool(config, options.applicationName ?? "optchat");
+  try {
+    const version = await readSchemaVersion(pool);
+    const expected = expectedSchemaVersion();
+    if (version < expected) {
+      throw new OptchatError(
+        "SCHEMA_OUT_OF_DATE",
+        `The optchat schema in ${new URL(config.databaseUrl).pathname.slice(1)} is at version ${version}, this code needs ${expected}: run \`optchat migrate\``,
+        { version, expected },
+      );
+    }
+  } catch (error) {
+    await pool.end().catch(() => {});
+    if (error instanceof OptchatError) throw error;
+    throw databaseUnavailable(config.databaseUrl, error);
+  }
+  return createMemory(pool);
+}
+
+export function createMemory(pool: Pool): Memory {
+  async function getSession(sessionId: string): Promise<Session> {
+    const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
+    const session = await findSession(pool, id);
+    if (!session) throw new OptchatError("SESSION_NOT_FOUND", `No session ${id}`, { field: "sessionId", sessionId: id });
+    return session;
+  }
+
+  async function ingestMany(events: readonly IngestEvent[], where = "ingestMany"): Promise<IngestResult[]> {
+    if (!Array.isArray(events)) throw new InputInvalidError(where, [{ field: "events", problem: "must be an array" }]);
+    const issues: FieldIssue[] = [];
+    const valid: ValidIngestEvent[] = [];
+    const prepared: RecordToSeal[] = [];
+    events.forEach((event, index) => {
+      const prefix = where === "ingest" ? "" : `events[${index}]`;
+      const parsed = ingestEventSchema.safeParse(event);
+      if (!parsed.success) {
+        issues.push(...issuesOf(parsed.error, prefix));
+        return;
+      }
+      valid.push(parsed.data);
+      prepared.push(prepareRecord(parsed.data, prefix ? `${prefix}.` : "", issues));
+    });
+    if (issues.length > 0) throw new InputInvalidError(where, issues);
+
+    return await retryOnTwinInsert(() =>
+      withTransaction(pool, async (client) => {
+        const results: (IngestResult | undefined)[] = new Array(prepared.length);
+        const finals: { index: number; record: RecordToSeal }[] = [];
+        for (const [index, item] of prepared.entries()) {
+          const event = valid[index] as ValidIngestEvent;
+          if (event.final) {
+            finals.push({ index, record: item });
+          } else {
+            const status = await stageItem(client, {
+              stageKey: item.stageKey,
+              sessionId: item.sessionId,
+              generation: item.generation,
+              turnId: item.turnId,
+              kind: item.kind,
+              revision: event.finalization.revision,
+              payload: item.payload,
+            });
+            results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
+          }
+        }
+        if (finals.length > 0) {
+          const outcomes = await sealRecords(
+            client,
+            finals.map((f) => f.record),
+          );
+          finals.forEach((f, n) => {
+            results[f.index] = outcomes[n];
+          });
+        }
+        return results as IngestResult[];
+      }),
+    );
+  }
+
+  async function ingest(event: IngestEvent): Promise<IngestResult> {
+    const [result] = await ingestMany([event], "ingest");
+    if (!result) throw new Error("ingest: no result");
+    if (result.status === "conflict") {
+      throw new OptchatError(
+        "INGEST_CONFLICT",
+        `ingest: finalization ${result.eventKey} is already sealed as ${result.sessionId}:${result.generation}:${result.seq} with different content; the sealed record is unchanged and the conflict is recorded (#${result.conflictId}). A host rewrite must use a new revision.`,
+        { ...result },
+      );
+    }
+    return result;
+  }
+
+  return {
+    pool,
+    getSession,
+    ingest,
+    ingestMany: (events) => ingestMany(events),
+
+    async openSession(input) {
+      const valid = parseInput(openSessionSchema, input, "openSession");
+      const scopeId = valid.scopeId ?? `project:${valid.projectId}`;
+      return await withTransaction(pool, async (client) => {
+        await ensureScope(client, scopeId, "project");
+        const { session } = await registerSession(client, {
+          sessionId: sessionIdFromRandom(randomBytes(16)),
+          scopeId,
+          host: valid.host,
+          hostSessionId: valid.hostSessionId,
+          projectId: valid.projectId ?? null,
+          parentSessionId: valid.parentSessionId ?? null,
+          title: valid.title ?? null,
+        });
+        return session;
+      });
+    },
+
+    async listRecords(sessionId, options = {}) {
+      const session = await getSession(sessionId);
+      return await listRecords(pool, session.sessionId, options.generation ?? session.currentGeneration, options.fromSeq ?? 0, options.limit ?? 1000);
+    },
+
+    async readPayload(ref, options = {}) {
+      const validRef = parseInput(recordRefSchema, ref, "readPayload", "ref");
+      const validOptions = parseInput(readPayloadOptionsSchema, options, "readPayload");
+      const record = await findRecord(pool, validRef.sessionId, validRef.generation, validRef.seq);
+      if (!record) {
+        throw new OptchatError("REF_NOT_FOUND", `readPayload: no record ${validRef.sessionId}:${validRef.generation}:${validRef.seq}`, {
+          ref: validRef,
+        });
+      }
+      const hashPrefix = hashPrefixOf(record.payloadHash);
+      let offset = 0;
+      if (validOptions.cursor !== undefined) {
+        const cursor = decodePayloadCursor(validOptions.cursor);
+        if (!cursor || cursor.hashPrefix !== hashPrefix || cursor.offset > record.payloadBytes) {
+          throw new InputInvalidError("readPayload", [{ field: "cursor", problem: "is not a cursor of this payload (use nextCursor from the previous page)" }]);
+        }
+        offset = cursor.offset;
+      }
+      const chunk = await readPayloadBytes(pool, record.payloadHash, offset, validOptions.maxBytes);
+      const reachesEnd = offset + chunk.length >= record.payloadBytes;
+      // Valid UTF-8 pages end on code point boundaries so each page decodes on its own; binary pages cut anywhere.
+      const length = record.validUtf8 ? utf8SafePrefixLength(chunk, reachesEnd) : chunk.length;
+      const bytes = chunk.subarray(0, length);
+      const end = offset + length;
+      return {
+        ref: validRef,
+        offset,
+        bytes,
+        text: bytes.toString("utf8"),
+        totalBytes: record.payloadBytes,
+        validUtf8: record.validUtf8,
+        nextCursor: end < record.payloadBytes ? encodePayloadCursor({ hashPrefix, offset: end }) : null,
+        complete: end >= record.payloadBytes,
+        hostTruncated: record.hostTruncated,
+        hostOriginalBytes: record.hostOriginalBytes,
+      };
+    },
+
+    async close() {
+      await pool.end();
+    },
+  };
+}
+
+function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): RecordToSeal {
+  const text = typeof event.content === "string" ? event.content : undefined;
+  const payload = text !== undefined ? Buffer.from(text, "utf8") : Buffer.from(event.content as Uint8Array);
+  if (payload.length > MAX_PAYLOAD_BYTES) {
+    issues.push({
+      field: `${prefix}content`,
+      problem: `is ${payload.length} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
+    });
+  }
+  const attributes: Record<string, unknown> = { ...(event.attributes ?? {}) };
+  const replaced = text !== undefined ? countLoneSurrogates(text) : 0;
+  if (replaced > 0) attributes.loneSurrogatesReplaced = replaced;
+  return {
+    sessionId: event.sessionId,
+    generation: event.generation,
+    eventKey: eventKeyOf(event.finalization),
+    stageKey: stageKeyOf(event.finalization),
+    turnId: event.turnId,
+    kind: event.kind,
+    occurredAt: typeof event.occurredAt === "string" ? new Date(event.occurredAt) : event.occurredAt,
+    payload,
+    payloadHash: createHash("sha256").update(payload).digest(),
+    validUtf8: isValidUtf8(payload),
+    toolCallId: event.toolCallId ?? null,
+    toolName: event.toolName ?? null,
+    hostTruncated: event.hostTruncated !== undefined,
+    hostOriginalBytes: event.hostTruncated?.originalBytes ?? null,
+    projectId: event.projectId ?? null,
+    worktreeId: event.worktreeId ?? null,
+    commitId: event.commit ?? null,
+    attributes,
+  };
+}
+
+/**
+ * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
+ * unique_violation on records.event_key. Running the transaction again then sees the winner's record and reports a
+ * duplicate or a conflict, as a sequential delivery would.
+ */
+async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (sqlStateOf(error) === "23505" && (error as { constraint?: string }).constraint === "records_event_key_key") return await run();
+    throw error;
+  }
+}

@@ -1,0 +1,84 @@
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { migrate as runPostgresMigrations } from "postgres-migrations";
+import { OptchatError } from "../core/errors.js";
+import { connectClient, databaseUnavailable, sqlStateOf } from "./db.js";
+
+export const MIGRATIONS_DIRECTORY = fileURLToPath(new URL("../../migrations/", import.meta.url));
+
+export interface MigrationOutcome {
+  readonly databaseCreated: boolean;
+  readonly applied: readonly string[];
+  readonly schemaVersion: number;
+}
+
+/**
+ * Creates the database named by the URL if it is missing (connecting to the server's `postgres` database). Safe when
+ * several processes do it at once: the loser of the race sees duplicate_database (42P04) or, when both passed the
+ * catalogue check together, unique_violation (23505) on pg_database, and treats either as "already there".
+ */
+export async function ensureDatabase(databaseUrl: string): Promise<boolean> {
+  const url = new URL(databaseUrl);
+  const name = decodeURIComponent(url.pathname.replace(/^\//, ""));
+  const probe = new pg.Client({ connectionString: databaseUrl });
+  probe.on("error", () => {});
+  try {
+    await probe.connect();
+    return false;
+  } catch (error) {
+    if (sqlStateOf(error) !== "3D000") throw databaseUnavailable(databaseUrl, error); // 3D000: invalid_catalog_name
+  } finally {
+    await probe.end().catch(() => {});
+  }
+  url.pathname = "/postgres";
+  const admin = await connectClient(url.toString(), "optchat-migrate");
+  try {
+    await admin.query(`CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+    return true;
+  } catch (error) {
+    const state = sqlStateOf(error);
+    if (state === "42P04" || state === "23505") return false;
+    throw new OptchatError(
+      "DATABASE_UNAVAILABLE",
+      `Cannot create database "${name}": ${(error as Error).message}. Create it yourself or give the DATABASE_URL role CREATEDB.`,
+      { database: name, sqlState: state },
+      { cause: error },
+    );
+  } finally {
+    await admin.end().catch(() => {});
+  }
+}
+
+/**
+ * Applies the numbered SQL files in migrations/ with postgres-migrations, on a dedicated client: a pool is unsafe
+ * (postgres-stack-facts: a leaked START TRANSACTION; a CONCURRENTLY index hung). postgres-migrations holds an advisory
+ * lock while it works, so concurrent runs apply each file exactly once; its bookkeeping table lives in our schema.
+ */
+export async function migrateDatabase(databaseUrl: string, log: (line: string) => void = () => {}): Promise<MigrationOutcome> {
+  const databaseCreated = await ensureDatabase(databaseUrl);
+  const client = await connectClient(databaseUrl, "optchat-migrate");
+  try {
+    // CREATE SCHEMA IF NOT EXISTS can still race (23505 on pg_namespace) when two processes start at once.
+    try {
+      await client.query("CREATE SCHEMA IF NOT EXISTS optchat");
+    } catch (error) {
+      if (sqlStateOf(error) !== "23505") throw error;
+    }
+    await client.query("SET search_path TO optchat");
+    const applied = await runPostgresMigrations({ client }, MIGRATIONS_DIRECTORY, { logger: log });
+    const schemaVersion = await readSchemaVersion(client);
+    return { databaseCreated, applied: applied.map((m) => `${m.id}_${m.name}`), schemaVersion };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+/** The highest applied migration id, or 0 when the schema has never been migrated. */
+export async function readSchemaVersion(client: Pick<pg.ClientBase, "query">): Promise<number> {
+  const exists = await client.query<{ present: boolean }>(
+    "SELECT to_regclass('optchat.migrations') IS NOT NULL AS present",
+  );
+  if (!exists.rows[0]?.present) return 0;
+  const result = await client.query<{ version: number | null }>("SELECT max(id)::int AS version FROM optchat.migrations");
+  return result.rows[0]?.version ?? 0;
+}

@@ -1,0 +1,411 @@
+import { OptchatError } from "../core/errors.js";
+import type { Queryable } from "./db.js";
+
+export type RecordKind = "user" | "assistant" | "tool_call" | "tool_result" | "report" | "note";
+
+/** One final record, validated and hashed, ready to seal. */
+export interface RecordToSeal {
+  readonly sessionId: string;
+  /** undefined: the session's current generation. */
+  readonly generation: number | undefined;
+  readonly eventKey: string;
+  readonly stageKey: string;
+  readonly turnId: string;
+  readonly kind: RecordKind;
+  readonly occurredAt: Date;
+  readonly payload: Buffer;
+  readonly payloadHash: Buffer;
+  readonly validUtf8: boolean;
+  readonly toolCallId: string | null;
+  readonly toolName: string | null;
+  readonly hostTruncated: boolean;
+  readonly hostOriginalBytes: number | null;
+  readonly projectId: string | null;
+  readonly worktreeId: string | null;
+  readonly commitId: string | null;
+  readonly attributes: Readonly<Record<string, unknown>>;
+}
+
+export type SealOutcome =
+  | { readonly status: "sealed" | "duplicate"; readonly eventKey: string; readonly sessionId: string; readonly generation: number; readonly seq: number }
+  | { readonly status: "conflict"; readonly eventKey: string; readonly sessionId: string; readonly generation: number; readonly seq: number; readonly conflictId: number };
+
+interface ExistingRow {
+  event_key: string;
+  session_id: string;
+  generation: number;
+  seq: number;
+  payload_hash: Buffer;
+  kind: string;
+  turn_id: string;
+  tool_call_id: string | null;
+}
+
+async function findSealed(db: Queryable, eventKeys: readonly string[]): Promise<Map<string, ExistingRow>> {
+  const result = await db.query<ExistingRow>(
+    `SELECT event_key, session_id, generation, seq, payload_hash, kind, turn_id, tool_call_id
+       FROM optchat.records WHERE event_key = ANY($1::text[])`,
+    [eventKeys],
+  );
+  return new Map(result.rows.map((row) => [row.event_key, row]));
+}
+
+/** Same finalization, same content: a re-delivery. Anything else under the same key is a conflict. */
+function sameContent(row: ExistingRow, item: RecordToSeal): boolean {
+  return (
+    row.payload_hash.equals(item.payloadHash) &&
+    row.kind === item.kind &&
+    row.session_id === item.sessionId &&
+    row.turn_id === item.turnId &&
+    row.tool_call_id === item.toolCallId
+  );
+}
+
+function groupKey(sessionId: string, generation: number): string {
+  return `${sessionId}\u0000${generation}`;
+}
+
+/**
+ * Seals final records inside the caller's transaction (READ COMMITTED). Re-deliveries are reported as duplicates and
+ * allocate nothing; a different content under a sealed key is recorded in ingest_conflicts and reported as a conflict;
+ * new records get consecutive seqs from their generation row, locked in a fixed order so concurrent batches cannot
+ * deadlock, and re-checked after the lock so a concurrent twin is seen as a duplicate.
+ */
+export async function sealRecords(db: Queryable, items: readonly RecordToSeal[]): Promise<SealOutcome[]> {
+  const keys = items.map((item) => item.eventKey);
+  const outcomes: (SealOutcome | undefined)[] = new Array(items.length);
+
+  // Fast path for replays: nothing to lock when every key is already sealed.
+  let sealed = await findSealed(db, keys);
+  if (sealed.size < new Set(keys).size) {
+    const generations = await lockGenerations(db, items);
+    sealed = await findSealed(db, keys);
+    await allocateAndInsert(db, items, sealed, generations, outcomes);
+  }
+
+  const conflicts: { index: number; row: ExistingRow }[] = [];
+  items.forEach((item, index) => {
+    if (outcomes[index]) return;
+    const row = sealed.get(item.eventKey);
+    if (!row) throw new Error(`sealRecords: ${item.eventKey} neither sealed nor allocated`);
+    if (sameContent(row, item)) {
+      outcomes[index] = { status: "duplicate", eventKey: row.event_key, sessionId: row.session_id, generation: row.generation, seq: row.seq };
+    } else {
+      conflicts.push({ index, row });
+    }
+  });
+  if (conflicts.length > 0) {
+    const recorded = await db.query<{ conflict_id: number }>(
+      `INSERT INTO optchat.ingest_conflicts (event_key, session_id, existing_hash, offered_hash, offered_bytes)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::bytea[], $4::bytea[], $5::bigint[])
+       RETURNING conflict_id`,
+      [
+        conflicts.map((c) => c.row.event_key),
+        conflicts.map((c) => (items[c.index] as RecordToSeal).sessionId),
+        conflicts.map((c) => c.row.payload_hash),
+        conflicts.map((c) => (items[c.index] as RecordToSeal).payloadHash),
+        conflicts.map((c) => (items[c.index] as RecordToSeal).payload.length),
+      ],
+    );
+    conflicts.forEach((c, n) => {
+      outcomes[c.index] = {
+        status: "conflict",
+        eventKey: c.row.event_key,
+        sessionId: c.row.session_id,
+        generation: c.row.generation,
+        seq: c.row.seq,
+        conflictId: recorded.rows[n]?.conflict_id ?? -1,
+      };
+    });
+  }
+  return outcomes as SealOutcome[];
+}
+
+/** Locks the generation row of every (session, generation) the batch writes to, in sorted order. */
+interface LockedGenerations {
+  /** Next free seq per (session, generation) group key; advanced as seqs are allocated. */
+  readonly nextSeq: Map<string, number>;
+  readonly currentGeneration: ReadonlyMap<string, number>;
+}
+
+async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): Promise<LockedGenerations> {
+  const sessionIds = [...new Set(items.map((item) => item.sessionId))].sort();
+  const current = await db.query<{ session_id: string; current_generation: number }>(
+    "SELECT session_id, current_generation FROM optchat.sessions WHERE session_id = ANY($1::text[])",
+    [sessionIds],
+  );
+  const currentBySession = new Map(current.rows.map((row) => [row.session_id, row.current_generation]));
+  const wanted = new Map<string, { sessionId: string; generation: number }>();
+  for (const item of items) {
+    const generation = item.generation ?? currentBySession.get(item.sessionId);
+    if (generation === undefined) {
+      throw new OptchatError("SESSION_NOT_FOUND", `No session ${item.sessionId}: register it with openSession before ingesting`, {
+        field: "sessionId",
+        sessionId: item.sessionId,
+      });
+    }
+    wanted.set(groupKey(item.sessionId, generation), { sessionId: item.sessionId, generation });
+  }
+  const nextSeq = new Map<string, number>();
+  for (const key of [...wanted.keys()].sort()) {
+    const { sessionId, generation } = wanted.get(key) as { sessionId: string; generation: number };
+    const locked = await db.query<{ next_seq: number }>(
+      "SELECT next_seq FROM optchat.generations WHERE session_id = $1::text AND generation = $2::int FOR UPDATE",
+      [sessionId, generation],
+    );
+    const row = locked.rows[0];
+    if (!row) {
+      throw new OptchatError("SESSION_NOT_FOUND", `Session ${sessionId} has no generation ${generation}`, {
+        field: "generation",
+        sessionId,
+        generation,
+      });
+    }
+    nextSeq.set(key, row.next_seq);
+  }
+  return { nextSeq, currentGeneration: currentBySession };
+}
+
+async function allocateAndInsert(
+  db: Queryable,
+  items: readonly RecordToSeal[],
+  sealed: ReadonlyMap<string, ExistingRow>,
+  { nextSeq, currentGeneration }: LockedGenerations,
+  outcomes: (SealOutcome | undefined)[],
+): Promise<void> {
+  const fresh: { index: number; item: RecordToSeal; generation: number; seq: number }[] = [];
+  const seenInBatch = new Set<string>();
+  items.forEach((item, index) => {
+    if (sealed.has(item.eventKey) || seenInBatch.has(item.eventKey)) return;
+    seenInBatch.add(item.eventKey);
+    const generation = item.generation ?? (currentGeneration.get(item.sessionId) as number);
+    const key = groupKey(item.sessionId, generation);
+    const seq = nextSeq.get(key) as number;
+    nextSeq.set(key, seq + 1);
+    fresh.push({ index, item, generation, seq });
+  });
+  if (fresh.length === 0) return;
+
+  const blobs = new Map<string, RecordToSeal>();
+  for (const { item } of fresh) blobs.set(item.payloadHash.toString("hex"), item);
+  const blobItems = [...blobs.values()];
+  await db.query(
+    `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
+     SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
+     ON CONFLICT (hash) DO NOTHING`,
+    [blobItems.map((b) => b.payloadHash), blobItems.map((b) => b.payload.length), blobItems.map((b) => b.validUtf8), blobItems.map((b) => b.payload)],
+  );
+
+  const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
+  await db.query(
+    `INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
+                                  payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
+                                  host_original_bytes, project_id, worktree_id, commit_id, attributes)
+     SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
+                          $8::timestamptz[], $9::bytea[], $10::bigint[], $11::text[], $12::text[], $13::boolean[],
+                          $14::bigint[], $15::text[], $16::text[], $17::text[], $18::jsonb[])`,
+    [
+      column((e) => e.item.sessionId),
+      column((e) => e.generation),
+      column((e) => e.seq),
+      column((e) => e.item.eventKey),
+      column((e) => e.item.stageKey),
+      column((e) => e.item.turnId),
+      column((e) => e.item.kind),
+      column((e) => e.item.occurredAt),
+      column((e) => e.item.payloadHash),
+      column((e) => e.item.payload.length),
+      column((e) => e.item.toolCallId),
+      column((e) => e.item.toolName),
+      column((e) => e.item.hostTruncated),
+      column((e) => e.item.hostOriginalBytes),
+      column((e) => e.item.projectId),
+      column((e) => e.item.worktreeId),
+      column((e) => e.item.commitId),
+      column((e) => JSON.stringify(e.item.attributes)),
+    ],
+  );
+
+  // Advance each touched generation's counter to the value after its last allocated seq.
+  const touched = new Map<string, { sessionId: string; generation: number }>();
+  for (const e of fresh) touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
+  const entries = [...touched.entries()];
+  await db.query(
+    `UPDATE optchat.generations g SET next_seq = u.next_seq
+       FROM unnest($1::text[], $2::int[], $3::bigint[]) AS u(session_id, generation, next_seq)
+      WHERE g.session_id = u.session_id AND g.generation = u.generation`,
+    [entries.map(([, v]) => v.sessionId), entries.map(([, v]) => v.generation), entries.map(([key]) => nextSeq.get(key) as number)],
+  );
+  await db.query("DELETE FROM optchat.staged_items WHERE stage_key = ANY($1::text[])", [fresh.map((e) => e.item.stageKey)]);
+
+  for (const e of fresh) {
+    outcomes[e.index] = { status: "sealed", eventKey: e.item.eventKey, sessionId: e.item.sessionId, generation: e.generation, seq: e.seq };
+  }
+}
+
+/** A not-yet-final message or part: keep its latest content so a crash loses nothing. */
+export interface ItemToStage {
+  readonly stageKey: string;
+  readonly sessionId: string;
+  readonly generation: number | undefined;
+  readonly turnId: string;
+  readonly kind: RecordKind;
+  readonly revision: number;
+  readonly payload: Buffer;
+}
+
+export type StageOutcome = "staged" | "already_sealed" | "stale_revision";
+
+export async function stageItem(db: Queryable, item: ItemToStage): Promise<StageOutcome> {
+  const sealed = await db.query("SELECT 1 FROM optchat.records WHERE stage_key = $1::text LIMIT 1", [item.stageKey]);
+  if (sealed.rowCount) return "already_sealed"; // a late delta after the final: the record is immutable
+  const result = await db.query(
+    `INSERT INTO optchat.staged_items (stage_key, session_id, generation, turn_id, kind, revision, content)
+     SELECT $1::text, s.session_id, coalesce($3::int, s.current_generation), $4::text, $5::text, $6::int, $7::bytea
+       FROM optchat.sessions s WHERE s.session_id = $2::text
+     ON CONFLICT (stage_key) DO UPDATE
+       SET content = excluded.content, revision = excluded.revision, turn_id = excluded.turn_id, updated_at = now()
+       WHERE optchat.staged_items.revision <= excluded.revision
+     RETURNING stage_key`,
+    [item.stageKey, item.sessionId, item.generation ?? null, item.turnId, item.kind, item.revision, item.payload],
+  );
+  if (result.rowCount) return "staged";
+  const session = await db.query("SELECT 1 FROM optchat.sessions WHERE session_id = $1::text", [item.sessionId]);
+  if (!session.rowCount) {
+    throw new OptchatError("SESSION_NOT_FOUND", `No session ${item.sessionId}: register it with openSession before ingesting`, {
+      field: "sessionId",
+      sessionId: item.sessionId,
+    });
+  }
+  return "stale_revision";
+}
+
+export interface StagedItem {
+  readonly stageKey: string;
+  readonly turnId: string;
+  readonly kind: RecordKind;
+  readonly revision: number;
+  readonly payload: Buffer;
+  readonly updatedAt: Date;
+}
+
+export async function listStagedItems(db: Queryable, sessionId: string): Promise<StagedItem[]> {
+  const result = await db.query<{ stage_key: string; turn_id: string; kind: RecordKind; revision: number; content: Buffer; updated_at: Date }>(
+    "SELECT stage_key, turn_id, kind, revision, content, updated_at FROM optchat.staged_items WHERE session_id = $1::text ORDER BY updated_at, stage_key",
+    [sessionId],
+  );
+  return result.rows.map((row) => ({
+    stageKey: row.stage_key,
+    turnId: row.turn_id,
+    kind: row.kind,
+    revision: row.revision,
+    payload: row.content,
+    updatedAt: row.updated_at,
+  }));
+}
+
+interface RecordRow {
+  session_id: string;
+  generation: number;
+  seq: number;
+  event_key: string;
+  turn_id: string;
+  kind: RecordKind;
+  occurred_at: Date;
+  sealed_at: Date;
+  payload_hash: Buffer;
+  payload_bytes: number;
+  valid_utf8: boolean;
+  tool_call_id: string | null;
+  tool_name: string | null;
+  host_truncated: boolean;
+  host_original_bytes: number | null;
+  project_id: string | null;
+  worktree_id: string | null;
+  commit_id: string | null;
+  attributes: Record<string, unknown>;
+}
+
+export interface SourceRecord {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly seq: number;
+  readonly eventKey: string;
+  readonly turnId: string;
+  readonly kind: RecordKind;
+  readonly occurredAt: Date;
+  readonly sealedAt: Date;
+  readonly payloadHash: Buffer;
+  readonly payloadBytes: number;
+  readonly validUtf8: boolean;
+  readonly toolCallId: string | null;
+  readonly toolName: string | null;
+  readonly hostTruncated: boolean;
+  readonly hostOriginalBytes: number | null;
+  readonly projectId: string | null;
+  readonly worktreeId: string | null;
+  readonly commitId: string | null;
+  readonly attributes: Readonly<Record<string, unknown>>;
+}
+
+function toSourceRecord(row: RecordRow): SourceRecord {
+  return {
+    sessionId: row.session_id,
+    generation: row.generation,
+    seq: row.seq,
+    eventKey: row.event_key,
+    turnId: row.turn_id,
+    kind: row.kind,
+    occurredAt: row.occurred_at,
+    sealedAt: row.sealed_at,
+    payloadHash: row.payload_hash,
+    payloadBytes: row.payload_bytes,
+    validUtf8: row.valid_utf8,
+    toolCallId: row.tool_call_id,
+    toolName: row.tool_name,
+    hostTruncated: row.host_truncated,
+    hostOriginalBytes: row.host_original_bytes,
+    projectId: row.project_id,
+    worktreeId: row.worktree_id,
+    commitId: row.commit_id,
+    attributes: row.attributes,
+  };
+}
+
+const RECORD_COLUMNS = `r.session_id, r.generation, r.seq, r.event_key, r.turn_id, r.kind, r.occurred_at, r.sealed_at,
+  r.payload_hash, r.payload_bytes, b.valid_utf8, r.tool_call_id, r.tool_name, r.host_truncated, r.host_original_bytes,
+  r.project_id, r.worktree_id, r.commit_id, r.attributes`;
+
+/** Records of one session generation in seq order, from `fromSeq`, at most `limit` (payloads not included). */
+export async function listRecords(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  fromSeq = 0,
+  limit = 1000,
+): Promise<SourceRecord[]> {
+  const result = await db.query<RecordRow>(
+    `SELECT ${RECORD_COLUMNS} FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+      WHERE r.session_id = $1::text AND r.generation = $2::int AND r.seq >= $3::bigint
+      ORDER BY r.seq LIMIT $4::int`,
+    [sessionId, generation, fromSeq, limit],
+  );
+  return result.rows.map(toSourceRecord);
+}
+
+export async function findRecord(db: Queryable, sessionId: string, generation: number, seq: number): Promise<SourceRecord | undefined> {
+  const rows = await listRecords(db, sessionId, generation, seq, 1);
+  const first = rows[0];
+  return first && first.seq === seq ? first : undefined;
+}
+
+/** `length` bytes of a payload from byte `offset` (0-based); fewer at the end. */
+export async function readPayloadBytes(db: Queryable, payloadHash: Buffer, offset: number, length: number): Promise<Buffer> {
+  const result = await db.query<{ chunk: Buffer }>(
+    "SELECT substring(content FROM $2::bigint + 1 FOR $3::int) AS chunk FROM optchat.blobs WHERE hash = $1::bytea",
+    [payloadHash, offset, length],
+  );
+  const row = result.rows[0];
+  if (!row) throw new Error(`readPayloadBytes: blob ${payloadHash.toString("hex")} is missing (integrity error)`);
+  return row.chunk;
+}

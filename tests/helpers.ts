@@ -1,0 +1,148 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { randomBytes } from "node:crypto";
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import pg from "pg";
+import { afterAll, beforeAll, inject } from "vitest";
+import { type Config, resolveConfig } from "../src/memory/config.js";
+import { type Memory, openMemory } from "../src/memory/service.js";
+
+export const ROOT = fileURLToPath(new URL("..", import.meta.url));
+
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${database}`;
+  return parsed.toString();
+}
+
+async function adminQuery(sql: string): Promise<void> {
+  const admin = new pg.Client({ connectionString: inject("adminUrl") });
+  await admin.connect();
+  try {
+    await admin.query(sql);
+  } finally {
+    await admin.end();
+  }
+}
+
+/** A fresh database cloned from the migrated template; named after this process so leftovers can be cleaned. */
+export async function createTestDatabase(): Promise<{ name: string; url: string; drop(): Promise<void> }> {
+  const name = `optchat_t_${process.pid}_${randomBytes(4).toString("hex")}`;
+  await adminQuery(`CREATE DATABASE ${name} TEMPLATE ${inject("templateDatabase")}`);
+  return {
+    name,
+    url: withDatabase(inject("adminUrl"), name),
+    drop: () => adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+  };
+}
+
+/** A name for a database that does not exist yet (for tests of `optchat migrate` creating it). */
+export function freshDatabaseName(): { name: string; url: string; drop(): Promise<void> } {
+  const name = `optchat_t_${process.pid}_${randomBytes(4).toString("hex")}`;
+  return { name, url: withDatabase(inject("adminUrl"), name), drop: () => adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+}
+
+export interface TestMemory {
+  memory: Memory;
+  config: Config;
+  url: string;
+}
+
+/** Registers beforeAll/afterAll hooks giving the file its own database and an open memory service. */
+export function useTestMemory(): TestMemory {
+  const handle = {} as TestMemory;
+  let drop: (() => Promise<void>) | undefined;
+  beforeAll(async () => {
+    const db = await createTestDatabase();
+    drop = db.drop;
+    handle.url = db.url;
+    handle.config = resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 12 } });
+    handle.memory = await openMemory(handle.config);
+  });
+  afterAll(async () => {
+    await handle.memory?.close();
+    await drop?.();
+  });
+  return handle;
+}
+
+export function readFixture<T = unknown>(name: string): T {
+  return JSON.parse(readFileSync(new URL(`./fixtures/${name}`, import.meta.url), "utf8")) as T;
+}
+
+/** A deterministic pseudo-random generator (mulberry32) so shuffles are reproducible from a printed seed. */
+export function seededRandom(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+export function shuffled<T>(items: readonly T[], random: () => number): T[] {
+  const out = [...items];
+  for (let i = out.length - 1; i > 0; i--) {
+    const j = Math.floor(random() * (i + 1));
+    [out[i], out[j]] = [out[j] as T, out[i] as T];
+  }
+  return out;
+}
+
+/** Starts a TypeScript script of the project in its own Node process. */
+export function startScript(script: string, args: readonly string[], env: Record<string, string> = {}): ChildProcess {
+  return spawn(process.execPath, ["--import", "tsx", script, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+}
+
+export interface Finished {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+}
+
+export function collect(child: ChildProcess): Promise<Finished> {
+  let stdout = "";
+  let stderr = "";
+  child.stdout?.on("data", (chunk) => (stdout += chunk));
+  child.stderr?.on("data", (chunk) => (stderr += chunk));
+  return new Promise((resolve, reject) => {
+    child.on("error", reject);
+    child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }));
+  });
+}
+
+/** Runs the `optchat` CLI as a user would (bin/optchat.mjs) and waits for it. */
+export function runCli(args: readonly string[], env: Record<string, string> = {}): Promise<Finished> {
+  const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, ...args], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  return collect(child);
+}
+
+/** Resolves with the first stdout line matching `pattern` (rejects if the process ends first). */
+export function waitForLine(child: ChildProcess, pattern: RegExp): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buffer = "";
+    const onData = (chunk: Buffer) => {
+      buffer += chunk.toString();
+      for (const line of buffer.split("\n")) {
+        if (pattern.test(line)) {
+          child.stdout?.off("data", onData);
+          resolve(line);
+          return;
+        }
+      }
+    };
+    child.stdout?.on("data", onData);
+    child.on("close", (code) => reject(new Error(`process ended (${code}) before printing ${pattern}`)));
+  });
+}

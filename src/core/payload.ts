@@ -69,7 +69,7 @@ export function countLoneSurrogates(text: string): number {
 /**
  * Length of the longest prefix of `chunk` (at most `chunk.length`) that does not end inside a UTF-8 code point.
  * `chunk` must start on a code point boundary. Used only for valid UTF-8 payloads; binary payloads page by bytes.
- * A chunk too short to hold one whole code point keeps its length (the caller's minimum page size prevents this).
+ * The result is 0 only for a chunk shorter than its first code point; pages of at least 4 bytes always progress.
  */
 export function utf8SafePrefixLength(chunk: Uint8Array, atEndOfPayload: boolean): number {
   if (atEndOfPayload || chunk.length === 0) return chunk.length;
@@ -79,7 +79,7 @@ export function utf8SafePrefixLength(chunk: Uint8Array, atEndOfPayload: boolean)
   const b0 = chunk[lead] as number;
   const width = b0 < 0x80 ? 1 : b0 >= 0xf0 ? 4 : b0 >= 0xe0 ? 3 : b0 >= 0xc0 ? 2 : 1;
   if (lead + width <= chunk.length) return chunk.length;
-  return lead > 0 ? lead : chunk.length;
+  return lead;
 }
 
 /** A page cursor: opaque to callers, bound to one payload (by hash prefix) and a byte offset. */

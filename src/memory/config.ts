@@ -71,13 +71,18 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
   }
   const parsed = configSchema.safeParse(raw);
   if (!parsed.success) {
-    const problems = parsed.error.issues.map((issue) => {
+    // One message per setting, even when a value breaks several rules.
+    const bySetting = new Map<SettingName, string[]>();
+    for (const issue of parsed.error.issues) {
       const name = String(issue.path[0]) as SettingName;
+      bySetting.set(name, [...(bySetting.get(name) ?? []), issue.message]);
+    }
+    const problems = [...bySetting].map(([name, messages]) => {
       const setting = SETTINGS[name];
-      return `${setting.env} (${sources[name]}): ${issue.message}; accepted: ${setting.accepted}`;
+      return `${setting.env} (${sources[name]}): ${messages.join(", ")}; accepted: ${setting.accepted}`;
     });
     throw new OptchatError("CONFIG_INVALID", `Invalid configuration: ${problems.join("; ")}`, {
-      settings: parsed.error.issues.map((issue) => SETTINGS[String(issue.path[0]) as SettingName].env),
+      settings: [...bySetting.keys()].map((name) => SETTINGS[name].env),
     });
   }
   return Object.freeze(parsed.data);

@@ -23,7 +23,7 @@ const kind = z.string().superRefine((value, ctx): value is (typeof RECORD_KINDS)
   return false;
 }) as unknown as z.ZodType<(typeof RECORD_KINDS)[number]>;
 
-const content = z.union([z.string(), z.instanceof(Uint8Array)], {
+const content = z.union([z.string(), z.custom<Uint8Array>((value) => value instanceof Uint8Array)], {
   errorMap: () => ({ message: "must be a string or a Uint8Array/Buffer" }),
 });
 
@@ -84,13 +84,12 @@ export const openSessionSchema = z
 
 export type OpenSessionInput = z.input<typeof openSessionSchema>;
 
-export const recordRefSchema = z
-  .object({
-    sessionId: opaqueId,
-    generation: z.number().int("not an integer").nonnegative("must not be negative"),
-    seq: z.number().int("not an integer").nonnegative("must not be negative"),
-  })
-  .strict();
+/** A record's coordinates; extra fields are ignored so that a listed record can be passed as its own ref. */
+export const recordRefSchema = z.object({
+  sessionId: opaqueId,
+  generation: z.number().int("not an integer").nonnegative("must not be negative"),
+  seq: z.number().int("not an integer").nonnegative("must not be negative"),
+});
 
 export const readPayloadOptionsSchema = z
   .object({

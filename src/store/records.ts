@@ -402,7 +402,7 @@ export async function findRecord(db: Queryable, sessionId: string, generation: n
 /** `length` bytes of a payload from byte `offset` (0-based); fewer at the end. */
 export async function readPayloadBytes(db: Queryable, payloadHash: Buffer, offset: number, length: number): Promise<Buffer> {
   const result = await db.query<{ chunk: Buffer }>(
-    "SELECT substring(content FROM $2::bigint + 1 FOR $3::int) AS chunk FROM optchat.blobs WHERE hash = $1::bytea",
+    "SELECT substring(content FROM $2::int + 1 FOR $3::int) AS chunk FROM optchat.blobs WHERE hash = $1::bytea",
     [payloadHash, offset, length],
   );
   const row = result.rows[0];

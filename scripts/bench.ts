@@ -1,0 +1,93 @@
+/**
+ * Benchmark dispatcher: `npm run bench -- [name...]` (or `node --import tsx scripts/bench.ts [name...]`) runs the
+ * named benchmarks in order, or all of them when none is named. Results are JSON lines on stdout, each with `bench`
+ * and `case`; progress goes to stderr. Each benchmark works in its own scratch database (optchat_bench_<pid>...)
+ * on the server of DATABASE_URL (default postgres://postgres@127.0.0.1:5432) and drops it when done.
+ *
+ * A benchmark is a module under scripts/bench/ exporting a function `(context: BenchContext) => Promise<void>`;
+ * register it in BENCHMARKS below.
+ */
+import {
+  type BenchContext,
+  type BenchModule,
+  emit,
+  errorMessage,
+  note,
+  readMachineFacts,
+  serverUrlFromEnv,
+} from "./bench/common.js";
+import { runIngestBench } from "./bench/ingest.js";
+
+const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
+  ingest: {
+    description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",
+    run: runIngestBench,
+  },
+};
+
+function usage(): string {
+  const names = Object.entries(BENCHMARKS).map(([name, bench]) => `  ${name.padEnd(10)} ${bench.description}`);
+  return [
+    "Usage: npm run bench -- [name...]   (no name: run all)",
+    "",
+    "Benchmarks:",
+    ...names,
+    "",
+    "Settings: DATABASE_URL (server to use; its database name is ignored), OPTCHAT_BENCH_SECONDS (per case, default 5),",
+    "OPTCHAT_BENCH_PGBENCH_SECONDS (default 10, 0 skips pgbench); see scripts/bench/<name>.ts for the rest.",
+  ].join("\n");
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  if (argv.some((arg) => arg === "-h" || arg === "--help" || arg === "help")) {
+    process.stderr.write(`${usage()}\n`);
+    return 0;
+  }
+  const known = Object.keys(BENCHMARKS);
+  const unknown = argv.filter((name) => !Object.hasOwn(BENCHMARKS, name));
+  if (unknown.length > 0) {
+    process.stderr.write(
+      `bench: unknown benchmark${unknown.length > 1 ? "s" : ""} ${unknown.map((n) => `"${n}"`).join(", ")}; known: ${known.join(", ")}\n\n${usage()}\n`,
+    );
+    return 2;
+  }
+  const selected = argv.length > 0 ? [...new Set(argv)] : known;
+
+  const controller = new AbortController();
+  const onSignal = (signal: NodeJS.Signals) => {
+    if (controller.signal.aborted) process.exit(130);
+    note(`${signal}: stopping and cleaning up (send it again to exit at once)`);
+    controller.abort();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+
+  const serverUrl = serverUrlFromEnv();
+  let context: BenchContext;
+  try {
+    context = { serverUrl, signal: controller.signal, machine: await readMachineFacts(serverUrl) };
+  } catch (error) {
+    process.stderr.write(`bench: cannot reach PostgreSQL (${errorMessage(error)}); set DATABASE_URL\n`);
+    return 1;
+  }
+
+  let failed = 0;
+  for (const name of selected) {
+    if (controller.signal.aborted) break;
+    const bench = BENCHMARKS[name] as BenchModule;
+    const start = performance.now();
+    note(`${name}: start`);
+    try {
+      await bench.run(context);
+      note(`${name}: done in ${((performance.now() - start) / 1000).toFixed(1)} s`);
+    } catch (error) {
+      failed += 1;
+      note(`${name}: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+      emit(name, "error", { error: errorMessage(error) });
+    }
+  }
+  if (controller.signal.aborted) return 130;
+  return failed > 0 ? 1 : 0;
+}
+
+process.exitCode = await main(process.argv.slice(2));

@@ -1,0 +1,168 @@
+/**
+ * Shared plumbing for `scripts/bench.ts` and its benchmark modules: JSON-lines output, settings from the environment,
+ * scratch databases, machine facts and latency statistics.
+ *
+ * Output contract: every result is one JSON object on one line of stdout, with `bench` (the module) and `case`;
+ * progress and notes go to stderr, so `npm run bench -- ingest > results.jsonl` keeps only results.
+ */
+import { cpus, loadavg, totalmem } from "node:os";
+import pg from "pg";
+import { redactUrl } from "../../src/memory/config.js";
+
+/** Everything a benchmark module gets from the dispatcher. */
+export interface BenchContext {
+  /** A URL of the server's `postgres` maintenance database; scratch databases are made next to it. */
+  readonly serverUrl: string;
+  /** Aborted on SIGINT/SIGTERM: stop measuring and clean up. */
+  readonly signal: AbortSignal;
+  readonly machine: MachineFacts;
+}
+
+export type BenchFunction = (context: BenchContext) => Promise<void>;
+
+export interface BenchModule {
+  readonly description: string;
+  readonly run: BenchFunction;
+}
+
+export function emit(bench: string, caseName: string, fields: Record<string, unknown> = {}): void {
+  process.stdout.write(`${JSON.stringify({ bench, case: caseName, ...fields })}\n`);
+}
+
+export function note(message: string): void {
+  process.stderr.write(`[bench] ${message}\n`);
+}
+
+/** A number from the environment, or `fallback` when unset or empty; exits with a clear message when invalid. */
+export function envNumber(name: string, fallback: number, { min = 0, integer = false } = {}): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw.trim() === "") return fallback;
+  const value = Number(raw);
+  if (!Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
+    throw new Error(
+      `${name}=${JSON.stringify(raw)} is invalid: expected ${integer ? "an integer" : "a number"} >= ${min}`,
+    );
+  }
+  return value;
+}
+
+export function withDatabase(url: string, database: string): string {
+  const parsed = new URL(url);
+  parsed.pathname = `/${encodeURIComponent(database)}`;
+  return parsed.toString();
+}
+
+/** DATABASE_URL with its database replaced by `postgres`, else the local default server. */
+export function serverUrlFromEnv(): string {
+  const fromEnv = process.env.DATABASE_URL;
+  return withDatabase(fromEnv && fromEnv !== "" ? fromEnv : "postgres://postgres@127.0.0.1:5432/postgres", "postgres");
+}
+
+export function scratchDatabaseName(suffix?: string): string {
+  return `optchat_bench_${process.pid}${suffix ? `_${suffix}` : ""}`;
+}
+
+/** Runs one statement on the maintenance database over a short-lived connection. */
+export async function adminQuery(serverUrl: string, sql: string): Promise<void> {
+  const client = new pg.Client({ connectionString: serverUrl, application_name: "optchat-bench" });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    await client.query(sql);
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
+  await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
+}
+
+/** Best effort: flush dirty buffers so one case's writes are not paid for by the next one (needs superuser). */
+export async function checkpoint(serverUrl: string): Promise<boolean> {
+  try {
+    await adminQuery(serverUrl, "CHECKPOINT");
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface MachineFacts {
+  readonly cpus: number;
+  readonly cpuModel: string;
+  readonly memoryGiB: number;
+  readonly loadAverage1m: number;
+  readonly node: string;
+  readonly platform: string;
+  readonly server: string;
+  readonly postgres: string;
+  readonly postgresSettings: Readonly<Record<string, string>>;
+}
+
+const REPORTED_SETTINGS = ["fsync", "synchronous_commit", "full_page_writes", "shared_buffers", "max_connections"];
+
+export async function readMachineFacts(serverUrl: string): Promise<MachineFacts> {
+  const client = new pg.Client({ connectionString: serverUrl, application_name: "optchat-bench" });
+  client.on("error", () => {});
+  await client.connect();
+  try {
+    const version = await client.query<{ server_version: string }>("SHOW server_version");
+    const settings = await client.query<{ name: string; setting: string; unit: string | null }>(
+      "SELECT name, setting, unit FROM pg_settings WHERE name = ANY($1::text[]) ORDER BY name",
+      [REPORTED_SETTINGS],
+    );
+    const list = cpus();
+    return {
+      cpus: list.length,
+      cpuModel: list[0]?.model.trim() ?? "unknown",
+      memoryGiB: round(totalmem() / 2 ** 30, 1),
+      loadAverage1m: round(loadavg()[0] ?? 0, 2),
+      node: process.version,
+      platform: `${process.platform}-${process.arch}`,
+      server: redactUrl(serverUrl),
+      postgres: version.rows[0]?.server_version ?? "unknown",
+      postgresSettings: Object.fromEntries(
+        settings.rows.map((row) => [row.name, row.unit ? `${row.setting} (${row.unit})` : row.setting]),
+      ),
+    };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}
+
+export function round(value: number, digits = 3): number {
+  const scale = 10 ** digits;
+  return Math.round(value * scale) / scale;
+}
+
+export interface LatencySummary {
+  readonly p50Ms: number | null;
+  readonly p99Ms: number | null;
+  readonly meanMs: number | null;
+  readonly maxMs: number | null;
+}
+
+/** Nearest-rank percentiles of latencies in milliseconds. */
+export function summarizeLatencies(latencies: readonly number[]): LatencySummary {
+  if (latencies.length === 0) return { p50Ms: null, p99Ms: null, meanMs: null, maxMs: null };
+  const sorted = Float64Array.from(latencies).sort();
+  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] ?? 0;
+  const sum = sorted.reduce((total, value) => total + value, 0);
+  return {
+    p50Ms: round(at(0.5)),
+    p99Ms: round(at(0.99)),
+    meanMs: round(sum / sorted.length),
+    maxMs: round(sorted[sorted.length - 1] ?? 0),
+  };
+}
+
+/** Divides, or null when either side is missing (e.g. pgbench skipped). */
+export function ratio(numerator: number | null | undefined, denominator: number | null | undefined): number | null {
+  if (numerator == null || denominator == null || denominator === 0) return null;
+  return round(numerator / denominator);
+}
+
+export function errorMessage(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}

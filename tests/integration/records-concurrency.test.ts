@@ -1,0 +1,118 @@
+import { createHash } from "node:crypto";
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { eventKeyOf, stageKeyOf } from "../../src/core/ids.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import type { IngestEvent } from "../../src/memory/schemas.js";
+import { type Memory, openMemory } from "../../src/memory/service.js";
+import { sealRecords } from "../../src/store/records.js";
+import { useTestMemory } from "../helpers.js";
+
+const db = useTestMemory();
+const extra: Memory[] = [];
+afterAll(async () => {
+  await Promise.all(extra.map((m) => m.close()));
+});
+
+/** A separate service with its own single connection, as another process would have. */
+async function connection(): Promise<Memory> {
+  const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 1 } }));
+  extra.push(memory);
+  return memory;
+}
+
+function event(sessionId: string, host: string, writer: number, n: number): IngestEvent {
+  return {
+    sessionId,
+    turnId: `w${writer}`,
+    kind: "assistant",
+    finalization: { hostSessionId: host, messageId: `w${writer}-m${n}` },
+    occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, n)).toISOString(),
+    content: `writer ${writer} message ${n}`,
+  };
+}
+
+describe("seq allocation under concurrency", () => {
+  it("gives 8 concurrent connections writing one session seqs 0..N-1 with no gap and no duplicate", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "hot", projectId: "prj_hot" });
+    const writers = await Promise.all(Array.from({ length: 8 }, () => connection()));
+    const perWriter = 40;
+    await Promise.all(
+      writers.map(async (memory, w) => {
+        for (let n = 0; n < perWriter; n++) {
+          await memory.ingest(event(session.sessionId, "hot", w, n));
+          // Every writer also re-delivers a neighbour's event: duplicates must allocate nothing.
+          if (n % 4 === 0) await memory.ingest(event(session.sessionId, "hot", (w + 1) % 8, n)).catch(() => {});
+        }
+      }),
+    );
+    const total = 8 * perWriter;
+    const records = await db.memory.listRecords(session.sessionId, { limit: total + 10 });
+    expect(records.map((r) => r.seq)).toEqual(Array.from({ length: total }, (_, i) => i));
+    expect(new Set(records.map((r) => r.eventKey)).size).toBe(total);
+    // Every event of every writer is there exactly once, whoever delivered it first.
+    const expected = Array.from({ length: 8 }, (_, w) => Array.from({ length: perWriter }, (_, n) => `${w}:${n}`)).flat();
+    expect(records.map((r) => `${r.turnId.slice(1)}:${/w\d+-m(\d+)/.exec(r.eventKey)?.[1]}`).sort()).toEqual(expected.sort());
+    const { rows } = await db.memory.pool.query("SELECT next_seq FROM optchat.generations WHERE session_id = $1", [session.sessionId]);
+    expect(rows[0].next_seq).toBe(total);
+  });
+
+  it("does not serialize different sessions on a global lock", async () => {
+    const a = await db.memory.openSession({ host: "test", hostSessionId: "lock-a", projectId: "prj_lock" });
+    const b = await db.memory.openSession({ host: "test", hostSessionId: "lock-b", projectId: "prj_lock" });
+    const [writerA, writerB] = await Promise.all([connection(), connection()]);
+
+    // A writer that has sealed a record of session A and has not committed yet holds A's generation row.
+    const holder = new pg.Client({ connectionString: db.url });
+    await holder.connect();
+    await holder.query("BEGIN");
+    const payload = Buffer.from("held record");
+    const finalization = { hostSessionId: "lock-a", messageId: "held", revision: 0 };
+    await sealRecords(holder, [
+      {
+        sessionId: a.sessionId,
+        generation: undefined,
+        eventKey: eventKeyOf(finalization),
+        stageKey: stageKeyOf(finalization),
+        turnId: "held",
+        kind: "assistant",
+        occurredAt: new Date(),
+        payload,
+        payloadHash: createHash("sha256").update(payload).digest(),
+        validUtf8: true,
+        toolCallId: null,
+        toolName: null,
+        hostTruncated: false,
+        hostOriginalBytes: null,
+        projectId: null,
+        worktreeId: null,
+        commitId: null,
+        attributes: {},
+      },
+    ]);
+    const holdMs = 2000;
+    const heldAt = performance.now();
+
+    const intoA = writerA.ingest(event(a.sessionId, "lock-a", 0, 0)).then(() => performance.now() - heldAt);
+    const startB = performance.now();
+    for (let n = 0; n < 20; n++) await writerB.ingest(event(b.sessionId, "lock-b", 0, n));
+    const sessionBMs = performance.now() - startB;
+
+    await new Promise((resolve) => setTimeout(resolve, Math.max(0, holdMs - (performance.now() - heldAt))));
+    await holder.query("COMMIT");
+    await holder.end();
+    const sessionAMs = await intoA;
+
+    // Session B finished 20 transactions while A was held; A's writer waited for the holder.
+    expect(sessionBMs / holdMs).toBeLessThan(0.5);
+    expect(sessionAMs / holdMs).toBeGreaterThanOrEqual(0.95);
+    const seqsA = (await db.memory.listRecords(a.sessionId)).map((r) => [r.turnId, r.seq]);
+    expect(seqsA).toEqual([
+      ["held", 0],
+      ["w0", 1],
+    ]);
+    console.info(
+      `no-global-lock: 20 ingests into B took ${(sessionBMs / holdMs).toFixed(3)}x of A's lock hold; A's ingest waited ${(sessionAMs / holdMs).toFixed(3)}x`,
+    );
+  });
+});

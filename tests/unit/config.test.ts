@@ -1,0 +1,35 @@
+import { describe, expect, it } from "vitest";
+import { isOptchatError } from "../../src/core/errors.js";
+import { resolveConfig } from "../../src/memory/config.js";
+
+describe("resolveConfig", () => {
+  it("uses documented defaults and returns a frozen object", () => {
+    const config = resolveConfig();
+    expect(config).toEqual({ databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat", poolSize: 10, statementTimeoutMs: 30_000 });
+    expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it("reads the environment, and explicit options win over it", () => {
+    const env = { DATABASE_URL: "postgres://u@db:5433/mem", OPTCHAT_POOL_SIZE: "4" };
+    expect(resolveConfig({ env })).toMatchObject({ databaseUrl: "postgres://u@db:5433/mem", poolSize: 4 });
+    expect(resolveConfig({ env, overrides: { poolSize: 7 } }).poolSize).toBe(7);
+  });
+
+  it.each([
+    [{ OPTCHAT_POOL_SIZE: "0" }, "OPTCHAT_POOL_SIZE", /below 1; accepted: an integer from 1 to 100/],
+    [{ OPTCHAT_POOL_SIZE: "2.5" }, "OPTCHAT_POOL_SIZE", /not an integer/],
+    [{ OPTCHAT_STATEMENT_TIMEOUT_MS: "-1" }, "OPTCHAT_STATEMENT_TIMEOUT_MS", /below 0/],
+    [{ DATABASE_URL: "postgres://localhost" }, "DATABASE_URL", /names no database/],
+    [{ DATABASE_URL: "not a url" }, "DATABASE_URL", /not a URL/],
+  ])("rejects %j naming %s", (env, variable, message) => {
+    try {
+      resolveConfig({ env });
+      expect.unreachable();
+    } catch (error) {
+      expect(isOptchatError(error, "CONFIG_INVALID")).toBe(true);
+      expect((error as Error).message).toContain(variable);
+      expect((error as Error).message).toMatch(message);
+      expect((error as { details: { settings: string[] } }).details.settings).toEqual([variable]);
+    }
+  });
+});

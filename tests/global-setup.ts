@@ -52,7 +52,8 @@ async function findServer(): Promise<TestServer> {
   if (fromEnv) {
     const adminUrl = withDatabase(fromEnv, "postgres");
     const problem = await reachable(adminUrl);
-    if (problem) throw new Error(`DATABASE_URL is set but its server is not usable: ${problem}. Fix DATABASE_URL or unset it.`);
+    if (problem)
+      throw new Error(`DATABASE_URL is set but its server is not usable: ${problem}. Fix DATABASE_URL or unset it.`);
     return { adminUrl, stop: async () => {} };
   }
   const localProblem = await reachable(LOCAL_SERVER);

@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from "node:child_process";
+import { type ChildProcess, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -39,7 +39,11 @@ export async function createTestDatabase(): Promise<{ name: string; url: string;
 /** A name for a database that does not exist yet (for tests of `optchat migrate` creating it). */
 export function freshDatabaseName(): { name: string; url: string; drop(): Promise<void> } {
   const name = `optchat_t_${process.pid}_${randomBytes(4).toString("hex")}`;
-  return { name, url: withDatabase(inject("adminUrl"), name), drop: () => adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`) };
+  return {
+    name,
+    url: withDatabase(inject("adminUrl"), name),
+    drop: () => adminQuery(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`),
+  };
 }
 
 export interface TestMemory {
@@ -110,8 +114,12 @@ export interface Finished {
 export function collect(child: ChildProcess): Promise<Finished> {
   let stdout = "";
   let stderr = "";
-  child.stdout?.on("data", (chunk) => (stdout += chunk));
-  child.stderr?.on("data", (chunk) => (stderr += chunk));
+  child.stdout?.on("data", (chunk) => {
+    stdout += chunk;
+  });
+  child.stderr?.on("data", (chunk) => {
+    stderr += chunk;
+  });
   return new Promise((resolve, reject) => {
     child.on("error", reject);
     child.on("close", (code, signal) => resolve({ code, signal, stdout, stderr }));

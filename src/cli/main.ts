@@ -1,5 +1,5 @@
 import { parseArgs } from "node:util";
-import { OptchatError, isOptchatError } from "../core/errors.js";
+import { isOptchatError, OptchatError } from "../core/errors.js";
 import { type Config, redactUrl, resolveConfig } from "../memory/config.js";
 import { expectedSchemaVersion } from "../memory/service.js";
 import { connectClient } from "../store/db.js";
@@ -92,7 +92,14 @@ async function statusCommand(args: readonly string[], config: Config, output: Ou
     const expected = expectedSchemaVersion();
     const upToDate = status.schemaVersion >= expected;
     if (output.json) {
-      output.out(JSON.stringify({ ok: upToDate, url: redactUrl(config.databaseUrl), expectedSchemaVersion: expected, ...status }));
+      output.out(
+        JSON.stringify({
+          ok: upToDate,
+          url: redactUrl(config.databaseUrl),
+          expectedSchemaVersion: expected,
+          ...status,
+        }),
+      );
     } else {
       output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
       output.out(
@@ -102,7 +109,10 @@ async function statusCommand(args: readonly string[], config: Config, output: Ou
       for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
     }
     if (!upToDate) {
-      throw new OptchatError("SCHEMA_OUT_OF_DATE", `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``);
+      throw new OptchatError(
+        "SCHEMA_OUT_OF_DATE",
+        `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``,
+      );
     }
     return 0;
   } finally {

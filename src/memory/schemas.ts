@@ -54,13 +54,20 @@ export const ingestEventSchema = z
       .optional(),
     projectId: opaqueId.optional(),
     worktreeId: hostId.optional(),
-    commit: z.string().regex(/^[0-9a-f]{7,64}$/, "must be a hex commit id").optional(),
+    commit: z
+      .string()
+      .regex(/^[0-9a-f]{7,64}$/, "must be a hex commit id")
+      .optional(),
     attributes: z.record(z.unknown()).optional(),
   })
   .strict()
   .superRefine((event, ctx) => {
     if ((event.kind === "tool_call" || event.kind === "tool_result") && event.toolCallId === undefined) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, path: ["toolCallId"], message: `required for kind ${event.kind} (it pairs a call with its result)` });
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ["toolCallId"],
+        message: `required for kind ${event.kind} (it pairs a call with its result)`,
+      });
     }
   });
 
@@ -94,7 +101,12 @@ export const recordRefSchema = z.object({
 export const readPayloadOptionsSchema = z
   .object({
     cursor: z.string().max(100).optional(),
-    maxBytes: z.number().int("not an integer").min(16, "below 16").max(4 * 1024 * 1024, "above 4194304").default(64 * 1024),
+    maxBytes: z
+      .number()
+      .int("not an integer")
+      .min(16, "below 16")
+      .max(4 * 1024 * 1024, "above 4194304")
+      .default(64 * 1024),
   })
   .strict();
 

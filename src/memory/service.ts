@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readdirSync } from "node:fs";
-import { InputInvalidError, type FieldIssue, OptchatError } from "../core/errors.js";
+import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
 import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
 import {
   countLoneSurrogates,
@@ -10,32 +10,32 @@ import {
   isValidUtf8,
   utf8SafePrefixLength,
 } from "../core/payload.js";
-import { type Pool, databaseUnavailable, openPool, sqlStateOf, withTransaction } from "../store/db.js";
+import { databaseUnavailable, openPool, type Pool, sqlStateOf, withTransaction } from "../store/db.js";
 import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
 import {
+  findRecord,
+  listRecords,
   type RecordToSeal,
+  readPayloadBytes,
   type SealOutcome,
   type SourceRecord,
   type StageOutcome,
-  findRecord,
-  listRecords,
-  readPayloadBytes,
   sealRecords,
   stageItem,
 } from "../store/records.js";
-import { type Session, ensureScope, findSession, registerSession } from "../store/sessions.js";
+import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
 import type { Config } from "./config.js";
 import {
   type IngestEvent,
-  MAX_PAYLOAD_BYTES,
-  type OpenSessionInput,
-  type ValidIngestEvent,
   ingestEventSchema,
   issuesOf,
+  MAX_PAYLOAD_BYTES,
+  type OpenSessionInput,
   openSessionSchema,
   parseInput,
   readPayloadOptionsSchema,
   recordRefSchema,
+  type ValidIngestEvent,
 } from "./schemas.js";
 
 export type IngestResult =
@@ -74,7 +74,10 @@ export interface Memory {
   ingest(event: IngestEvent): Promise<IngestResult>;
   /** Ingests a batch in one transaction; conflicts are recorded and reported per item, not thrown. */
   ingestMany(events: readonly IngestEvent[]): Promise<IngestResult[]>;
-  listRecords(sessionId: string, options?: { generation?: number; fromSeq?: number; limit?: number }): Promise<SourceRecord[]>;
+  listRecords(
+    sessionId: string,
+    options?: { generation?: number; fromSeq?: number; limit?: number },
+  ): Promise<SourceRecord[]>;
   readPayload(ref: RecordRef, options?: { cursor?: string; maxBytes?: number }): Promise<PayloadPage>;
   close(): Promise<void>;
 }
@@ -112,7 +115,8 @@ export function createMemory(pool: Pool): Memory {
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
     const session = await findSession(pool, id);
-    if (!session) throw new OptchatError("SESSION_NOT_FOUND", `No session ${id}`, { field: "sessionId", sessionId: id });
+    if (!session)
+      throw new OptchatError("SESSION_NOT_FOUND", `No session ${id}`, { field: "sessionId", sessionId: id });
     return session;
   }
 
@@ -207,7 +211,13 @@ export function createMemory(pool: Pool): Memory {
 
     async listRecords(sessionId, options = {}) {
       const session = await getSession(sessionId);
-      return await listRecords(pool, session.sessionId, options.generation ?? session.currentGeneration, options.fromSeq ?? 0, options.limit ?? 1000);
+      return await listRecords(
+        pool,
+        session.sessionId,
+        options.generation ?? session.currentGeneration,
+        options.fromSeq ?? 0,
+        options.limit ?? 1000,
+      );
     },
 
     async readPayload(ref, options = {}) {
@@ -215,16 +225,22 @@ export function createMemory(pool: Pool): Memory {
       const validOptions = parseInput(readPayloadOptionsSchema, options, "readPayload");
       const record = await findRecord(pool, validRef.sessionId, validRef.generation, validRef.seq);
       if (!record) {
-        throw new OptchatError("REF_NOT_FOUND", `readPayload: no record ${validRef.sessionId}:${validRef.generation}:${validRef.seq}`, {
-          ref: validRef,
-        });
+        throw new OptchatError(
+          "REF_NOT_FOUND",
+          `readPayload: no record ${validRef.sessionId}:${validRef.generation}:${validRef.seq}`,
+          {
+            ref: validRef,
+          },
+        );
       }
       const hashPrefix = hashPrefixOf(record.payloadHash);
       let offset = 0;
       if (validOptions.cursor !== undefined) {
         const cursor = decodePayloadCursor(validOptions.cursor);
         if (!cursor || cursor.hashPrefix !== hashPrefix || cursor.offset > record.payloadBytes) {
-          throw new InputInvalidError("readPayload", [{ field: "cursor", problem: "is not a cursor of this payload (use nextCursor from the previous page)" }]);
+          throw new InputInvalidError("readPayload", [
+            { field: "cursor", problem: "is not a cursor of this payload (use nextCursor from the previous page)" },
+          ]);
         }
         offset = cursor.offset;
       }
@@ -297,7 +313,8 @@ async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {
-    if (sqlStateOf(error) === "23505" && (error as { constraint?: string }).constraint === "records_event_key_key") return await run();
+    if (sqlStateOf(error) === "23505" && (error as { constraint?: string }).constraint === "records_event_key_key")
+      return await run();
     throw error;
   }
 }

@@ -54,7 +54,10 @@ export async function ensureDatabase(databaseUrl: string): Promise<boolean> {
  * (postgres-stack-facts: a leaked START TRANSACTION; a CONCURRENTLY index hung). postgres-migrations holds an advisory
  * lock while it works, so concurrent runs apply each file exactly once; its bookkeeping table lives in our schema.
  */
-export async function migrateDatabase(databaseUrl: string, log: (line: string) => void = () => {}): Promise<MigrationOutcome> {
+export async function migrateDatabase(
+  databaseUrl: string,
+  log: (line: string) => void = () => {},
+): Promise<MigrationOutcome> {
   const databaseCreated = await ensureDatabase(databaseUrl);
   const client = await connectClient(databaseUrl, "optchat-migrate");
   try {
@@ -79,6 +82,8 @@ export async function readSchemaVersion(client: Pick<pg.ClientBase, "query">): P
     "SELECT to_regclass('optchat.migrations') IS NOT NULL AS present",
   );
   if (!exists.rows[0]?.present) return 0;
-  const result = await client.query<{ version: number | null }>("SELECT max(id)::int AS version FROM optchat.migrations");
+  const result = await client.query<{ version: number | null }>(
+    "SELECT max(id)::int AS version FROM optchat.migrations",
+  );
   return result.rows[0]?.version ?? 0;
 }

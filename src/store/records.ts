@@ -27,8 +27,21 @@ export interface RecordToSeal {
 }
 
 export type SealOutcome =
-  | { readonly status: "sealed" | "duplicate"; readonly eventKey: string; readonly sessionId: string; readonly generation: number; readonly seq: number }
-  | { readonly status: "conflict"; readonly eventKey: string; readonly sessionId: string; readonly generation: number; readonly seq: number; readonly conflictId: number };
+  | {
+      readonly status: "sealed" | "duplicate";
+      readonly eventKey: string;
+      readonly sessionId: string;
+      readonly generation: number;
+      readonly seq: number;
+    }
+  | {
+      readonly status: "conflict";
+      readonly eventKey: string;
+      readonly sessionId: string;
+      readonly generation: number;
+      readonly seq: number;
+      readonly conflictId: number;
+    };
 
 interface ExistingRow {
   event_key: string;
@@ -89,7 +102,13 @@ export async function sealRecords(db: Queryable, items: readonly RecordToSeal[])
     const row = sealed.get(item.eventKey);
     if (!row) throw new Error(`sealRecords: ${item.eventKey} neither sealed nor allocated`);
     if (sameContent(row, item)) {
-      outcomes[index] = { status: "duplicate", eventKey: row.event_key, sessionId: row.session_id, generation: row.generation, seq: row.seq };
+      outcomes[index] = {
+        status: "duplicate",
+        eventKey: row.event_key,
+        sessionId: row.session_id,
+        generation: row.generation,
+        seq: row.seq,
+      };
     } else {
       conflicts.push({ index, row });
     }
@@ -139,10 +158,14 @@ async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): P
   for (const item of items) {
     const generation = item.generation ?? currentBySession.get(item.sessionId);
     if (generation === undefined) {
-      throw new OptchatError("SESSION_NOT_FOUND", `No session ${item.sessionId}: register it with openSession before ingesting`, {
-        field: "sessionId",
-        sessionId: item.sessionId,
-      });
+      throw new OptchatError(
+        "SESSION_NOT_FOUND",
+        `No session ${item.sessionId}: register it with openSession before ingesting`,
+        {
+          field: "sessionId",
+          sessionId: item.sessionId,
+        },
+      );
     }
     wanted.set(groupKey(item.sessionId, generation), { sessionId: item.sessionId, generation });
   }
@@ -193,7 +216,12 @@ async function allocateAndInsert(
     `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
      SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
      ON CONFLICT (hash) DO NOTHING`,
-    [blobItems.map((b) => b.payloadHash), blobItems.map((b) => b.payload.length), blobItems.map((b) => b.validUtf8), blobItems.map((b) => b.payload)],
+    [
+      blobItems.map((b) => b.payloadHash),
+      blobItems.map((b) => b.payload.length),
+      blobItems.map((b) => b.validUtf8),
+      blobItems.map((b) => b.payload),
+    ],
   );
 
   const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
@@ -228,18 +256,31 @@ async function allocateAndInsert(
 
   // Advance each touched generation's counter to the value after its last allocated seq.
   const touched = new Map<string, { sessionId: string; generation: number }>();
-  for (const e of fresh) touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
+  for (const e of fresh)
+    touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
   const entries = [...touched.entries()];
   await db.query(
     `UPDATE optchat.generations g SET next_seq = u.next_seq
        FROM unnest($1::text[], $2::int[], $3::bigint[]) AS u(session_id, generation, next_seq)
       WHERE g.session_id = u.session_id AND g.generation = u.generation`,
-    [entries.map(([, v]) => v.sessionId), entries.map(([, v]) => v.generation), entries.map(([key]) => nextSeq.get(key) as number)],
+    [
+      entries.map(([, v]) => v.sessionId),
+      entries.map(([, v]) => v.generation),
+      entries.map(([key]) => nextSeq.get(key) as number),
+    ],
   );
-  await db.query("DELETE FROM optchat.staged_items WHERE stage_key = ANY($1::text[])", [fresh.map((e) => e.item.stageKey)]);
+  await db.query("DELETE FROM optchat.staged_items WHERE stage_key = ANY($1::text[])", [
+    fresh.map((e) => e.item.stageKey),
+  ]);
 
   for (const e of fresh) {
-    outcomes[e.index] = { status: "sealed", eventKey: e.item.eventKey, sessionId: e.item.sessionId, generation: e.generation, seq: e.seq };
+    outcomes[e.index] = {
+      status: "sealed",
+      eventKey: e.item.eventKey,
+      sessionId: e.item.sessionId,
+      generation: e.generation,
+      seq: e.seq,
+    };
   }
 }
 
@@ -272,10 +313,14 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
   if (result.rowCount) return "staged";
   const session = await db.query("SELECT 1 FROM optchat.sessions WHERE session_id = $1::text", [item.sessionId]);
   if (!session.rowCount) {
-    throw new OptchatError("SESSION_NOT_FOUND", `No session ${item.sessionId}: register it with openSession before ingesting`, {
-      field: "sessionId",
-      sessionId: item.sessionId,
-    });
+    throw new OptchatError(
+      "SESSION_NOT_FOUND",
+      `No session ${item.sessionId}: register it with openSession before ingesting`,
+      {
+        field: "sessionId",
+        sessionId: item.sessionId,
+      },
+    );
   }
   return "stale_revision";
 }
@@ -290,7 +335,14 @@ export interface StagedItem {
 }
 
 export async function listStagedItems(db: Queryable, sessionId: string): Promise<StagedItem[]> {
-  const result = await db.query<{ stage_key: string; turn_id: string; kind: RecordKind; revision: number; content: Buffer; updated_at: Date }>(
+  const result = await db.query<{
+    stage_key: string;
+    turn_id: string;
+    kind: RecordKind;
+    revision: number;
+    content: Buffer;
+    updated_at: Date;
+  }>(
     "SELECT stage_key, turn_id, kind, revision, content, updated_at FROM optchat.staged_items WHERE session_id = $1::text ORDER BY updated_at, stage_key",
     [sessionId],
   );
@@ -393,14 +445,24 @@ export async function listRecords(
   return result.rows.map(toSourceRecord);
 }
 
-export async function findRecord(db: Queryable, sessionId: string, generation: number, seq: number): Promise<SourceRecord | undefined> {
+export async function findRecord(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  seq: number,
+): Promise<SourceRecord | undefined> {
   const rows = await listRecords(db, sessionId, generation, seq, 1);
   const first = rows[0];
   return first && first.seq === seq ? first : undefined;
 }
 
 /** `length` bytes of a payload from byte `offset` (0-based); fewer at the end. */
-export async function readPayloadBytes(db: Queryable, payloadHash: Buffer, offset: number, length: number): Promise<Buffer> {
+export async function readPayloadBytes(
+  db: Queryable,
+  payloadHash: Buffer,
+  offset: number,
+  length: number,
+): Promise<Buffer> {
   const result = await db.query<{ chunk: Buffer }>(
     "SELECT substring(content FROM $2::int + 1 FOR $3::int) AS chunk FROM optchat.blobs WHERE hash = $1::bytea",
     [payloadHash, offset, length],

@@ -65,7 +65,10 @@ export interface NewSession {
  * is none. Idempotent and race-safe: the unique (host, host_session_id) constraint picks one winner; run it inside a
  * transaction so the session and its generation row appear together.
  */
-export async function registerSession(db: Queryable, candidate: NewSession): Promise<{ session: Session; created: boolean }> {
+export async function registerSession(
+  db: Queryable,
+  candidate: NewSession,
+): Promise<{ session: Session; created: boolean }> {
   const inserted = await db.query<SessionRow>(
     `INSERT INTO optchat.sessions (session_id, scope_id, host, host_session_id, project_id, parent_session_id, title)
      VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text)
@@ -91,20 +94,25 @@ export async function registerSession(db: Queryable, candidate: NewSession): Pro
     [candidate.host, candidate.hostSessionId],
   );
   const found = existing.rows[0];
-  if (!found) throw new Error(`registerSession: (${candidate.host}, ${candidate.hostSessionId}) vanished after a conflict`);
+  if (!found)
+    throw new Error(`registerSession: (${candidate.host}, ${candidate.hostSessionId}) vanished after a conflict`);
   return { session: toSession(found), created: false };
 }
 
 export async function findSession(db: Queryable, sessionId: string): Promise<Session | undefined> {
-  const result = await db.query<SessionRow>(`SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE session_id = $1::text`, [
-    sessionId,
-  ]);
+  const result = await db.query<SessionRow>(
+    `SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE session_id = $1::text`,
+    [sessionId],
+  );
   const row = result.rows[0];
   return row ? toSession(row) : undefined;
 }
 
 /** Current generation of each of the given sessions (absent sessions are absent from the map). */
-export async function findCurrentGenerations(db: Queryable, sessionIds: readonly string[]): Promise<Map<string, number>> {
+export async function findCurrentGenerations(
+  db: Queryable,
+  sessionIds: readonly string[],
+): Promise<Map<string, number>> {
   const result = await db.query<{ session_id: string; current_generation: number }>(
     "SELECT session_id, current_generation FROM optchat.sessions WHERE session_id = ANY($1::text[])",
     [sessionIds],

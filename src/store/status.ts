@@ -25,11 +25,19 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
       // Table names come from the catalogue, not from input; quote them anyway.
       const counts = await db.query<{ table_name: string; rows: number }>(
         names.rows
-          .map(({ table_name }) => `SELECT '${table_name}' AS table_name, count(*)::bigint AS rows FROM optchat."${table_name.replace(/"/g, '""')}"`)
+          .map(
+            ({ table_name }) =>
+              `SELECT '${table_name}' AS table_name, count(*)::bigint AS rows FROM optchat."${table_name.replace(/"/g, '""')}"`,
+          )
           .join(" UNION ALL "),
       );
       for (const row of counts.rows) tables[row.table_name] = row.rows;
     }
   }
-  return { serverVersion: server.rows[0]?.version ?? "?", database: server.rows[0]?.database ?? "?", schemaVersion, tables };
+  return {
+    serverVersion: server.rows[0]?.version ?? "?",
+    database: server.rows[0]?.database ?? "?",
+    schemaVersion,
+    tables,
+  };
 }

@@ -26,7 +26,12 @@ describe("optchat migrate", () => {
     expect(outcomes.filter((o) => o.databaseCreated)).toHaveLength(1);
     // Between them they applied every migration exactly once (postgres-migrations' own table is migration 0).
     const applied = outcomes.flatMap((o) => o.applied as string[]).sort();
-    expect(applied).toEqual(["0_create-migrations-table", ...migrationFiles.map((f) => f.replace(/^0*(\d+)_/, "$1_").replace(/\.sql$/, ""))].sort());
+    expect(applied).toEqual(
+      [
+        "0_create-migrations-table",
+        ...migrationFiles.map((f) => f.replace(/^0*(\d+)_/, "$1_").replace(/\.sql$/, "")),
+      ].sort(),
+    );
 
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
@@ -49,7 +54,11 @@ describe("optchat migrate", () => {
     const status = await runCli(["status", "--json"], { DATABASE_URL: db.url });
     expect(status.code, status.stderr).toBe(0);
     const parsed = JSON.parse(status.stdout);
-    expect(parsed).toMatchObject({ ok: true, schemaVersion: migrationFiles.length, expectedSchemaVersion: migrationFiles.length });
+    expect(parsed).toMatchObject({
+      ok: true,
+      schemaVersion: migrationFiles.length,
+      expectedSchemaVersion: migrationFiles.length,
+    });
     expect(parsed.serverVersion).toMatch(/^\d+/);
     expect(parsed.tables).toMatchObject({ records: 0, sessions: 0, blobs: 0, scopes: 0, generations: 0 });
 
@@ -61,14 +70,21 @@ describe("optchat migrate", () => {
   it("fails at start naming the variable and the accepted values of an invalid setting", async () => {
     const result = await runCli(["status"], { OPTCHAT_POOL_SIZE: "lots" });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/CONFIG_INVALID: .*OPTCHAT_POOL_SIZE \(environment variable OPTCHAT_POOL_SIZE\): not a number; accepted: an integer from 1 to 100/);
+    expect(result.stderr).toMatch(
+      /CONFIG_INVALID: .*OPTCHAT_POOL_SIZE \(environment variable OPTCHAT_POOL_SIZE\): not a number; accepted: an integer from 1 to 100/,
+    );
     const url = await runCli(["migrate", "--json"], { DATABASE_URL: "mysql://localhost/x" });
-    expect(JSON.parse(url.stdout)).toMatchObject({ ok: false, error: { code: "CONFIG_INVALID", details: { settings: ["DATABASE_URL"] } } });
+    expect(JSON.parse(url.stdout)).toMatchObject({
+      ok: false,
+      error: { code: "CONFIG_INVALID", details: { settings: ["DATABASE_URL"] } },
+    });
   });
 
   it("says where and how to fix an unreachable server", async () => {
     const result = await runCli(["status"], { DATABASE_URL: "postgres://postgres@127.0.0.1:1/optchat" });
     expect(result.code).toBe(1);
-    expect(result.stderr).toMatch(/DATABASE_UNAVAILABLE: Cannot reach PostgreSQL at 127\.0\.0\.1:1\/optchat: .*DATABASE_URL/);
+    expect(result.stderr).toMatch(
+      /DATABASE_UNAVAILABLE: Cannot reach PostgreSQL at 127\.0\.0\.1:1\/optchat: .*DATABASE_URL/,
+    );
   });
 });

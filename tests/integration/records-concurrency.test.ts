@@ -51,9 +51,15 @@ describe("seq allocation under concurrency", () => {
     expect(records.map((r) => r.seq)).toEqual(Array.from({ length: total }, (_, i) => i));
     expect(new Set(records.map((r) => r.eventKey)).size).toBe(total);
     // Every event of every writer is there exactly once, whoever delivered it first.
-    const expected = Array.from({ length: 8 }, (_, w) => Array.from({ length: perWriter }, (_, n) => `${w}:${n}`)).flat();
-    expect(records.map((r) => `${r.turnId.slice(1)}:${/w\d+-m(\d+)/.exec(r.eventKey)?.[1]}`).sort()).toEqual(expected.sort());
-    const { rows } = await db.memory.pool.query("SELECT next_seq FROM optchat.generations WHERE session_id = $1", [session.sessionId]);
+    const expected = Array.from({ length: 8 }, (_, w) =>
+      Array.from({ length: perWriter }, (_, n) => `${w}:${n}`),
+    ).flat();
+    expect(records.map((r) => `${r.turnId.slice(1)}:${/w\d+-m(\d+)/.exec(r.eventKey)?.[1]}`).sort()).toEqual(
+      expected.sort(),
+    );
+    const { rows } = await db.memory.pool.query("SELECT next_seq FROM optchat.generations WHERE session_id = $1", [
+      session.sessionId,
+    ]);
     expect(rows[0].next_seq).toBe(total);
   });
 

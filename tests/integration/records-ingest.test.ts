@@ -84,7 +84,11 @@ describe("ingest: replaying a recorded two-session fixture", () => {
 
 describe("ingest: conflicting content under a sealed finalization key", () => {
   it("raises INGEST_CONFLICT, records the conflict and changes nothing else", async () => {
-    const session = await db.memory.openSession({ host: "test", hostSessionId: "conflict-host", projectId: "prj_conflict" });
+    const session = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "conflict-host",
+      projectId: "prj_conflict",
+    });
     const base = {
       sessionId: session.sessionId,
       turnId: "t1",
@@ -98,7 +102,10 @@ describe("ingest: conflicting content under a sealed finalization key", () => {
 
     const attempt = db.memory.ingest({ ...base, content: "a different answer" });
     await expect(attempt).rejects.toBeInstanceOf(OptchatError);
-    await expect(attempt).rejects.toMatchObject({ code: "INGEST_CONFLICT", details: { seq: 0, sessionId: session.sessionId } });
+    await expect(attempt).rejects.toMatchObject({
+      code: "INGEST_CONFLICT",
+      details: { seq: 0, sessionId: session.sessionId },
+    });
 
     const after = (await snapshot()) as [unknown, Record<string, unknown>];
     const [beforeRows, beforeCounts] = before as [unknown, Record<string, unknown>];
@@ -107,19 +114,29 @@ describe("ingest: conflicting content under a sealed finalization key", () => {
     const { rows } = await db.memory.pool.query(
       "SELECT event_key, encode(offered_hash, 'hex') AS offered, offered_bytes FROM optchat.ingest_conflicts",
     );
-    expect(rows).toEqual([{ event_key: sealed.eventKey, offered: expect.stringMatching(/^[0-9a-f]{64}$/), offered_bytes: 18 }]);
+    expect(rows).toEqual([
+      { event_key: sealed.eventKey, offered: expect.stringMatching(/^[0-9a-f]{64}$/), offered_bytes: 18 },
+    ]);
     const page = await db.memory.readPayload({ sessionId: session.sessionId, generation: 0, seq: 0 });
     expect(page.text).toBe("the original answer");
 
     // A deliberate host rewrite uses a new revision: that is a new record, not a conflict.
-    const rewrite = await db.memory.ingest({ ...base, finalization: { ...base.finalization, revision: 1 }, content: "a different answer" });
+    const rewrite = await db.memory.ingest({
+      ...base,
+      finalization: { ...base.finalization, revision: 1 },
+      content: "a different answer",
+    });
     expect(rewrite).toMatchObject({ status: "sealed", seq: 1 });
   });
 });
 
 describe("ingest: staging of partial content", () => {
   it("keeps the latest partial content until the final arrives, then seals once and forgets the staged copy", async () => {
-    const session = await db.memory.openSession({ host: "test", hostSessionId: "staging-host", projectId: "prj_staging" });
+    const session = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "staging-host",
+      projectId: "prj_staging",
+    });
     const base = {
       sessionId: session.sessionId,
       turnId: "t1",
@@ -135,7 +152,9 @@ describe("ingest: staging of partial content", () => {
 
     expect(await db.memory.ingest({ ...base, content: "Hello world" })).toMatchObject({ status: "sealed", seq: 0 });
     expect((await db.memory.pool.query("SELECT 1 FROM optchat.staged_items")).rowCount).toBe(0);
-    expect(await db.memory.ingest({ ...base, final: false, content: "Hello w" })).toMatchObject({ status: "already_sealed" });
+    expect(await db.memory.ingest({ ...base, final: false, content: "Hello w" })).toMatchObject({
+      status: "already_sealed",
+    });
     expect((await db.memory.pool.query("SELECT 1 FROM optchat.staged_items")).rowCount).toBe(0);
   });
 });
@@ -166,8 +185,18 @@ describe("ingest: bad input", () => {
     ["a wrong kind", { ...valid, kind: "system" }, "kind", /must be one of user, assistant/],
     ["hidden reasoning", { ...valid, kind: "reasoning" }, "kind", /reasoning is never stored/],
     ["a negative size", { ...valid, hostTruncated: { originalBytes: -5 } }, "hostTruncated.originalBytes", /negative/],
-    ["a negative revision", { ...valid, finalization: { ...valid.finalization, revision: -1 } }, "finalization.revision", /negative/],
-    ["a session ID that is a path", { ...valid, sessionId: "/home/user/.local/share/opencode" }, "sessionId", /opaque ID/],
+    [
+      "a negative revision",
+      { ...valid, finalization: { ...valid.finalization, revision: -1 } },
+      "finalization.revision",
+      /negative/,
+    ],
+    [
+      "a session ID that is a path",
+      { ...valid, sessionId: "/home/user/.local/share/opencode" },
+      "sessionId",
+      /opaque ID/,
+    ],
     ["a relative path as session ID", { ...valid, sessionId: "a..b" }, "sessionId", /\.\./],
     ["a tool result without its call id", { ...valid, kind: "tool_result" }, "toolCallId", /pairs a call/],
     ["a bad timestamp", { ...valid, occurredAt: "yesterday" }, "occurredAt", /ISO 8601/],
@@ -187,7 +216,9 @@ describe("ingest: bad input", () => {
   });
 
   it("rejects an unknown session with SESSION_NOT_FOUND and stores nothing", async () => {
-    await expect(db.memory.ingest({ ...valid, sessionId: "ses_never_registered" } as IngestEvent)).rejects.toMatchObject({
+    await expect(
+      db.memory.ingest({ ...valid, sessionId: "ses_never_registered" } as IngestEvent),
+    ).rejects.toMatchObject({
       code: "SESSION_NOT_FOUND",
       details: { field: "sessionId" },
     });
@@ -200,7 +231,9 @@ describe("ingest: bad input", () => {
       code: "INPUT_INVALID",
       issues: [{ field: "projectId" }],
     });
-    await expect(db.memory.openSession({ host: "test", hostSessionId: "x", projectId: "/srv/repo" })).rejects.toMatchObject({
+    await expect(
+      db.memory.openSession({ host: "test", hostSessionId: "x", projectId: "/srv/repo" }),
+    ).rejects.toMatchObject({
       issues: [{ field: "projectId" }],
     });
   });

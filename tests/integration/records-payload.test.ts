@@ -9,7 +9,8 @@ let sessionId = "";
 let message = 0;
 
 beforeAll(async () => {
-  sessionId = (await db.memory.openSession({ host: "test", hostSessionId: "payloads", projectId: "prj_payloads" })).sessionId;
+  sessionId = (await db.memory.openSession({ host: "test", hostSessionId: "payloads", projectId: "prj_payloads" }))
+    .sessionId;
 });
 
 async function ingestContent(content: string | Uint8Array, extra: Partial<IngestEvent> = {}): Promise<RecordRef> {
@@ -109,12 +110,18 @@ describe("payloads: stored whole, read back in pages", () => {
       code: "INPUT_INVALID",
       issues: [{ field: "cursor" }],
     });
-    await expect(db.memory.readPayload(a, { cursor: "p1.0000000000000000.zz" })).rejects.toMatchObject({ code: "INPUT_INVALID" });
-    await expect(db.memory.readPayload({ sessionId, generation: 0, seq: 999_999 })).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
+    await expect(db.memory.readPayload(a, { cursor: "p1.0000000000000000.zz" })).rejects.toMatchObject({
+      code: "INPUT_INVALID",
+    });
+    await expect(db.memory.readPayload({ sessionId, generation: 0, seq: 999_999 })).rejects.toMatchObject({
+      code: "REF_NOT_FOUND",
+    });
   });
 
   it("says when the host had already truncated an output", async () => {
-    const ref = await ingestContent("head of the output ... tail of the output", { hostTruncated: { originalBytes: 48_213 } });
+    const ref = await ingestContent("head of the output ... tail of the output", {
+      hostTruncated: { originalBytes: 48_213 },
+    });
     const page = await db.memory.readPayload(ref);
     expect(page).toMatchObject({ hostTruncated: true, hostOriginalBytes: 48_213, complete: true });
   });

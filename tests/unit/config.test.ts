@@ -5,7 +5,11 @@ import { resolveConfig } from "../../src/memory/config.js";
 describe("resolveConfig", () => {
   it("uses documented defaults and returns a frozen object", () => {
     const config = resolveConfig();
-    expect(config).toEqual({ databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat", poolSize: 10, statementTimeoutMs: 30_000 });
+    expect(config).toEqual({
+      databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
+      poolSize: 10,
+      statementTimeoutMs: 30_000,
+    });
     expect(Object.isFrozen(config)).toBe(true);
   });
 

@@ -3,13 +3,22 @@ import { describe, expect, it } from "vitest";
 import { eventKeyOf, opaqueIdProblem, sessionIdFromRandom, stageKeyOf } from "../../src/core/ids.js";
 
 const hostId = fc.string({ minLength: 1, maxLength: 12 });
-const finalization = fc.record({ hostSessionId: hostId, messageId: hostId, partId: fc.option(hostId, { nil: undefined }), revision: fc.nat(5) });
+const finalization = fc.record({
+  hostSessionId: hostId,
+  messageId: hostId,
+  partId: fc.option(hostId, { nil: undefined }),
+  revision: fc.nat(5),
+});
 
 describe("finalization keys", () => {
   it("are injective: different host coordinates never share a key", () => {
     fc.assert(
       fc.property(finalization, finalization, (a, b) => {
-        const same = a.hostSessionId === b.hostSessionId && a.messageId === b.messageId && (a.partId ?? "") === (b.partId ?? "") && a.revision === b.revision;
+        const same =
+          a.hostSessionId === b.hostSessionId &&
+          a.messageId === b.messageId &&
+          (a.partId ?? "") === (b.partId ?? "") &&
+          a.revision === b.revision;
         expect(eventKeyOf(a) === eventKeyOf(b)).toBe(same);
       }),
       { numRuns: 5000 },
@@ -27,7 +36,17 @@ describe("finalization keys", () => {
 });
 
 describe("opaque IDs", () => {
-  it.each(["/home/me/project", "../x", "a/b", "a\\b", ".hidden", "a..b", "", "x".repeat(201), "with space"])("rejects %j", (id) => {
+  it.each([
+    "/home/me/project",
+    "../x",
+    "a/b",
+    "a\\b",
+    ".hidden",
+    "a..b",
+    "",
+    "x".repeat(201),
+    "with space",
+  ])("rejects %j", (id) => {
     expect(opaqueIdProblem(id)).toBeDefined();
   });
   it.each(["ses_01h2x", "prj_abc123", "project:prj_1", "turn-7.2"])("accepts %j", (id) => {
@@ -35,12 +54,16 @@ describe("opaque IDs", () => {
   });
   it("generates valid, distinct session IDs from random bytes", () => {
     fc.assert(
-      fc.property(fc.uint8Array({ minLength: 16, maxLength: 16 }), fc.uint8Array({ minLength: 16, maxLength: 16 }), (a, b) => {
-        const idA = sessionIdFromRandom(a);
-        expect(opaqueIdProblem(idA)).toBeUndefined();
-        expect(idA).toMatch(/^ses_[0-9a-z]{26}$/);
-        expect(idA === sessionIdFromRandom(b)).toBe(Buffer.from(a).equals(Buffer.from(b)));
-      }),
+      fc.property(
+        fc.uint8Array({ minLength: 16, maxLength: 16 }),
+        fc.uint8Array({ minLength: 16, maxLength: 16 }),
+        (a, b) => {
+          const idA = sessionIdFromRandom(a);
+          expect(opaqueIdProblem(idA)).toBeUndefined();
+          expect(idA).toMatch(/^ses_[0-9a-z]{26}$/);
+          expect(idA === sessionIdFromRandom(b)).toBe(Buffer.from(a).equals(Buffer.from(b)));
+        },
+      ),
     );
   });
 });

@@ -76,11 +76,16 @@ describe("payload cursors", () => {
 describe("countLoneSurrogates", () => {
   it("counts exactly the code units that UTF-8 encoding replaces", () => {
     fc.assert(
-      fc.property(fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)) }), (text) => {
-        const replacedByEncoder = [...Buffer.from(text, "utf8").toString("utf8")].filter((c) => c === "\uFFFD").length;
-        const alreadyThere = [...text].filter((c) => c === "\uFFFD").length;
-        expect(countLoneSurrogates(text)).toBe(replacedByEncoder - alreadyThere);
-      }),
+      fc.property(
+        fc.string({ unit: fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c)) }),
+        (text) => {
+          const replacedByEncoder = [...Buffer.from(text, "utf8").toString("utf8")].filter(
+            (c) => c === "\uFFFD",
+          ).length;
+          const alreadyThere = [...text].filter((c) => c === "\uFFFD").length;
+          expect(countLoneSurrogates(text)).toBe(replacedByEncoder - alreadyThere);
+        },
+      ),
       { numRuns: 3000 },
     );
   });

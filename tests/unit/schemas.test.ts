@@ -22,12 +22,21 @@ describe("ingest event schema", () => {
 
   it("names nested fields with a prefix and lists every problem at once", () => {
     try {
-      parseInput(ingestEventSchema, { ...valid, finalization: { messageId: "" }, hostTruncated: { originalBytes: -1 } }, "ingestMany", "events[2]");
+      parseInput(
+        ingestEventSchema,
+        { ...valid, finalization: { messageId: "" }, hostTruncated: { originalBytes: -1 } },
+        "ingestMany",
+        "events[2]",
+      );
       expect.unreachable();
     } catch (error) {
       expect(error).toBeInstanceOf(InputInvalidError);
       const fields = (error as InputInvalidError).issues.map((i) => i.field).sort();
-      expect(fields).toEqual(["events[2].finalization.hostSessionId", "events[2].finalization.messageId", "events[2].hostTruncated.originalBytes"]);
+      expect(fields).toEqual([
+        "events[2].finalization.hostSessionId",
+        "events[2].finalization.messageId",
+        "events[2].hostTruncated.originalBytes",
+      ]);
       expect((error as Error).message).toMatch(/^ingestMany: invalid input \(/);
     }
   });

@@ -46,9 +46,9 @@ async function main(argv: readonly string[]): Promise<number> {
   const known = Object.keys(BENCHMARKS);
   const unknown = argv.filter((name) => !Object.hasOwn(BENCHMARKS, name));
   if (unknown.length > 0) {
-    process.stderr.write(
-      `bench: unknown benchmark${unknown.length > 1 ? "s" : ""} ${unknown.map((n) => `"${n}"`).join(", ")}; known: ${known.join(", ")}\n\n${usage()}\n`,
-    );
+    const names = unknown.map((name) => `"${name}"`).join(", ");
+    const plural = unknown.length > 1 ? "s" : "";
+    process.stderr.write(`bench: unknown benchmark${plural} ${names}; known: ${known.join(", ")}\n\n${usage()}\n`);
     return 2;
   }
   const selected = argv.length > 0 ? [...new Set(argv)] : known;
@@ -79,7 +79,8 @@ async function main(argv: readonly string[]): Promise<number> {
     note(`${name}: start`);
     try {
       await bench.run(context);
-      note(`${name}: done in ${((performance.now() - start) / 1000).toFixed(1)} s`);
+      const seconds = ((performance.now() - start) / 1000).toFixed(1);
+      note(`${name}: ${controller.signal.aborted ? "interrupted" : "done"} after ${seconds} s`);
     } catch (error) {
       failed += 1;
       note(`${name}: failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);

@@ -74,6 +74,10 @@ export async function adminQuery(serverUrl: string, sql: string): Promise<void> 
   }
 }
 
+export async function createDatabase(serverUrl: string, name: string): Promise<void> {
+  await adminQuery(serverUrl, `CREATE DATABASE ${pg.escapeIdentifier(name)}`);
+}
+
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
 }

@@ -217,7 +217,7 @@ async function runCase(
   settings: Settings,
   references: ReadonlyMap<number, number>,
   signal: AbortSignal,
-): Promise<CaseOutcome> {
+): Promise<CaseOutcome | undefined> {
   const sessionCount = spec.oneSession ? 1 : spec.clients;
   const sessions: BenchSession[] = [];
   for (let i = 0; i < sessionCount; i++) {
@@ -230,7 +230,10 @@ async function runCase(
     settings.warmupSeconds > 0
       ? await drive(memory, spec, sessions, settings.warmupSeconds, `${spec.name}-warm`, signal)
       : undefined;
+  if (signal.aborted) return undefined;
   const run = await drive(memory, spec, sessions, settings.seconds, spec.name, signal);
+  // Interrupted while measuring: the figures cover a shorter run; report them, flagged, but leave them out of ratios.
+  const interrupted = signal.aborted;
   const seconds = run.elapsedMs / 1000;
   const records = run.sealed;
   const recordsPerSec = round(records / seconds, 1);
@@ -256,8 +259,9 @@ async function runCase(
     errors: run.errors,
     ...(run.firstError ? { firstError: run.firstError } : {}),
     ...check,
+    ...(interrupted ? { interrupted: true } : {}),
   });
-  return { name: spec.name, clients: spec.clients, recordsPerSec };
+  return interrupted ? undefined : { name: spec.name, clients: spec.clients, recordsPerSec };
 }
 
 async function pgbenchReference(context: BenchContext, settings: Settings): Promise<Map<number, number>> {
@@ -280,7 +284,7 @@ async function pgbenchReference(context: BenchContext, settings: Settings): Prom
   try {
     outcome = await runPgbench(context.serverUrl, bin, { scale: settings.pgbenchScale, runs }, context.signal);
   } catch (error) {
-    emit(BENCH, caseName, { error: errorMessage(error) });
+    emit(BENCH, caseName, context.signal.aborted ? { interrupted: true } : { error: errorMessage(error) });
     return references;
   }
   for (const result of outcome.results) {
@@ -320,8 +324,10 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
     for (const spec of caseSpecs(settings)) {
       if (context.signal.aborted) break;
       await checkpoint(context.serverUrl);
-      outcomes.push(await runCase(memory, spec, settings, references, context.signal));
+      const outcome = await runCase(memory, spec, settings, references, context.signal);
+      if (outcome) outcomes.push(outcome);
     }
+    if (context.signal.aborted) return;
     emit(BENCH, "ratios", {
       note: "records/s of each case divided by pgbench TPC-B tps on the same server (vsPgbench: the multi-client run)",
       pgbenchTps: Object.fromEntries([...references].map(([clients, tps]) => [`${clients}c`, round(tps, 1)])),

@@ -6,26 +6,40 @@
 import { spawn } from "node:child_process";
 import { accessSync, constants, readdirSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import { adminQuery, dropDatabase, errorMessage, note, round, scratchDatabaseName, withDatabase } from "./common.js";
+import {
+  createDatabase,
+  dropDatabase,
+  errorMessage,
+  note,
+  round,
+  scratchDatabaseName,
+  withDatabase,
+} from "./common.js";
 
-/** pgbench from OPTCHAT_BENCH_PGBENCH, PATH, or the Debian/Ubuntu PostgreSQL directories; undefined when absent. */
+/**
+ * pgbench: OPTCHAT_BENCH_PGBENCH when set (and only it), else PATH, /usr/bin or the Debian/Ubuntu PostgreSQL
+ * directories; undefined when absent.
+ */
 export function findPgbench(): string | undefined {
-  const candidates: string[] = [];
   const explicit = process.env.OPTCHAT_BENCH_PGBENCH;
-  if (explicit) candidates.push(explicit);
+  if (explicit) return isExecutable(explicit) ? explicit : undefined;
+  const candidates: string[] = [];
   for (const dir of (process.env.PATH ?? "").split(delimiter)) if (dir) candidates.push(join(dir, "pgbench"));
   candidates.push("/usr/bin/pgbench");
   try {
     const versions = readdirSync("/usr/lib/postgresql").sort().reverse();
     for (const version of versions) candidates.push(join("/usr/lib/postgresql", version, "bin", "pgbench"));
   } catch {}
-  for (const candidate of candidates) {
-    try {
-      accessSync(candidate, constants.X_OK);
-      return candidate;
-    } catch {}
+  return candidates.find(isExecutable);
+}
+
+function isExecutable(path: string): boolean {
+  try {
+    accessSync(path, constants.X_OK);
+    return true;
+  } catch {
+    return false;
   }
-  return undefined;
 }
 
 interface Finished {
@@ -107,7 +121,7 @@ export async function runPgbench(
   const name = scratchDatabaseName("pgbench");
   const url = withDatabase(serverUrl, name);
   await dropDatabase(serverUrl, name);
-  await adminQuery(serverUrl, `CREATE DATABASE ${name}`);
+  await createDatabase(serverUrl, name);
   try {
     note(`pgbench: initializing ${name} at scale ${plan.scale}`);
     const initStart = performance.now();

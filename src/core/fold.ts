@@ -1,0 +1,225 @@
+import { endOf, type NodeAddress, startOf } from "./tree.js";
+
+/**
+ * The view fold (seed 002 §5.2, seed 000 §6). A view is an ordered list of parts (tree nodes) tiling [0, leafCount).
+ * New leaves append; while the view is over budget, the adjacent aligned sibling pair with the highest
+ * due = (T − start) / 2^(level+2) is replaced by its parent, ties to the earlier start, only if the parent is built and
+ * replacing the pair reduces bytes. Parts are never split. With thresholds upper H and lower L (L <= H): crossing H
+ * starts shrinking, which continues (also across later events) until the size is at most L.
+ */
+export interface FoldParams {
+  readonly upperBytes: number;
+  readonly lowerBytes: number;
+}
+
+export interface FoldState {
+  readonly parts: readonly NodeAddress[];
+  readonly leafCount: number;
+  readonly shrinking: boolean;
+}
+
+/** Byte size of a built node's text; undefined when the node is not built. */
+export type NodeBytes = (node: NodeAddress) => number | undefined;
+
+/** What an unbuilt leaf shows for display only (seed 002 §6); its bytes count toward the size. */
+export const PLACEHOLDER_TEXT = "(not summarized yet: zoom it)";
+export const PLACEHOLDER_BYTES = PLACEHOLDER_TEXT.length;
+
+export const EMPTY_FOLD: FoldState = Object.freeze({ parts: Object.freeze([]), leafCount: 0, shrinking: false });
+
+export type FoldEvent =
+  | { readonly type: "append"; readonly index: number }
+  | { readonly type: "built"; readonly node: NodeAddress };
+
+export function partBytes(node: NodeAddress, bytesOf: NodeBytes): number {
+  return bytesOf(node) ?? PLACEHOLDER_BYTES;
+}
+
+export function viewBytes(parts: readonly NodeAddress[], bytesOf: NodeBytes): number {
+  let total = 0;
+  for (const part of parts) total += partBytes(part, bytesOf);
+  return total;
+}
+
+/** Higher is more due. Exact in floating point: a division by a power of two. */
+export function dueOf(node: NodeAddress, leafCount: number): number {
+  return (leafCount - startOf(node)) / 2 ** (node.level + 2);
+}
+
+function isSiblingPair(a: NodeAddress, b: NodeAddress): boolean {
+  return a.level === b.level && a.index % 2 === 0 && b.index === a.index + 1;
+}
+
+/**
+ * Index k of the pair (parts[k], parts[k+1]) to merge next, or -1. `requireReduction`: the view fold only merges when
+ * the parent is smaller than the pair; a projection may merge any pair whose parent exists.
+ */
+export function mostDuePair(
+  parts: readonly NodeAddress[],
+  leafCount: number,
+  bytesOf: NodeBytes,
+  requireReduction: boolean,
+): number {
+  let best = -1;
+  let bestDue = Number.NEGATIVE_INFINITY;
+  for (let k = 0; k + 1 < parts.length; k++) {
+    const a = parts[k] as NodeAddress;
+    const b = parts[k + 1] as NodeAddress;
+    if (!isSiblingPair(a, b)) continue;
+    const parentBytes = bytesOf({ level: a.level + 1, index: a.index / 2 });
+    if (parentBytes === undefined) continue;
+    if (requireReduction && parentBytes >= partBytes(a, bytesOf) + partBytes(b, bytesOf)) continue;
+    const due = dueOf(a, leafCount);
+    // Strictly greater: on a tie the earlier start (found first) wins.
+    if (due > bestDue) {
+      best = k;
+      bestDue = due;
+    }
+  }
+  return best;
+}
+
+function mergeAt(parts: NodeAddress[], k: number): NodeAddress {
+  const a = parts[k] as NodeAddress;
+  const parent = { level: a.level + 1, index: a.index / 2 };
+  parts.splice(k, 2, parent);
+  return parent;
+}
+
+export interface FitResult {
+  readonly state: FoldState;
+  readonly merged: readonly NodeAddress[];
+  readonly bytes: number;
+}
+
+/** Applies one event, then fits. The state is not mutated. */
+export function applyFoldEvent(state: FoldState, event: FoldEvent, bytesOf: NodeBytes, params: FoldParams): FitResult {
+  let parts = state.parts as NodeAddress[];
+  let leafCount = state.leafCount;
+  if (event.type === "append") {
+    if (event.index !== state.leafCount) {
+      throw new RangeError(`fold: leaf ${event.index} appended to a view of ${state.leafCount} leaves`);
+    }
+    parts = [...parts, { level: 0, index: event.index }];
+    leafCount += 1;
+  }
+  return fit({ parts, leafCount, shrinking: state.shrinking }, bytesOf, params);
+}
+
+export function fit(state: FoldState, bytesOf: NodeBytes, params: FoldParams): FitResult {
+  let parts: NodeAddress[] | undefined;
+  let size = viewBytes(state.parts, bytesOf);
+  let shrinking = state.shrinking || size > params.upperBytes;
+  const merged: NodeAddress[] = [];
+  while (shrinking && size > params.lowerBytes) {
+    const current = parts ?? state.parts;
+    const k = mostDuePair(current, state.leafCount, bytesOf, true);
+    if (k < 0) break; // wait for a parent to be built; stay in shrinking mode
+    parts ??= [...state.parts];
+    const a = parts[k] as NodeAddress;
+    const b = parts[k + 1] as NodeAddress;
+    const before = partBytes(a, bytesOf) + partBytes(b, bytesOf);
+    const parent = mergeAt(parts, k);
+    size += (bytesOf(parent) as number) - before;
+    merged.push(parent);
+  }
+  if (size <= params.lowerBytes) shrinking = false;
+  const finalParts = parts ?? state.parts;
+  return { state: { parts: finalParts, leafCount: state.leafCount, shrinking }, merged, bytes: size };
+}
+
+/** Checks that parts tile [0, leafCount) in order with aligned dyadic nodes; returns a problem or undefined. */
+export function tilingProblem(parts: readonly NodeAddress[], leafCount: number): string | undefined {
+  let at = 0;
+  for (const [k, part] of parts.entries()) {
+    if (!Number.isInteger(part.level) || part.level < 0 || !Number.isInteger(part.index) || part.index < 0) {
+      return `part ${k} is not a node address`;
+    }
+    if (startOf(part) !== at) return `part ${k} starts at ${startOf(part)}, expected ${at}`;
+    at = endOf(part);
+  }
+  return at === leafCount ? undefined : `parts end at ${at}, expected ${leafCount}`;
+}
+
+export type Projection =
+  | { readonly fits: true; readonly parts: readonly NodeAddress[]; readonly bytes: number }
+  | { readonly fits: false; readonly minimalBytes: number; readonly parts: readonly NodeAddress[] };
+
+/**
+ * A temporary coarser cover of `parts` within `budget` bytes, built only from existing (built) ancestors; the canonical
+ * view is untouched. First the fold's own order (most due first) is tried, which keeps recent detail; if that cannot
+ * reach the budget, the cover with the fewest bytes (exact, by dynamic programming over the built ancestors) is used.
+ * When even that does not fit, the answer says so and gives its size: the minimum any cover can reach.
+ */
+export function project(
+  parts: readonly NodeAddress[],
+  leafCount: number,
+  bytesOf: NodeBytes,
+  budget: number,
+): Projection {
+  let size = viewBytes(parts, bytesOf);
+  if (size <= budget) return { fits: true, parts, bytes: size };
+  const greedy = [...parts];
+  while (size > budget) {
+    const k = mostDuePair(greedy, leafCount, bytesOf, true);
+    if (k < 0) break;
+    const before = partBytes(greedy[k] as NodeAddress, bytesOf) + partBytes(greedy[k + 1] as NodeAddress, bytesOf);
+    const parent = mergeAt(greedy, k);
+    size += (bytesOf(parent) as number) - before;
+  }
+  if (size <= budget) return { fits: true, parts: greedy, bytes: size };
+  const minimal = minimalCover(parts, bytesOf);
+  if (minimal.bytes <= budget) return { fits: true, parts: minimal.parts, bytes: minimal.bytes };
+  return { fits: false, minimalBytes: minimal.bytes, parts: minimal.parts };
+}
+
+/**
+ * The cover of the same range with the fewest bytes among covers made of `parts` and their built ancestors. Each part
+ * lies inside one block of the binary decomposition of the range, so blocks are solved independently:
+ * best(node) = min(bytes(node) if built, best(left) + best(right)), bottoming out at the parts themselves.
+ */
+export function minimalCover(
+  parts: readonly NodeAddress[],
+  bytesOf: NodeBytes,
+): { parts: NodeAddress[]; bytes: number } {
+  const out: NodeAddress[] = [];
+  let total = 0;
+  let k = 0;
+  // Walk the parts, grouping them under the largest aligned block that starts at the group's first part and stays
+  // inside the parts' range; solve each block recursively.
+  const end = parts.length > 0 ? endOf(parts[parts.length - 1] as NodeAddress) : 0;
+  while (k < parts.length) {
+    const first = parts[k] as NodeAddress;
+    let level = first.level;
+    const start = startOf(first);
+    while (start % 2 ** (level + 1) === 0 && start + 2 ** (level + 1) <= end) level += 1;
+    const block = { level, index: start / 2 ** level };
+    const blockEnd = endOf(block);
+    let j = k;
+    while (j < parts.length && endOf(parts[j] as NodeAddress) <= blockEnd) j += 1;
+    const solved = solveBlock(block, parts.slice(k, j), bytesOf);
+    out.push(...solved.parts);
+    total += solved.bytes;
+    k = j;
+  }
+  return { parts: out, bytes: total };
+}
+
+function solveBlock(
+  block: NodeAddress,
+  parts: readonly NodeAddress[],
+  bytesOf: NodeBytes,
+): { parts: NodeAddress[]; bytes: number } {
+  const only = parts[0] as NodeAddress;
+  if (parts.length === 1 && only.level === block.level && only.index === block.index) {
+    return { parts: [only], bytes: partBytes(only, bytesOf) };
+  }
+  const mid = startOf(block) + 2 ** (block.level - 1);
+  const left = parts.filter((p) => startOf(p) < mid);
+  const right = parts.filter((p) => startOf(p) >= mid);
+  const a = solveBlock({ level: block.level - 1, index: block.index * 2 }, left, bytesOf);
+  const b = solveBlock({ level: block.level - 1, index: block.index * 2 + 1 }, right, bytesOf);
+  const split = { parts: [...a.parts, ...b.parts], bytes: a.bytes + b.bytes };
+  const own = bytesOf(block);
+  return own !== undefined && own < split.bytes ? { parts: [block], bytes: own } : split;
+}

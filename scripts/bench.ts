@@ -33,7 +33,7 @@ function usage(): string {
     "Benchmarks:",
     ...names,
     "",
-    "Settings: DATABASE_URL (server to use; its database name is ignored), OPTCHAT_BENCH_SECONDS (per case, default 5),",
+    "Settings: DATABASE_URL (the server; its database name is ignored), OPTCHAT_BENCH_SECONDS (per case, default 5),",
     "OPTCHAT_BENCH_PGBENCH_SECONDS (default 10, 0 skips pgbench); see scripts/bench/<name>.ts for the rest.",
   ].join("\n");
 }

@@ -1,6 +1,6 @@
 import pg from "pg";
 import type { TestProject } from "vitest/node";
-import { migrateDatabase } from "../src/store/migrate.js";
+import { migrateAll } from "../src/memory/migrate.js";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -26,7 +26,7 @@ export default async function setup(project: TestProject): Promise<() => Promise
   const templateDatabase = `optchat_tpl_${process.pid}`;
   await admin.query(`DROP DATABASE IF EXISTS ${templateDatabase}`);
   const templateUrl = withDatabase(server.adminUrl, templateDatabase);
-  await migrateDatabase(templateUrl);
+  await migrateAll(templateUrl);
   await admin.end();
 
   project.provide("adminUrl", server.adminUrl);

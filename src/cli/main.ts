@@ -1,20 +1,27 @@
 import { parseArgs } from "node:util";
 import { isOptchatError, OptchatError } from "../core/errors.js";
 import { type Config, redactUrl, resolveConfig } from "../memory/config.js";
-import { expectedSchemaVersion } from "../memory/service.js";
+import { migrateAll } from "../memory/migrate.js";
+import { expectedSchemaVersion, openMemory, type PayloadPage } from "../memory/service.js";
+import { lineAsText, viewAsText } from "../memory/views.js";
+import { startWorker } from "../memory/worker.js";
 import { connectClient } from "../store/db.js";
-import { migrateDatabase } from "../store/migrate.js";
 import { readStoreStatus } from "../store/status.js";
 
 const USAGE = `optchat — shared, never-ending memory for OpenCode, kept in PostgreSQL
 
 Usage:
-  optchat migrate [--json]   create the database if missing and apply the schema migrations
-  optchat status  [--json]   server, schema version and row counts per table
+  optchat migrate [--json]                  create the database if missing and apply the schema migrations
+  optchat status  [--json]                  server, schema version and row counts per table
+  optchat worker  [--concurrency N] [--json]
+                                            run a compactor worker until SIGTERM/SIGINT (finishes running jobs)
+  optchat view <session> [--budget BYTES] [--json]
+                                            the session's view as a model sees it: start+count|text lines
+  optchat zoom <session> <start+count> [--json]
+                                            open a line into its two lines; start+1 prints the whole message
   optchat help
 
-Settings come from the environment (see README "Configuration"): DATABASE_URL, OPTCHAT_POOL_SIZE,
-OPTCHAT_STATEMENT_TIMEOUT_MS.`;
+Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).`;
 
 interface Output {
   json: boolean;
@@ -37,6 +44,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         return await migrateCommand(rest, resolveConfig({ env }), output);
       case "status":
         return await statusCommand(rest, resolveConfig({ env }), output);
+      case "worker":
+        return await workerCommand(rest, resolveConfig({ env }), output);
+      case "view":
+        return await viewCommand(rest, resolveConfig({ env }), output);
+      case "zoom":
+        return await zoomCommand(rest, resolveConfig({ env }), output);
       case undefined:
       case "help":
       case "--help":
@@ -62,15 +75,160 @@ function reportError(error: unknown, output: Output): void {
 }
 
 function options(args: readonly string[]): void {
-  // Only --json is accepted so far; anything else is a mistake worth naming.
-  parseArgs({ args: [...args], options: { json: { type: "boolean" } }, strict: true, allowPositionals: false });
+  parseCommand(args, {}, 0);
+}
+
+/** Parses flags (--json always allowed) and exactly `positionals` positional arguments; names what is wrong. */
+function parseCommand<O extends Record<string, { type: "string" | "boolean" }>>(
+  args: readonly string[],
+  flags: O,
+  positionals: number,
+  usage = "",
+) {
+  let parsed: ReturnType<typeof parseArgs>;
+  try {
+    parsed = parseArgs({
+      args: [...args],
+      options: { json: { type: "boolean" }, ...flags },
+      strict: true,
+      allowPositionals: true,
+    });
+  } catch (error) {
+    throw new OptchatError("INPUT_INVALID", `${(error as Error).message}${usage ? `\nUsage: ${usage}` : ""}`);
+  }
+  if (parsed.positionals.length !== positionals) {
+    throw new OptchatError(
+      "INPUT_INVALID",
+      `expected ${positionals} argument(s), got ${parsed.positionals.length}${usage ? `\nUsage: ${usage}` : ""}`,
+    );
+  }
+  return { values: parsed.values as Record<string, string | boolean | undefined>, positionals: parsed.positionals };
+}
+
+function integerFlag(value: string | boolean | undefined, name: string, min: number, max: number): number | undefined {
+  if (value === undefined) return undefined;
+  const n = Number(value);
+  if (!Number.isInteger(n) || n < min || n > max) {
+    throw new OptchatError("INPUT_INVALID", `--${name} must be an integer from ${min} to ${max}, not ${String(value)}`);
+  }
+  return n;
+}
+
+async function workerCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
+  const { values } = parseCommand(
+    args,
+    { concurrency: { type: "string" } },
+    0,
+    "optchat worker [--concurrency N] [--json]",
+  );
+  const concurrency = integerFlag(values.concurrency, "concurrency", 1, 64) ?? config.workerConcurrency;
+  const memory = await openMemory(config, { applicationName: "optchat-worker" });
+  const print = (event: Record<string, unknown>) => {
+    if (output.json) output.out(JSON.stringify({ at: new Date().toISOString(), ...event }));
+    else
+      output.err(
+        `[optchat worker] ${Object.entries(event)
+          .map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)
+          .join(" ")}`,
+      );
+  };
+  const worker = await startWorker(
+    memory,
+    config,
+    (event) => {
+      // Built nodes are routine: printed only in --json mode, where a program reads them.
+      if (event.type !== "built" || output.json) print({ ...event });
+    },
+    { concurrency },
+  );
+  print({ type: "ready", pid: process.pid, concurrency, summarizer: config.summarizer });
+  await new Promise<void>((resolve) => {
+    process.once("SIGTERM", resolve);
+    process.once("SIGINT", resolve);
+  });
+  print({ type: "stopping" });
+  await worker.stop(30_000);
+  await memory.close();
+  print({ type: "stopped" });
+  return 0;
+}
+
+async function viewCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
+  const usage = "optchat view <session> [--budget BYTES] [--json]";
+  const { values, positionals } = parseCommand(args, { budget: { type: "string" } }, 1, usage);
+  const budget = integerFlag(values.budget, "budget", 1, 100_000_000);
+  const memory = await openMemory(config, { applicationName: "optchat-cli" });
+  try {
+    const view = await memory.view(positionals[0] as string, budget === undefined ? {} : { budget });
+    if (output.json) output.out(JSON.stringify({ ok: true, ...view }));
+    else {
+      output.out(viewAsText(view));
+      output.err(
+        `revision ${view.revision}, ${view.leafCount} messages, ${view.lines.length} lines, ${view.bytes} bytes${view.unbuilt ? `, ${view.unbuilt} not summarized yet` : ""}${view.projection ? `, projected to ${view.projection.budget} bytes${view.projection.fits ? "" : ` (does not fit: the smallest cover is ${view.projection.minimalBytes} bytes)`}` : ""}`,
+      );
+    }
+    return view.projection && !view.projection.fits ? 3 : 0;
+  } finally {
+    await memory.close();
+  }
+}
+
+async function zoomCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
+  const { positionals } = parseCommand(args, {}, 2, "optchat zoom <session> <start+count> [--json]");
+  const [sessionId, ref] = positionals as [string, string];
+  const memory = await openMemory(config, { applicationName: "optchat-cli" });
+  try {
+    const result = await memory.zoom(sessionId, ref);
+    if (result.kind === "children") {
+      if (output.json) output.out(JSON.stringify({ ok: true, ...result }));
+      else for (const line of result.lines) output.out(lineAsText(line));
+      return 0;
+    }
+    const session = await memory.getSession(sessionId);
+    const [record] = await memory.listRecords(sessionId, { fromSeq: result.seq, limit: 1 });
+    if (!record) throw new OptchatError("REF_NOT_FOUND", `No message ${ref}`);
+    const pages: string[] = [];
+    let cursor: string | undefined;
+    let page: PayloadPage;
+    do {
+      page = await memory.readPayload(
+        { sessionId, generation: session.currentGeneration, seq: result.seq },
+        { maxBytes: 1 << 20, ...(cursor ? { cursor } : {}) },
+      );
+      pages.push(page.text);
+      cursor = page.nextCursor ?? undefined;
+    } while (cursor);
+    const text = pages.join("");
+    if (output.json) {
+      output.out(
+        JSON.stringify({
+          ok: true,
+          ref: result.ref,
+          kind: record.kind,
+          occurredAt: record.occurredAt,
+          toolName: record.toolName,
+          validUtf8: page.validUtf8,
+          hostTruncated: record.hostTruncated,
+          text,
+        }),
+      );
+    } else {
+      output.out(
+        `${result.ref}|${record.kind}${record.toolName ? ` ${record.toolName}` : ""} at ${record.occurredAt.toISOString()}:`,
+      );
+      output.out(text);
+    }
+    return 0;
+  } finally {
+    await memory.close();
+  }
 }
 
 async function migrateCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
   options(args);
   const log = output.json ? () => {} : (line: string) => output.err(`  ${line}`);
   if (!output.json) output.err(`Migrating ${redactUrl(config.databaseUrl)} ...`);
-  const outcome = await migrateDatabase(config.databaseUrl, process.stderr.isTTY ? log : () => {});
+  const outcome = await migrateAll(config.databaseUrl, process.stderr.isTTY ? log : () => {});
   if (output.json) {
     output.out(JSON.stringify({ ok: true, database: redactUrl(config.databaseUrl), ...outcome }));
   } else {

@@ -104,3 +104,11 @@ export function decodePayloadCursor(text: string): PayloadCursor | undefined {
 export function hashPrefixOf(hash: Uint8Array): string {
   return Array.from(hash.subarray(0, 8), (b) => b.toString(16).padStart(2, "0")).join("");
 }
+
+/**
+ * A payload as text for summaries and search: invalid UTF-8 sequences become U+FFFD and NUL becomes U+2400 (␀), because
+ * Postgres text cannot hold NUL. The exact bytes stay in the record; this rendering is never stored as the source.
+ */
+export function payloadAsText(bytes: Uint8Array): string {
+  return new TextDecoder("utf-8", { fatal: false }).decode(bytes).replaceAll("\u0000", "\u2400");
+}

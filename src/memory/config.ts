@@ -21,6 +21,38 @@ export const SETTINGS = {
     default: 30_000,
     accepted: "an integer from 0 to 3600000 milliseconds (0 disables the timeout)",
   },
+  viewBytes: {
+    env: "OPTCHAT_VIEW_BYTES",
+    default: 128_000,
+    accepted: "an integer from 1024 to 10000000: the size a session's persisted view is kept under (seed 002: 128,000)",
+  },
+  viewLowerBytes: {
+    env: "OPTCHAT_VIEW_LOWER_BYTES",
+    default: 0,
+    accepted:
+      "0 (the same as OPTCHAT_VIEW_BYTES) or an integer from 1024 up to OPTCHAT_VIEW_BYTES: once over the upper size, the view shrinks down to this",
+  },
+  workerConcurrency: {
+    env: "OPTCHAT_WORKER_CONCURRENCY",
+    default: 8,
+    accepted: "an integer from 1 to 64: compactor jobs one worker process runs at once",
+  },
+  failureRetrySeconds: {
+    env: "OPTCHAT_FAILURE_RETRY_SECONDS",
+    default: 10,
+    accepted: "an integer from 1 to 3600: fixed wait before a failed summary is tried again (no backoff)",
+  },
+  summarizer: {
+    env: "OPTCHAT_SUMMARIZER",
+    default: "fake",
+    accepted:
+      "'fake' (the deterministic extractive summarizer), optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated); real model providers are not available yet",
+  },
+  settleTimeoutMs: {
+    env: "OPTCHAT_SETTLE_TIMEOUT_MS",
+    default: 30_000,
+    accepted: "an integer from 0 to 600000: how long to wait for the compactor before reporting MEMORY_NOT_READY",
+  },
 } as const;
 
 export type SettingName = keyof typeof SETTINGS;
@@ -40,6 +72,12 @@ const configSchema = z.object({
     .refine((value) => databaseNameOf(value).length > 0, "names no database"),
   poolSize: integerFrom(1, 100),
   statementTimeoutMs: integerFrom(0, 3_600_000),
+  viewBytes: integerFrom(1024, 10_000_000),
+  viewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
+  workerConcurrency: integerFrom(1, 64),
+  failureRetrySeconds: integerFrom(1, 3600),
+  summarizer: z.string().regex(/^fake(:[a-z-]+(=\d+)?(,[a-z-]+(=\d+)?)*)?$/, "not a known summarizer"),
+  settleTimeoutMs: integerFrom(0, 600_000),
 });
 
 export type Config = Readonly<z.infer<typeof configSchema>>;
@@ -85,7 +123,15 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       settings: [...bySetting.keys()].map((name) => SETTINGS[name].env),
     });
   }
-  return Object.freeze(parsed.data);
+  const data = parsed.data;
+  if (data.viewLowerBytes > data.viewBytes) {
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `Invalid configuration: OPTCHAT_VIEW_LOWER_BYTES (${sources.viewLowerBytes}) is ${data.viewLowerBytes}, above OPTCHAT_VIEW_BYTES ${data.viewBytes}; accepted: ${SETTINGS.viewLowerBytes.accepted}`,
+      { settings: ["OPTCHAT_VIEW_LOWER_BYTES"] },
+    );
+  }
+  return Object.freeze({ ...data, viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes });
 }
 
 /** The database name in a postgres URL ('' if none). */

@@ -1,6 +1,9 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readdirSync } from "node:fs";
+import type { PgBoss } from "pg-boss";
+import { createBoss, enqueueNodeJobs } from "../compactor/queue.js";
 import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
+import type { FoldParams } from "../core/fold.js";
 import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
 import {
   countLoneSurrogates,
@@ -10,8 +13,9 @@ import {
   isValidUtf8,
   utf8SafePrefixLength,
 } from "../core/payload.js";
-import { databaseUnavailable, openPool, type Pool, sqlStateOf, withTransaction } from "../store/db.js";
+import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
 import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
+import { notifyTreeChanged, TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import {
   findRecord,
   listRecords,
@@ -24,6 +28,7 @@ import {
   stageItem,
 } from "../store/records.js";
 import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
+import { applyTreeChanges, findSessionTree } from "../store/trees.js";
 import type { Config } from "./config.js";
 import {
   type IngestEvent,
@@ -37,6 +42,15 @@ import {
   recordRefSchema,
   type ValidIngestEvent,
 } from "./schemas.js";
+import {
+  type Readiness,
+  type RenderedView,
+  renderView,
+  sessionTreeOrThrow,
+  settleTree,
+  type ZoomResult,
+  zoomTree,
+} from "./views.js";
 
 export type IngestResult =
   | SealOutcome
@@ -66,19 +80,32 @@ export interface PayloadPage {
   readonly hostOriginalBytes: number | null;
 }
 
+export interface IngestOptions {
+  readonly beforeCommit?: () => Promise<void>;
+}
+
 export interface Memory {
   readonly pool: Pool;
   openSession(input: OpenSessionInput): Promise<Session>;
   getSession(sessionId: string): Promise<Session>;
   /** Ingests one event; throws INGEST_CONFLICT (after recording it) when the key is sealed with other content. */
   ingest(event: IngestEvent): Promise<IngestResult>;
-  /** Ingests a batch in one transaction; conflicts are recorded and reported per item, not thrown. */
-  ingestMany(events: readonly IngestEvent[]): Promise<IngestResult[]>;
+  /**
+   * Ingests a batch in one transaction; conflicts are recorded and reported per item, not thrown. `beforeCommit` runs
+   * inside the transaction after all writes (crash and lock tests pause there).
+   */
+  ingestMany(events: readonly IngestEvent[], options?: IngestOptions): Promise<IngestResult[]>;
   listRecords(
     sessionId: string,
     options?: { generation?: number; fromSeq?: number; limit?: number },
   ): Promise<SourceRecord[]>;
   readPayload(ref: RecordRef, options?: { cursor?: string; maxBytes?: number }): Promise<PayloadPage>;
+  /** Waits until every part of the session's view is a summary; MEMORY_NOT_READY after the timeout. */
+  settle(sessionId: string, options?: { timeoutMs?: number }): Promise<Readiness>;
+  /** The session's view (latest revision unless given), projected when a smaller budget is asked for. */
+  view(sessionId: string, options?: { budget?: number; revision?: number }): Promise<RenderedView>;
+  /** Opens a line `start+count` of the session's tree into its two lines, or a single message into its record. */
+  zoom(sessionId: string, ref: string): Promise<ZoomResult>;
   close(): Promise<void>;
 }
 
@@ -103,15 +130,34 @@ export async function openMemory(config: Config, options: { applicationName?: st
         { version, expected },
       );
     }
+    const queue = await pool.query<{ present: boolean }>("SELECT to_regclass('pgboss.job') IS NOT NULL AS present");
+    if (!queue.rows[0]?.present) {
+      throw new OptchatError(
+        "SCHEMA_OUT_OF_DATE",
+        "The job queue (pg-boss schema) is not installed: run `optchat migrate`",
+        {},
+      );
+    }
   } catch (error) {
     await pool.end().catch(() => {});
     if (error instanceof OptchatError) throw error;
     throw databaseUnavailable(config.databaseUrl, error);
   }
-  return createMemory(pool);
+  const boss = createBoss(config.databaseUrl, "producer");
+  boss.on("error", () => {}); // producer errors surface from the calls that hit them
+  try {
+    await boss.start();
+  } catch (error) {
+    await pool.end().catch(() => {});
+    throw databaseUnavailable(config.databaseUrl, error);
+  }
+  return createMemory(pool, boss, config);
 }
 
-export function createMemory(pool: Pool): Memory {
+export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
+  const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
+  const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
+
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
     const session = await findSession(pool, id);
@@ -120,7 +166,11 @@ export function createMemory(pool: Pool): Memory {
     return session;
   }
 
-  async function ingestMany(events: readonly IngestEvent[], where = "ingestMany"): Promise<IngestResult[]> {
+  async function ingestMany(
+    events: readonly IngestEvent[],
+    where = "ingestMany",
+    options: IngestOptions = {},
+  ): Promise<IngestResult[]> {
     if (!Array.isArray(events)) throw new InputInvalidError(where, [{ field: "events", problem: "must be an array" }]);
     const issues: FieldIssue[] = [];
     const valid: ValidIngestEvent[] = [];
@@ -166,7 +216,9 @@ export function createMemory(pool: Pool): Memory {
           finals.forEach((f, n) => {
             results[f.index] = outcomes[n];
           });
+          await appendLeaves(client, outcomes);
         }
+        await options.beforeCommit?.();
         return results as IngestResult[];
       }),
     );
@@ -185,11 +237,49 @@ export function createMemory(pool: Pool): Memory {
     return result;
   }
 
+  /**
+   * Newly sealed records become leaves of their generation's tree in the same transaction: the view folds and the
+   * leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf). Trees are locked in
+   * session order, after the generation rows, like every other writer.
+   */
+  async function appendLeaves(client: Queryable, outcomes: readonly SealOutcome[]): Promise<void> {
+    const byTree = new Map<string, { sessionId: string; generation: number; seqs: number[] }>();
+    for (const outcome of outcomes) {
+      if (outcome.status !== "sealed") continue;
+      const key = `${outcome.sessionId}\u0000${outcome.generation}`;
+      const entry = byTree.get(key) ?? { sessionId: outcome.sessionId, generation: outcome.generation, seqs: [] };
+      entry.seqs.push(outcome.seq);
+      byTree.set(key, entry);
+    }
+    for (const key of [...byTree.keys()].sort()) {
+      const { sessionId, generation, seqs } = byTree.get(key) as {
+        sessionId: string;
+        generation: number;
+        seqs: number[];
+      };
+      const tree = await findSessionTree(client, sessionId, generation, true);
+      if (!tree) throw new Error(`session ${sessionId} generation ${generation} has no tree (integrity error)`);
+      const applied = await applyTreeChanges(
+        client,
+        tree,
+        seqs.sort((a, b) => a - b).map((index) => ({ type: "append" as const, index })),
+        fold,
+      );
+      await enqueueNodeJobs(boss, client, tree.treeId, applied.ready);
+      await notifyTreeChanged(client, tree.treeId);
+    }
+  }
+
+  async function treeOf(sessionId: string) {
+    const session = await getSession(sessionId);
+    return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
+  }
+
   return {
     pool,
     getSession,
     ingest,
-    ingestMany: (events) => ingestMany(events),
+    ingestMany: (events, options) => ingestMany(events, "ingestMany", options),
 
     async openSession(input) {
       const valid = parseInput(openSessionSchema, input, "openSession");
@@ -264,7 +354,33 @@ export function createMemory(pool: Pool): Memory {
       };
     },
 
+    async settle(sessionId, options = {}) {
+      const session = await getSession(sessionId);
+      return await settleTree(
+        pool,
+        listener,
+        session.sessionId,
+        session.currentGeneration,
+        options.timeoutMs ?? config.settleTimeoutMs,
+      );
+    },
+
+    async view(sessionId, options = {}) {
+      if (options.budget !== undefined && (!Number.isInteger(options.budget) || options.budget < 1)) {
+        throw new InputInvalidError("view", [
+          { field: "budget", problem: "must be a positive integer number of bytes" },
+        ]);
+      }
+      return await renderView(pool, await treeOf(sessionId), options);
+    },
+
+    async zoom(sessionId, ref) {
+      return await zoomTree(pool, await treeOf(sessionId), ref);
+    },
+
     async close() {
+      await listener.close();
+      await boss.stop({ graceful: false, close: true }).catch(() => {});
       await pool.end();
     },
   };

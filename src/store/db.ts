@@ -12,8 +12,16 @@ export interface DatabaseSettings {
   readonly statementTimeoutMs: number;
 }
 
-// bigint (int8) columns hold seqs and byte counts that stay far below 2^53; parse them as numbers.
-pg.types.setTypeParser(pg.types.builtins.INT8, (value) => Number(value));
+/**
+ * bigint (int8) columns hold seqs, ids and byte counts that stay far below 2^53: our connections parse them as numbers.
+ * Set per connection, not globally, so that other users of `pg` in the host process keep their own parsing.
+ */
+const types = {
+  getTypeParser: ((oid: number, format?: "text" | "binary") =>
+    oid === pg.types.builtins.INT8
+      ? (value: string) => Number(value)
+      : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
+};
 
 export function openPool(settings: DatabaseSettings, applicationName = "optchat"): Pool {
   const pool = new pg.Pool({
@@ -22,6 +30,7 @@ export function openPool(settings: DatabaseSettings, applicationName = "optchat"
     application_name: applicationName,
     statement_timeout: settings.statementTimeoutMs === 0 ? undefined : settings.statementTimeoutMs,
     connectionTimeoutMillis: 10_000,
+    types,
   });
   // An idle client's error (e.g. the server restarted) must not crash the host process; the next query reports it.
   pool.on("error", () => {});
@@ -30,7 +39,7 @@ export function openPool(settings: DatabaseSettings, applicationName = "optchat"
 
 /** A dedicated (unpooled) client: migrations and LISTEN need one (postgres-stack-facts). */
 export async function connectClient(databaseUrl: string, applicationName = "optchat"): Promise<pg.Client> {
-  const client = new pg.Client({ connectionString: databaseUrl, application_name: applicationName });
+  const client = new pg.Client({ connectionString: databaseUrl, application_name: applicationName, types });
   client.on("error", () => {});
   try {
     await client.connect();

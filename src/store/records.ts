@@ -79,27 +79,25 @@ function groupKey(sessionId: string, generation: number): string {
 }
 
 /**
- * Seals final records inside the caller's transaction (READ COMMITTED). Re-deliveries are reported as duplicates and
- * allocate nothing; a different content under a sealed key is recorded in ingest_conflicts and reported as a conflict;
- * new records get consecutive seqs from their generation row, locked in a fixed order so concurrent batches cannot
- * deadlock, and re-checked after the lock so a concurrent twin is seen as a duplicate.
+ * Seals final records inside the caller's transaction (READ COMMITTED). The generation rows the batch writes to are
+ * locked first, in one statement and in sorted order (so concurrent batches cannot deadlock on them), then the keys are
+ * looked up: a re-delivery is reported as a duplicate and allocates nothing; a different content under a sealed key is
+ * recorded in ingest_conflicts and reported as a conflict; new records get consecutive seqs. A concurrent twin sealed
+ * while we waited for the lock is therefore seen as a duplicate.
  */
 export async function sealRecords(db: Queryable, items: readonly RecordToSeal[]): Promise<SealOutcome[]> {
-  const keys = items.map((item) => item.eventKey);
   const outcomes: (SealOutcome | undefined)[] = new Array(items.length);
-
-  // Fast path for replays: nothing to lock when every key is already sealed.
-  let sealed = await findSealed(db, keys);
-  if (sealed.size < new Set(keys).size) {
-    const generations = await lockGenerations(db, items);
-    sealed = await findSealed(db, keys);
-    await allocateAndInsert(db, items, sealed, generations, outcomes);
-  }
+  const locked = await lockGenerations(db, items);
+  const sealed = await findSealed(
+    db,
+    items.map((item) => item.eventKey),
+  );
+  await allocateAndInsert(db, items, sealed, locked, outcomes);
 
   const conflicts: { index: number; row: ExistingRow }[] = [];
   items.forEach((item, index) => {
     if (outcomes[index]) return;
-    const row = sealed.get(item.eventKey);
+    const row = sealed.get(item.eventKey) ?? sealedInBatch(items, outcomes, item);
     if (!row) throw new Error(`sealRecords: ${item.eventKey} neither sealed nor allocated`);
     if (sameContent(row, item)) {
       outcomes[index] = {
@@ -140,24 +138,68 @@ export async function sealRecords(db: Queryable, items: readonly RecordToSeal[])
   return outcomes as SealOutcome[];
 }
 
-/** Locks the generation row of every (session, generation) the batch writes to, in sorted order. */
+/** The same key twice in one batch: the first occurrence was sealed here; later ones compare against it. */
+function sealedInBatch(
+  items: readonly RecordToSeal[],
+  outcomes: readonly (SealOutcome | undefined)[],
+  item: RecordToSeal,
+): ExistingRow | undefined {
+  const first = items.findIndex((other, k) => other.eventKey === item.eventKey && outcomes[k]?.status === "sealed");
+  const outcome = outcomes[first];
+  const original = items[first];
+  if (!outcome || !original) return undefined;
+  return {
+    event_key: original.eventKey,
+    session_id: original.sessionId,
+    generation: outcome.generation,
+    seq: outcome.seq,
+    payload_hash: original.payloadHash,
+    kind: original.kind,
+    turn_id: original.turnId,
+    tool_call_id: original.toolCallId,
+  };
+}
+
 interface LockedGenerations {
   /** Next free seq per (session, generation) group key; advanced as seqs are allocated. */
   readonly nextSeq: Map<string, number>;
   readonly currentGeneration: ReadonlyMap<string, number>;
 }
 
+/**
+ * Locks, in one statement and sorted order, the generation row of every (session, generation) the batch writes to:
+ * the explicit generations and each session's current one.
+ */
 async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): Promise<LockedGenerations> {
-  const sessionIds = [...new Set(items.map((item) => item.sessionId))].sort();
-  const current = await db.query<{ session_id: string; current_generation: number }>(
-    "SELECT session_id, current_generation FROM optchat.sessions WHERE session_id = ANY($1::text[])",
-    [sessionIds],
+  const explicit = items.filter((item) => item.generation !== undefined);
+  const result = await db.query<{
+    session_id: string;
+    current_generation: number;
+    generation: number;
+    next_seq: number;
+  }>(
+    `SELECT s.session_id, s.current_generation, g.generation, g.next_seq
+       FROM optchat.sessions s
+       JOIN optchat.generations g ON g.session_id = s.session_id
+      WHERE s.session_id = ANY($1::text[])
+        AND (g.generation = s.current_generation
+             OR (g.session_id, g.generation) IN (SELECT * FROM unnest($2::text[], $3::int[])))
+      ORDER BY g.session_id, g.generation
+        FOR UPDATE OF g`,
+    [
+      [...new Set(items.map((item) => item.sessionId))],
+      explicit.map((item) => item.sessionId),
+      explicit.map((item) => item.generation),
+    ],
   );
-  const currentBySession = new Map(current.rows.map((row) => [row.session_id, row.current_generation]));
-  const wanted = new Map<string, { sessionId: string; generation: number }>();
+  const nextSeq = new Map<string, number>();
+  const currentGeneration = new Map<string, number>();
+  for (const row of result.rows) {
+    nextSeq.set(groupKey(row.session_id, row.generation), row.next_seq);
+    currentGeneration.set(row.session_id, row.current_generation);
+  }
   for (const item of items) {
-    const generation = item.generation ?? currentBySession.get(item.sessionId);
-    if (generation === undefined) {
+    if (!currentGeneration.has(item.sessionId)) {
       throw new OptchatError(
         "SESSION_NOT_FOUND",
         `No session ${item.sessionId}: register it with openSession before ingesting`,
@@ -167,26 +209,15 @@ async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): P
         },
       );
     }
-    wanted.set(groupKey(item.sessionId, generation), { sessionId: item.sessionId, generation });
-  }
-  const nextSeq = new Map<string, number>();
-  for (const key of [...wanted.keys()].sort()) {
-    const { sessionId, generation } = wanted.get(key) as { sessionId: string; generation: number };
-    const locked = await db.query<{ next_seq: number }>(
-      "SELECT next_seq FROM optchat.generations WHERE session_id = $1::text AND generation = $2::int FOR UPDATE",
-      [sessionId, generation],
-    );
-    const row = locked.rows[0];
-    if (!row) {
-      throw new OptchatError("SESSION_NOT_FOUND", `Session ${sessionId} has no generation ${generation}`, {
+    if (item.generation !== undefined && !nextSeq.has(groupKey(item.sessionId, item.generation))) {
+      throw new OptchatError("SESSION_NOT_FOUND", `Session ${item.sessionId} has no generation ${item.generation}`, {
         field: "generation",
-        sessionId,
-        generation,
+        sessionId: item.sessionId,
+        generation: item.generation,
       });
     }
-    nextSeq.set(key, row.next_seq);
   }
-  return { nextSeq, currentGeneration: currentBySession };
+  return { nextSeq, currentGeneration };
 }
 
 async function allocateAndInsert(
@@ -209,30 +240,41 @@ async function allocateAndInsert(
   });
   if (fresh.length === 0) return;
 
+  // Blobs in hash order: two batches sharing payloads (common tool outputs) then lock the same keys in the same order
+  // and cannot deadlock on the blobs primary key (reproduced: 25 deadlocks in 200 rounds of reversed batches).
   const blobs = new Map<string, RecordToSeal>();
   for (const { item } of fresh) blobs.set(item.payloadHash.toString("hex"), item);
-  const blobItems = [...blobs.values()];
+  const blobItems = [...blobs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, item]) => item);
+  const touched = new Map<string, { sessionId: string; generation: number }>();
+  for (const e of fresh)
+    touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
+  const counters = [...touched.entries()];
+  const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
+
+  // One statement: blobs, records, the generations' counters, and the staged copies the records replace.
   await db.query(
-    `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
-     SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
-     ON CONFLICT (hash) DO NOTHING`,
+    `WITH new_blobs AS (
+       INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
+       SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
+       ON CONFLICT (hash) DO NOTHING
+     ), new_records AS (
+       INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
+                                    payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
+                                    host_original_bytes, project_id, worktree_id, commit_id, attributes)
+       SELECT * FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                            $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
+                            $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[])
+     ), unstaged AS (
+       DELETE FROM optchat.staged_items WHERE stage_key = ANY($9::text[])
+     )
+     UPDATE optchat.generations g SET next_seq = u.next_seq
+       FROM unnest($23::text[], $24::int[], $25::bigint[]) AS u(session_id, generation, next_seq)
+      WHERE g.session_id = u.session_id AND g.generation = u.generation`,
     [
       blobItems.map((b) => b.payloadHash),
       blobItems.map((b) => b.payload.length),
       blobItems.map((b) => b.validUtf8),
       blobItems.map((b) => b.payload),
-    ],
-  );
-
-  const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
-  await db.query(
-    `INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
-                                  payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                  host_original_bytes, project_id, worktree_id, commit_id, attributes)
-     SELECT * FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::text[], $6::text[], $7::text[],
-                          $8::timestamptz[], $9::bytea[], $10::bigint[], $11::text[], $12::text[], $13::boolean[],
-                          $14::bigint[], $15::text[], $16::text[], $17::text[], $18::jsonb[])`,
-    [
       column((e) => e.item.sessionId),
       column((e) => e.generation),
       column((e) => e.seq),
@@ -251,27 +293,11 @@ async function allocateAndInsert(
       column((e) => e.item.worktreeId),
       column((e) => e.item.commitId),
       column((e) => JSON.stringify(e.item.attributes)),
+      counters.map(([, v]) => v.sessionId),
+      counters.map(([, v]) => v.generation),
+      counters.map(([key]) => nextSeq.get(key) as number),
     ],
   );
-
-  // Advance each touched generation's counter to the value after its last allocated seq.
-  const touched = new Map<string, { sessionId: string; generation: number }>();
-  for (const e of fresh)
-    touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
-  const entries = [...touched.entries()];
-  await db.query(
-    `UPDATE optchat.generations g SET next_seq = u.next_seq
-       FROM unnest($1::text[], $2::int[], $3::bigint[]) AS u(session_id, generation, next_seq)
-      WHERE g.session_id = u.session_id AND g.generation = u.generation`,
-    [
-      entries.map(([, v]) => v.sessionId),
-      entries.map(([, v]) => v.generation),
-      entries.map(([key]) => nextSeq.get(key) as number),
-    ],
-  );
-  await db.query("DELETE FROM optchat.staged_items WHERE stage_key = ANY($1::text[])", [
-    fresh.map((e) => e.item.stageKey),
-  ]);
 
   for (const e of fresh) {
     outcomes[e.index] = {

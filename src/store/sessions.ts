@@ -87,6 +87,9 @@ export async function registerSession(
   const row = inserted.rows[0];
   if (row) {
     await db.query("INSERT INTO optchat.generations (session_id, generation) VALUES ($1::text, 0)", [row.session_id]);
+    await db.query("INSERT INTO optchat.trees (kind, session_id, generation) VALUES ('session', $1::text, 0)", [
+      row.session_id,
+    ]);
     return { session: toSession(row), created: true };
   }
   const existing = await db.query<SessionRow>(

@@ -1,11 +1,7 @@
-import { createHash } from "node:crypto";
-import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { eventKeyOf, stageKeyOf } from "../../src/core/ids.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import { sealRecords } from "../../src/store/records.js";
 import { useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
@@ -68,34 +64,23 @@ describe("seq allocation under concurrency", () => {
     const b = await db.memory.openSession({ host: "test", hostSessionId: "lock-b", projectId: "prj_lock" });
     const [writerA, writerB] = await Promise.all([connection(), connection()]);
 
-    // A writer that has sealed a record of session A and has not committed yet holds A's generation row.
-    const holder = new pg.Client({ connectionString: db.url });
-    await holder.connect();
-    await holder.query("BEGIN");
-    const payload = Buffer.from("held record");
-    const finalization = { hostSessionId: "lock-a", messageId: "held", revision: 0 };
-    await sealRecords(holder, [
-      {
-        sessionId: a.sessionId,
-        generation: undefined,
-        eventKey: eventKeyOf(finalization),
-        stageKey: stageKeyOf(finalization),
-        turnId: "held",
-        kind: "assistant",
-        occurredAt: new Date(),
-        payload,
-        payloadHash: createHash("sha256").update(payload).digest(),
-        validUtf8: true,
-        toolCallId: null,
-        toolName: null,
-        hostTruncated: false,
-        hostOriginalBytes: null,
-        projectId: null,
-        worktreeId: null,
-        commitId: null,
-        attributes: {},
+    // A writer that has ingested a record of session A and has not committed yet holds A's generation row.
+    const holder = await connection();
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding: () => void = () => {};
+    const isHolding = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const held = holder.ingestMany([{ ...event(a.sessionId, "lock-a", 9, 0), turnId: "held" }], {
+      beforeCommit: async () => {
+        holding();
+        await released;
       },
-    ]);
+    });
+    await isHolding;
     const holdMs = 2000;
     const heldAt = performance.now();
 
@@ -105,8 +90,8 @@ describe("seq allocation under concurrency", () => {
     const sessionBMs = performance.now() - startB;
 
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, holdMs - (performance.now() - heldAt))));
-    await holder.query("COMMIT");
-    await holder.end();
+    release();
+    await held;
     const sessionAMs = await intoA;
 
     // Session B finished 20 transactions while A was held; A's writer waited for the holder.

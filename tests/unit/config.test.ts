@@ -9,6 +9,12 @@ describe("resolveConfig", () => {
       databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
       poolSize: 10,
       statementTimeoutMs: 30_000,
+      viewBytes: 128_000,
+      viewLowerBytes: 128_000,
+      workerConcurrency: 8,
+      failureRetrySeconds: 10,
+      summarizer: "fake",
+      settleTimeoutMs: 30_000,
     });
     expect(Object.isFrozen(config)).toBe(true);
   });
@@ -25,6 +31,12 @@ describe("resolveConfig", () => {
     [{ OPTCHAT_STATEMENT_TIMEOUT_MS: "-1" }, "OPTCHAT_STATEMENT_TIMEOUT_MS", /below 0/],
     [{ DATABASE_URL: "postgres://localhost" }, "DATABASE_URL", /names no database/],
     [{ DATABASE_URL: "not a url" }, "DATABASE_URL", /not a URL/],
+    [
+      { OPTCHAT_VIEW_BYTES: "2000", OPTCHAT_VIEW_LOWER_BYTES: "3000" },
+      "OPTCHAT_VIEW_LOWER_BYTES",
+      /above OPTCHAT_VIEW_BYTES/,
+    ],
+    [{ OPTCHAT_SUMMARIZER: "openai" }, "OPTCHAT_SUMMARIZER", /not a known summarizer; accepted: 'fake'/],
   ])("rejects %j naming %s", (env, variable, message) => {
     try {
       resolveConfig({ env });

@@ -1,0 +1,104 @@
+import { PgBoss } from "pg-boss";
+import type { NodeAddress } from "../core/tree.js";
+import type { Queryable } from "../store/db.js";
+
+/** One queue for every node job of every tree. */
+export const NODE_QUEUE = "optchat-node";
+
+export interface NodeJobData {
+  readonly treeId: number;
+  readonly level: number;
+  readonly index: number;
+}
+
+/**
+ * Queue settings, from postgres-stack-facts and issue #3:
+ * - retryDelay 0: a job whose worker died (heartbeat lost) runs again at once. Summarizer failures do not use pg-boss
+ *   retries: the handler completes the job and schedules a fresh one after the fixed failure delay (no backoff).
+ * - heartbeatSeconds 10 (pg-boss's minimum) with a 1 s supervisor: a SIGKILLed worker's job is re-run in ~11 s.
+ * - notify: workers are woken by NOTIFY when a job is created, instead of one job per polling interval.
+ */
+export const NODE_QUEUE_OPTIONS = {
+  retryLimit: 1000,
+  retryDelay: 0,
+  retryBackoff: false,
+  heartbeatSeconds: 10,
+  expireInSeconds: 3600,
+  deleteAfterSeconds: 7 * 24 * 3600,
+  notify: true,
+} as const;
+
+export type BossRole = "installer" | "producer" | "worker";
+
+/**
+ * A pg-boss instance for one role. The installer (optchat migrate) creates pg-boss's schema and our queue; producers
+ * (every memory service) only insert jobs inside our transactions; workers also supervise expired claims and listen
+ * for new jobs.
+ */
+export function createBoss(databaseUrl: string, role: BossRole): PgBoss {
+  const boss = new PgBoss({
+    connectionString: databaseUrl,
+    schema: "pgboss",
+    application_name: `optchat-${role}`,
+    max: role === "worker" ? 4 : 2,
+    migrate: role === "installer",
+    createSchema: role === "installer",
+    schedule: false,
+    supervise: role === "worker",
+    superviseIntervalSeconds: 1,
+    monitorIntervalSeconds: 1,
+    useListenNotify: role === "worker",
+  });
+  return boss;
+}
+
+export async function installQueues(boss: PgBoss): Promise<void> {
+  const existing = await boss.getQueue(NODE_QUEUE);
+  if (existing) await boss.updateQueue(NODE_QUEUE, NODE_QUEUE_OPTIONS);
+  else
+    await boss.createQueue(NODE_QUEUE, NODE_QUEUE_OPTIONS).catch(async (error) => {
+      // Another installer created it between our check and our create.
+      if (!(await boss.getQueue(NODE_QUEUE))) throw error;
+    });
+}
+
+/** pg-boss's database adapter over one of our transaction clients, so job changes commit with our writes. */
+export function inTransaction(db: Queryable): {
+  executeSql(text: string, values?: unknown[]): Promise<{ rows: unknown[] }>;
+} {
+  return { executeSql: (text, values) => db.query(text, values as unknown[]) as Promise<{ rows: unknown[] }> };
+}
+
+/** Enqueues node jobs in the caller's transaction (they exist only if it commits). */
+export async function enqueueNodeJobs(
+  boss: PgBoss,
+  db: Queryable,
+  treeId: number,
+  nodes: readonly NodeAddress[],
+  startAfterSeconds = 0,
+): Promise<void> {
+  if (nodes.length === 0) return;
+  const startAfter = startAfterSeconds > 0 ? new Date(Date.now() + startAfterSeconds * 1000) : undefined;
+  await boss.insert(
+    NODE_QUEUE,
+    nodes.map((node) => ({
+      data: { treeId, level: node.level, index: node.index } satisfies NodeJobData,
+      singletonKey: `${treeId}:${node.level}:${node.index}`,
+      ...(startAfter ? { startAfter } : {}),
+    })),
+    { db: inTransaction(db) },
+  );
+}
+
+/** Completes a job only if this worker still holds the attempt it fetched (id + retry count); false otherwise. */
+export async function completeFenced(
+  boss: PgBoss,
+  db: Queryable,
+  job: { id: string; retryCount: number },
+): Promise<boolean> {
+  const result = await boss.complete(NODE_QUEUE, [{ id: job.id, retryCount: job.retryCount }], null, {
+    db: inTransaction(db),
+  });
+  // pg-boss 12.38 returns { requested, affected, ... } here; its type declares an empty interface.
+  return (result as { affected?: number }).affected === 1;
+}

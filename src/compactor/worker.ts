@@ -1,0 +1,286 @@
+import { createHash } from "node:crypto";
+import type { PgBoss } from "pg-boss";
+import type { FoldParams } from "../core/fold.js";
+import { payloadAsText } from "../core/payload.js";
+import { PROMPT_VERSION } from "../core/summary.js";
+import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
+import { type Pool, withTransaction } from "../store/db.js";
+import { notifyTreeChanged } from "../store/notifications.js";
+import { findRecord, readPayloadBytes } from "../store/records.js";
+import {
+  applyTreeChanges,
+  clearNodeFailure,
+  findNodes,
+  findTree,
+  findViewRevision,
+  nodeExists,
+  recordNodeFailure,
+  type Tree,
+} from "../store/trees.js";
+import { completeFenced, createBoss, enqueueNodeJobs, NODE_QUEUE, type NodeJobData } from "./queue.js";
+import { type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
+import { createFakeSummarizer, type FakeSummarizerOptions, type Summarizer } from "./summarizer.js";
+
+export type CompactorEvent =
+  | {
+      readonly type: "built";
+      readonly treeId: number;
+      readonly ref: string;
+      readonly level: number;
+      readonly calls: number;
+      readonly overshoot: boolean;
+    }
+  | {
+      readonly type: "lease_lost";
+      readonly treeId: number;
+      readonly ref: string;
+      readonly level: number;
+      readonly jobId: string;
+    }
+  | {
+      readonly type: "failure";
+      readonly treeId: number;
+      readonly ref: string;
+      readonly level: number;
+      readonly failures: number;
+      readonly error: string;
+    }
+  | { readonly type: "error"; readonly error: string };
+
+export interface CompactorDeps {
+  readonly pool: Pool;
+  readonly boss: PgBoss;
+  readonly summarizer: Summarizer;
+  readonly fold: FoldParams;
+  readonly failureRetrySeconds: number;
+  readonly report: (event: CompactorEvent) => void;
+}
+
+export interface NodeJob {
+  readonly id: string;
+  readonly retryCount: number;
+  readonly data: NodeJobData;
+}
+
+export type JobOutcome = "built" | "already_built" | "lease_lost" | "failed" | "gone";
+
+/**
+ * Builds one node. Reads its inputs and context, calls the summarizer outside any transaction, then commits in one
+ * transaction that holds the tree row: the job is completed only if this worker still holds the attempt it fetched
+ * (job id + retry count), the node is inserted (its input hashes recorded), the view folds, and the nodes that became
+ * ready are enqueued. A worker that lost its lease changes nothing.
+ */
+export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal): Promise<JobOutcome> {
+  const node = { level: job.data.level, index: job.data.index };
+  const tree = await findTree(deps.pool, job.data.treeId);
+  if (!tree) {
+    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
+    return "gone";
+  }
+  if (await nodeExists(deps.pool, tree.treeId, node)) {
+    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
+    return "already_built";
+  }
+  let outcome: SummaryOutcome;
+  let inputHashes: Buffer[];
+  try {
+    const context = await contextLines(deps.pool, tree, node);
+    if (node.level === 0) {
+      const leaf = await leafInput(deps.pool, tree, node.index);
+      inputHashes = [leaf.hash];
+      outcome = await summarizeLeaf(deps.summarizer, context, leaf.kind, leaf.text, signal);
+    } else {
+      const [left, right] = childrenOf(node);
+      const children = await findNodes(deps.pool, tree.treeId, [left, right]);
+      const a = children.get(nodeKey(left));
+      const b = children.get(nodeKey(right));
+      if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
+      inputHashes = [sha256(a.text), sha256(b.text)];
+      outcome = await summarizeParent(deps.summarizer, context, a.text, b.text, signal);
+    }
+  } catch (error) {
+    return await recordFailure(deps, tree, node, job, error);
+  }
+
+  return await withTransaction(deps.pool, async (tx) => {
+    const locked = (await findTree(tx, tree.treeId, true)) as Tree;
+    if (!(await completeFenced(deps.boss, tx, job))) {
+      deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
+      return "lease_lost";
+    }
+    const applied = await applyTreeChanges(
+      tx,
+      locked,
+      [
+        {
+          type: "built",
+          node: {
+            level: node.level,
+            index: node.index,
+            text: outcome.text,
+            inputHashes,
+            summarizer: outcome.calls === 0 ? "free" : deps.summarizer.identity,
+            promptVersion: outcome.calls === 0 ? null : PROMPT_VERSION,
+            attempts: outcome.calls,
+            overshoot: outcome.overshoot,
+            jobId: job.id,
+            jobAttempt: job.retryCount,
+            chunks: outcome.chunks,
+          },
+        },
+      ],
+      deps.fold,
+    );
+    await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
+    await clearNodeFailure(tx, tree.treeId, node);
+    await notifyTreeChanged(tx, tree.treeId);
+    deps.report({
+      type: "built",
+      treeId: tree.treeId,
+      ref: refOf(node),
+      level: node.level,
+      calls: outcome.calls,
+      overshoot: outcome.overshoot,
+    });
+    return "built";
+  });
+}
+
+/**
+ * A failed summary: the sources stay as they are; the node is tried again after the fixed delay (seed 002 §4.1: no
+ * exponential backoff, the next turn waits on it) by a fresh job that replaces this one in the same transaction. The
+ * first failure of a node is reported; later ones only counted.
+ */
+async function recordFailure(
+  deps: CompactorDeps,
+  tree: Tree,
+  node: NodeAddress,
+  job: NodeJob,
+  error: unknown,
+): Promise<JobOutcome> {
+  const message = error instanceof Error ? error.message : String(error);
+  return await withTransaction(deps.pool, async (tx) => {
+    if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost";
+    const { failures } = await recordNodeFailure(tx, tree.treeId, node, message);
+    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], deps.failureRetrySeconds);
+    await notifyTreeChanged(tx, tree.treeId);
+    if (failures === 1)
+      deps.report({
+        type: "failure",
+        treeId: tree.treeId,
+        ref: refOf(node),
+        level: node.level,
+        failures,
+        error: message,
+      });
+    return "failed";
+  });
+}
+
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text, "utf8").digest();
+}
+
+async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
+  if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
+    throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
+  }
+  const record = await findRecord(pool, tree.sessionId, tree.generation, index);
+  if (!record) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
+  const bytes = await readPayloadBytes(pool, record.payloadHash, 0, record.payloadBytes);
+  let text = payloadAsText(bytes);
+  if (record.kind === "tool_call" && record.toolName) text = `${record.toolName} ${text}`;
+  if (record.hostTruncated)
+    text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
+  return { kind: record.kind, text, hash: record.payloadHash };
+}
+
+/**
+ * The summarizer's context (seed 002 §4.2): the current view's lines before a leaf, or up to a parent's last leaf.
+ * Every one of them is a built summary by the readiness rule.
+ */
+async function contextLines(pool: Pool, tree: Tree, node: NodeAddress): Promise<string[]> {
+  const view = await findViewRevision(pool, tree.treeId);
+  if (!view) return [];
+  const bound = node.level === 0 ? startOf(node) : endOf(node);
+  const parts = view.parts.filter((part) => endOf(part) <= bound);
+  const nodes = await findNodes(pool, tree.treeId, parts);
+  return parts.flatMap((part) => {
+    const found = nodes.get(nodeKey(part));
+    return found ? [found.text] : [];
+  });
+}
+
+/** Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options. */
+export function summarizerFromSetting(setting: string): Summarizer {
+  const options: { -readonly [K in keyof FakeSummarizerOptions]: FakeSummarizerOptions[K] } = {};
+  for (const option of setting.split(":")[1]?.split(",") ?? []) {
+    const [name, value] = option.split("=");
+    if (name === "overshoot") options.overshootBytes = Number(value ?? 40);
+    else if (name === "fail") options.alwaysFail = true;
+    else if (name === "fail-first") options.failFirst = Number(value ?? 1);
+    else if (name === "delay") options.delayMs = Number(value ?? 1000);
+    else throw new Error(`OPTCHAT_SUMMARIZER: unknown fake option '${name}'`);
+  }
+  return createFakeSummarizer(options);
+}
+
+export interface CompactorSettings {
+  readonly databaseUrl: string;
+  readonly concurrency: number;
+  readonly fold: FoldParams;
+  readonly failureRetrySeconds: number;
+}
+
+export interface RunningCompactor {
+  readonly boss: PgBoss;
+  /** Stops fetching, waits for running jobs (up to `timeoutMs`), releases what is left to other workers. */
+  stop(timeoutMs?: number): Promise<void>;
+}
+
+/** Starts a compactor worker: `concurrency` jobs at once, sharing the queue with every other worker. */
+export async function startCompactor(
+  pool: Pool,
+  settings: CompactorSettings,
+  summarizer: Summarizer,
+  report: (event: CompactorEvent) => void,
+): Promise<RunningCompactor> {
+  const boss = createBoss(settings.databaseUrl, "worker");
+  boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
+  await boss.start();
+  const deps: CompactorDeps = {
+    pool,
+    boss,
+    summarizer,
+    fold: settings.fold,
+    failureRetrySeconds: settings.failureRetrySeconds,
+    report,
+  };
+  await boss.work<NodeJobData>(
+    NODE_QUEUE,
+    {
+      localConcurrency: settings.concurrency,
+      batchSize: 1,
+      includeMetadata: true,
+      pollingIntervalSeconds: 1,
+      notifyPollingIntervalSeconds: 5,
+    },
+    async (jobs) => {
+      for (const job of jobs) {
+        try {
+          await buildNodeJob(deps, { id: job.id, retryCount: job.retryCount, data: job.data });
+        } catch (error) {
+          // A database error while committing: report it and let pg-boss retry the attempt (retryDelay 0).
+          report({ type: "error", error: `node job ${job.id}: ${(error as Error).message}` });
+          throw error;
+        }
+      }
+    },
+  );
+  return {
+    boss,
+    async stop(timeoutMs = 30_000) {
+      await boss.stop({ graceful: true, timeout: timeoutMs });
+    },
+  };
+}

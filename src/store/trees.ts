@@ -1,0 +1,595 @@
+import {
+  applyFoldEvent,
+  EMPTY_FOLD,
+  type FoldEvent,
+  type FoldParams,
+  type FoldState,
+  type NodeBytes,
+} from "../core/fold.js";
+import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "../core/tree.js";
+import type { Queryable } from "./db.js";
+
+export type TreeKind = "session" | "shared";
+
+interface TreeRow {
+  tree_id: number;
+  kind: TreeKind;
+  session_id: string | null;
+  generation: number | null;
+  scope_id: string | null;
+  leaf_count: number;
+  built_leaves: number;
+  event_count: number;
+  view_revision: number;
+}
+
+export interface Tree {
+  readonly treeId: number;
+  readonly kind: TreeKind;
+  readonly sessionId: string | null;
+  readonly generation: number | null;
+  readonly scopeId: string | null;
+  readonly leafCount: number;
+  readonly builtLeaves: number;
+  readonly eventCount: number;
+  readonly viewRevision: number;
+}
+
+function toTree(row: TreeRow): Tree {
+  return {
+    treeId: row.tree_id,
+    kind: row.kind,
+    sessionId: row.session_id,
+    generation: row.generation,
+    scopeId: row.scope_id,
+    leafCount: row.leaf_count,
+    builtLeaves: row.built_leaves,
+    eventCount: row.event_count,
+    viewRevision: row.view_revision,
+  };
+}
+
+const TREE_COLUMNS =
+  "tree_id, kind, session_id, generation, scope_id, leaf_count, built_leaves, event_count, view_revision";
+
+export async function findSessionTree(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  lock = false,
+): Promise<Tree | undefined> {
+  const result = await db.query<TreeRow>(
+    `SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE kind = 'session' AND session_id = $1::text AND generation = $2::int
+     ${lock ? "FOR UPDATE" : ""}`,
+    [sessionId, generation],
+  );
+  return result.rows[0] ? toTree(result.rows[0]) : undefined;
+}
+
+export async function findTree(db: Queryable, treeId: number, lock = false): Promise<Tree | undefined> {
+  const result = await db.query<TreeRow>(
+    `SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE tree_id = $1::bigint ${lock ? "FOR UPDATE" : ""}`,
+    [treeId],
+  );
+  return result.rows[0] ? toTree(result.rows[0]) : undefined;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Nodes
+
+export interface NodeRecord {
+  readonly level: number;
+  readonly index: number;
+  readonly revision: number;
+  readonly text: string;
+  readonly byteLength: number;
+  readonly summarizer: string;
+  readonly promptVersion: string | null;
+  readonly attempts: number;
+  readonly overshoot: boolean;
+  readonly treeEvent: number;
+  readonly builtAt: Date;
+}
+
+interface NodeRow {
+  level: number;
+  idx: number;
+  revision: number;
+  text: string;
+  byte_length: number;
+  summarizer: string;
+  prompt_version: string | null;
+  attempts: number;
+  overshoot: boolean;
+  tree_event: number;
+  built_at: Date;
+}
+
+/**
+ * The nodes at `addresses` as a view at `atEvent` sees them: for each, the newest revision committed at or before that
+ * event (all events when omitted). Absent addresses are not built (yet, or at that point).
+ */
+export async function findNodes(
+  db: Queryable,
+  treeId: number,
+  addresses: readonly NodeAddress[],
+  atEvent?: number,
+): Promise<Map<string, NodeRecord>> {
+  if (addresses.length === 0) return new Map();
+  const result = await db.query<NodeRow>(
+    `SELECT DISTINCT ON (n.level, n.idx) n.level, n.idx, n.revision, n.text, n.byte_length, n.summarizer,
+            n.prompt_version, n.attempts, n.overshoot, n.tree_event, n.built_at
+       FROM unnest($2::int[], $3::bigint[]) AS a(level, idx)
+       JOIN optchat.nodes n ON n.tree_id = $1::bigint AND n.level = a.level AND n.idx = a.idx
+      WHERE $4::bigint IS NULL OR n.tree_event <= $4::bigint
+      ORDER BY n.level, n.idx, n.revision DESC`,
+    [treeId, addresses.map((a) => a.level), addresses.map((a) => a.index), atEvent ?? null],
+  );
+  return new Map(
+    result.rows.map((row) => [
+      nodeKey({ level: row.level, index: row.idx }),
+      {
+        level: row.level,
+        index: row.idx,
+        revision: row.revision,
+        text: row.text,
+        byteLength: row.byte_length,
+        summarizer: row.summarizer,
+        promptVersion: row.prompt_version,
+        attempts: row.attempts,
+        overshoot: row.overshoot,
+        treeEvent: row.tree_event,
+        builtAt: row.built_at,
+      },
+    ]),
+  );
+}
+
+export interface NewNode {
+  readonly level: number;
+  readonly index: number;
+  readonly text: string;
+  readonly inputHashes: readonly Buffer[];
+  readonly summarizer: string;
+  readonly promptVersion: string | null;
+  readonly attempts: number;
+  readonly overshoot: boolean;
+  readonly jobId: string | null;
+  readonly jobAttempt: number | null;
+  readonly chunks: readonly NodeChunk[];
+}
+
+export interface NodeChunk {
+  readonly chunkLevel: number;
+  readonly chunkIndex: number;
+  readonly charStart: number;
+  readonly charEnd: number;
+  readonly text: string;
+}
+
+/** Is any revision of this node committed? */
+export async function nodeExists(db: Queryable, treeId: number, node: NodeAddress): Promise<boolean> {
+  const result = await db.query(
+    "SELECT 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint LIMIT 1",
+    [treeId, node.level, node.index],
+  );
+  return (result.rowCount ?? 0) > 0;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Views
+
+export interface ViewRevision {
+  readonly treeId: number;
+  readonly revision: number;
+  readonly eventNo: number;
+  readonly leafCount: number;
+  readonly parts: readonly NodeAddress[];
+  readonly bytes: number;
+  readonly shrinking: boolean;
+  readonly unbuilt: number;
+  readonly createdAt: Date;
+}
+
+interface ViewRow {
+  tree_id: number;
+  revision: number;
+  event_no: number;
+  leaf_count: number;
+  levels: number[];
+  idxs: number[];
+  bytes: number;
+  shrinking: boolean;
+  unbuilt: number;
+  created_at: Date;
+}
+
+function toViewRevision(row: ViewRow): ViewRevision {
+  return {
+    treeId: row.tree_id,
+    revision: row.revision,
+    eventNo: row.event_no,
+    leafCount: row.leaf_count,
+    parts: row.levels.map((level, k) => ({ level, index: Number(row.idxs[k]) })),
+    bytes: row.bytes,
+    shrinking: row.shrinking,
+    unbuilt: row.unbuilt,
+    createdAt: row.created_at,
+  };
+}
+
+/** A revision of a tree's view; the latest when `revision` is omitted. */
+export async function findViewRevision(
+  db: Queryable,
+  treeId: number,
+  revision?: number,
+): Promise<ViewRevision | undefined> {
+  const result = await db.query<ViewRow>(
+    `SELECT tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at
+       FROM optchat.view_revisions WHERE tree_id = $1::bigint AND ($2::int IS NULL OR revision = $2::int)
+      ORDER BY revision DESC LIMIT 1`,
+    [treeId, revision ?? null],
+  );
+  return result.rows[0] ? toViewRevision(result.rows[0]) : undefined;
+}
+
+export async function listViewRevisions(db: Queryable, treeId: number): Promise<ViewRevision[]> {
+  const result = await db.query<ViewRow>(
+    `SELECT tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at
+       FROM optchat.view_revisions WHERE tree_id = $1::bigint ORDER BY revision`,
+    [treeId],
+  );
+  return result.rows.map(toViewRevision);
+}
+
+export interface CachedProjection {
+  readonly fits: boolean;
+  readonly parts: readonly NodeAddress[];
+  readonly bytes: number;
+}
+
+export async function findProjection(
+  db: Queryable,
+  treeId: number,
+  revision: number,
+  budget: number,
+): Promise<CachedProjection | undefined> {
+  const result = await db.query<{ fits: boolean; levels: number[]; idxs: number[]; bytes: number }>(
+    "SELECT fits, levels, idxs, bytes FROM optchat.view_projections WHERE tree_id = $1::bigint AND revision = $2::int AND budget = $3::int",
+    [treeId, revision, budget],
+  );
+  const row = result.rows[0];
+  return row
+    ? { fits: row.fits, parts: row.levels.map((level, k) => ({ level, index: Number(row.idxs[k]) })), bytes: row.bytes }
+    : undefined;
+}
+
+export async function saveProjection(
+  db: Queryable,
+  treeId: number,
+  revision: number,
+  budget: number,
+  projection: CachedProjection,
+): Promise<void> {
+  await db.query(
+    `INSERT INTO optchat.view_projections (tree_id, revision, budget, fits, levels, idxs, bytes)
+     VALUES ($1::bigint, $2::int, $3::int, $4::boolean, $5::int[], $6::bigint[], $7::int) ON CONFLICT DO NOTHING`,
+    [
+      treeId,
+      revision,
+      budget,
+      projection.fits,
+      projection.parts.map((p) => p.level),
+      projection.parts.map((p) => p.index),
+      projection.bytes,
+    ],
+  );
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Applying events: the one place where leaves are appended, nodes committed and the view folded.
+
+export type TreeChange =
+  | { readonly type: "append"; readonly index: number }
+  | { readonly type: "built"; readonly node: NewNode };
+
+export interface AppliedChanges {
+  readonly tree: Tree;
+  /** Nodes that became ready to build: enqueue exactly these (seed 002 §4.1 readiness, seed 000 §10 scheduling). */
+  readonly ready: readonly NodeAddress[];
+  readonly viewRevision: ViewRevision | undefined;
+}
+
+/**
+ * Applies changes to a tree whose row the caller has locked in this transaction (`findTree(..., true)`): records the
+ * events, inserts built nodes, folds the view and persists one new view revision when the view changed, and returns
+ * the nodes that became ready. Concurrent writers serialize on the tree row, so every readiness decision sees the
+ * committed state of the other writers.
+ */
+export async function applyTreeChanges(
+  db: Queryable,
+  tree: Tree,
+  changes: readonly TreeChange[],
+  params: FoldParams,
+): Promise<AppliedChanges> {
+  const latest = await findViewRevision(db, tree.treeId);
+  let state: FoldState = latest
+    ? { parts: latest.parts, leafCount: latest.leafCount, shrinking: latest.shrinking }
+    : EMPTY_FOLD;
+  let leafCount = tree.leafCount;
+  let builtLeaves = tree.builtLeaves;
+  let eventNo = tree.eventCount;
+  let changedView = false;
+  const ready: NodeAddress[] = [];
+  const builtNow = new Map<string, number>(); // bytes of nodes built in this call
+
+  for (const change of changes) {
+    eventNo += 1;
+    let event: FoldEvent;
+    if (change.type === "append") {
+      if (change.index !== leafCount)
+        throw new Error(`tree ${tree.treeId}: leaf ${change.index} appended after ${leafCount} leaves`);
+      leafCount += 1;
+      event = { type: "append", index: change.index };
+      if (leafReady(change.index, leafCount, builtLeaves)) ready.push({ level: 0, index: change.index });
+    } else {
+      const node = { level: change.node.level, index: change.node.index };
+      await insertNode(db, tree.treeId, change.node, eventNo);
+      builtNow.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
+      event = { type: "built", node };
+      if (node.level === 0) {
+        if (node.index !== builtLeaves)
+          throw new Error(`tree ${tree.treeId}: leaf ${node.index} built before leaf ${builtLeaves}`);
+        builtLeaves += 1;
+        if (leafReady(builtLeaves, leafCount, builtLeaves)) ready.push({ level: 0, index: builtLeaves });
+      }
+      const parent = parentOf(node);
+      if (endOf(parent) <= leafCount) {
+        const sibling = siblingOf(node);
+        const siblingBuilt = builtNow.has(nodeKey(sibling)) || (await nodeExists(db, tree.treeId, sibling));
+        if (parentReady(parent, siblingBuilt, builtLeaves)) ready.push(parent);
+      }
+    }
+    await db.query(
+      "INSERT INTO optchat.tree_events (tree_id, event_no, kind, level, idx) VALUES ($1::bigint, $2::bigint, $3::text, $4::int, $5::bigint)",
+      [
+        tree.treeId,
+        eventNo,
+        event.type,
+        event.type === "append" ? 0 : event.node.level,
+        event.type === "append" ? event.index : event.node.index,
+      ],
+    );
+    const before = state;
+    const result = await foldWithLoadedSizes(db, tree.treeId, state, event, params);
+    state = result.state;
+    const showsBuiltPart =
+      event.type === "built" && state.parts.some((p) => p.level === event.node.level && p.index === event.node.index);
+    if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
+  }
+
+  let viewRevision: ViewRevision | undefined;
+  let revisionNo = tree.viewRevision;
+  if (changedView || !latest) {
+    revisionNo += 1;
+    const sizes = await findNodes(db, tree.treeId, state.parts);
+    let bytes = 0;
+    let unbuilt = 0;
+    for (const part of state.parts) {
+      const node = sizes.get(nodeKey(part));
+      if (node) bytes += node.byteLength;
+      else {
+        unbuilt += 1;
+        bytes += PLACEHOLDER_SIZE;
+      }
+    }
+    const inserted = await db.query<ViewRow>(
+      `INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt)
+       VALUES ($1::bigint, $2::int, $3::bigint, $4::bigint, $5::int[], $6::bigint[], $7::int, $8::boolean, $9::int)
+       RETURNING tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at`,
+      [
+        tree.treeId,
+        revisionNo,
+        eventNo,
+        state.leafCount,
+        state.parts.map((p) => p.level),
+        state.parts.map((p) => p.index),
+        bytes,
+        state.shrinking,
+        unbuilt,
+      ],
+    );
+    viewRevision = toViewRevision(inserted.rows[0] as ViewRow);
+  }
+  const updated = await db.query<TreeRow>(
+    `UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint, view_revision = $5::int
+      WHERE tree_id = $1::bigint RETURNING ${TREE_COLUMNS}`,
+    [tree.treeId, leafCount, builtLeaves, eventNo, revisionNo],
+  );
+  return { tree: toTree(updated.rows[0] as TreeRow), ready, viewRevision };
+}
+
+const PLACEHOLDER_SIZE = Buffer.byteLength("(not summarized yet: zoom it)");
+
+/**
+ * Runs the pure fold with node sizes loaded from the database. The fold asks for sizes as it goes (a merge exposes a
+ * new pair whose parent was not asked about before), so it is re-run with the newly asked sizes until it asks for
+ * nothing new; it is deterministic, so the last run is the answer. Typically one or two rounds.
+ */
+async function foldWithLoadedSizes(
+  db: Queryable,
+  treeId: number,
+  state: FoldState,
+  event: FoldEvent,
+  params: FoldParams,
+) {
+  const known = new Map<string, number | undefined>();
+  const load = async (addresses: NodeAddress[]) => {
+    const found = await findNodes(db, treeId, addresses);
+    for (const address of addresses) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
+  };
+  const initial = [...state.parts, ...(event.type === "append" ? [{ level: 0, index: event.index }] : [])];
+  const pairParents: NodeAddress[] = [];
+  for (let k = 0; k + 1 < initial.length; k++) {
+    const a = initial[k] as NodeAddress;
+    if (a.index % 2 === 0 && (initial[k + 1] as NodeAddress).level === a.level) pairParents.push(parentOf(a));
+  }
+  await load([...initial, ...pairParents]);
+  for (;;) {
+    const asked: NodeAddress[] = [];
+    const bytesOf: NodeBytes = (node) => {
+      const key = nodeKey(node);
+      if (!known.has(key)) {
+        asked.push(node);
+        return undefined;
+      }
+      return known.get(key);
+    };
+    const result = applyFoldEvent(state, event, bytesOf, params);
+    if (asked.length === 0) return result;
+    await load(asked);
+  }
+}
+
+async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
+  await db.query(
+    `INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
+                                attempts, overshoot, tree_event, job_id, job_attempt)
+     VALUES ($1::bigint, $2::int, $3::bigint,
+             coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
+             $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int)`,
+    [
+      treeId,
+      node.level,
+      node.index,
+      node.text,
+      node.inputHashes,
+      node.summarizer,
+      node.promptVersion,
+      node.attempts,
+      node.overshoot,
+      eventNo,
+      node.jobId,
+      node.jobAttempt,
+    ],
+  );
+  if (node.chunks.length > 0) {
+    await db.query(
+      `INSERT INTO optchat.node_chunks (tree_id, level, idx, revision, chunk_level, chunk_index, char_start, char_end, text)
+       SELECT $1::bigint, $2::int, $3::bigint,
+              (SELECT max(revision) FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint),
+              c.chunk_level, c.chunk_index, c.char_start, c.char_end, c.text
+         FROM unnest($4::int[], $5::int[], $6::int[], $7::int[], $8::text[]) AS c(chunk_level, chunk_index, char_start, char_end, text)`,
+      [
+        treeId,
+        node.level,
+        node.index,
+        node.chunks.map((c) => c.chunkLevel),
+        node.chunks.map((c) => c.chunkIndex),
+        node.chunks.map((c) => c.charStart),
+        node.chunks.map((c) => c.charEnd),
+        node.chunks.map((c) => c.text),
+      ],
+    );
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Failures and audits
+
+export async function recordNodeFailure(
+  db: Queryable,
+  treeId: number,
+  node: NodeAddress,
+  error: string,
+): Promise<{ failures: number }> {
+  const result = await db.query<{ failures: number }>(
+    `INSERT INTO optchat.node_failures (tree_id, level, idx, failures, last_error) VALUES ($1::bigint, $2::int, $3::bigint, 1, $4::text)
+     ON CONFLICT (tree_id, level, idx) DO UPDATE
+       SET failures = optchat.node_failures.failures + 1, last_failed_at = now(), last_error = excluded.last_error
+     RETURNING failures`,
+    [treeId, node.level, node.index, error.slice(0, 2000)],
+  );
+  return { failures: result.rows[0]?.failures ?? 1 };
+}
+
+export async function clearNodeFailure(db: Queryable, treeId: number, node: NodeAddress): Promise<void> {
+  await db.query(
+    "DELETE FROM optchat.node_failures WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint",
+    [treeId, node.level, node.index],
+  );
+}
+
+export interface NodeFailure {
+  readonly level: number;
+  readonly index: number;
+  readonly failures: number;
+  readonly firstFailedAt: Date;
+  readonly lastFailedAt: Date;
+  readonly lastError: string;
+}
+
+export async function listNodeFailures(db: Queryable, treeId: number): Promise<NodeFailure[]> {
+  const result = await db.query<{
+    level: number;
+    idx: number;
+    failures: number;
+    first_failed_at: Date;
+    last_failed_at: Date;
+    last_error: string;
+  }>(
+    "SELECT level, idx, failures, first_failed_at, last_failed_at, last_error FROM optchat.node_failures WHERE tree_id = $1::bigint ORDER BY idx, level",
+    [treeId],
+  );
+  return result.rows.map((r) => ({
+    level: r.level,
+    index: r.idx,
+    failures: r.failures,
+    firstFailedAt: r.first_failed_at,
+    lastFailedAt: r.last_failed_at,
+    lastError: r.last_error,
+  }));
+}
+
+export interface TreeEventRow {
+  readonly eventNo: number;
+  readonly event: FoldEvent;
+}
+
+export async function listTreeEvents(db: Queryable, treeId: number): Promise<TreeEventRow[]> {
+  const result = await db.query<{ event_no: number; kind: "append" | "built"; level: number; idx: number }>(
+    "SELECT event_no, kind, level, idx FROM optchat.tree_events WHERE tree_id = $1::bigint ORDER BY event_no",
+    [treeId],
+  );
+  return result.rows.map((r) => ({
+    eventNo: r.event_no,
+    event:
+      r.kind === "append"
+        ? { type: "append", index: r.idx }
+        : { type: "built", node: { level: r.level, index: r.idx } },
+  }));
+}
+
+/** Byte sizes of every node of a tree with the event that committed each revision (for audits and refolds). */
+export async function listNodeSizes(
+  db: Queryable,
+  treeId: number,
+): Promise<{ level: number; index: number; revision: number; bytes: number; treeEvent: number }[]> {
+  const result = await db.query<{
+    level: number;
+    idx: number;
+    revision: number;
+    byte_length: number;
+    tree_event: number;
+  }>(
+    "SELECT level, idx, revision, byte_length, tree_event FROM optchat.nodes WHERE tree_id = $1::bigint ORDER BY tree_event",
+    [treeId],
+  );
+  return result.rows.map((r) => ({
+    level: r.level,
+    index: r.idx,
+    revision: r.revision,
+    bytes: r.byte_length,
+    treeEvent: r.tree_event,
+  }));
+}

@@ -79,6 +79,8 @@ CREATE TABLE optchat.view_revisions (
   bytes       integer NOT NULL,
   shrinking   boolean NOT NULL,
   unbuilt     integer NOT NULL,            -- parts still showing the placeholder
+  upper_bytes integer NOT NULL,            -- the fold thresholds in effect (settings can change between runs)
+  lower_bytes integer NOT NULL,
   created_at  timestamptz NOT NULL DEFAULT now(),
   PRIMARY KEY (tree_id, revision),
   CHECK (cardinality(levels) = cardinality(idxs))

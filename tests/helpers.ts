@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
-import { type Config, resolveConfig } from "../src/memory/config.js";
+import { type Config, type SettingName, resolveConfig } from "../src/memory/config.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -53,14 +53,14 @@ export interface TestMemory {
 }
 
 /** Registers beforeAll/afterAll hooks giving the file its own database and an open memory service. */
-export function useTestMemory(): TestMemory {
+export function useTestMemory(overrides: Partial<Record<SettingName, string | number>> = {}): TestMemory {
   const handle = {} as TestMemory;
   let drop: (() => Promise<void>) | undefined;
   beforeAll(async () => {
     const db = await createTestDatabase();
     drop = db.drop;
     handle.url = db.url;
-    handle.config = resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 12 } });
+    handle.config = resolveConfig({ overrides: { poolSize: 12, ...overrides, databaseUrl: db.url } });
     handle.memory = await openMemory(handle.config);
   });
   afterAll(async () => {
@@ -153,4 +153,53 @@ export function waitForLine(child: ChildProcess, pattern: RegExp): Promise<strin
     child.stdout?.on("data", onData);
     child.on("close", (code) => reject(new Error(`process ended (${code}) before printing ${pattern}`)));
   });
+}
+
+/** Starts `optchat worker --json` against `databaseUrl` and resolves once it reports ready. */
+export async function startWorkerProcess(databaseUrl: string, env: Record<string, string> = {}): Promise<WorkerProcess> {
+  const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, "worker", "--json"], {
+    cwd: ROOT,
+    env: { ...process.env, DATABASE_URL: databaseUrl, ...env },
+    stdio: ["ignore", "pipe", "pipe"],
+  });
+  const events: Record<string, unknown>[] = [];
+  let buffer = "";
+  child.stdout?.on("data", (chunk: Buffer) => {
+    buffer += chunk.toString();
+    const lines = buffer.split("\n");
+    buffer = lines.pop() ?? "";
+    for (const line of lines) if (line.trim()) events.push(JSON.parse(line));
+  });
+  let stderr = "";
+  child.stderr?.on("data", (chunk) => {
+    stderr += chunk;
+  });
+  const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+    child.on("close", (code, signal) => resolve({ code, signal })),
+  );
+  const deadline = Date.now() + 30_000;
+  while (!events.some((e) => e.type === "ready")) {
+    if (child.exitCode !== null || Date.now() > deadline) throw new Error(`worker did not start: ${stderr}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  return { child, events, exited, stderr: () => stderr };
+}
+
+export interface WorkerProcess {
+  child: ChildProcess;
+  /** Every JSON event the worker printed so far. */
+  events: Record<string, unknown>[];
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+  stderr(): string;
+}
+
+/** Polls `check` until it returns a value (not undefined) or `timeoutMs` passes. */
+export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs: number, what: string): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
 }

@@ -31,8 +31,19 @@ export type FoldEvent =
   | { readonly type: "append"; readonly index: number }
   | { readonly type: "built"; readonly node: NodeAddress };
 
+/**
+ * Bytes of a part as the model reads it: the line `start+count|text` and its newline (seed 000 §6: a merge must reduce
+ * actual rendered bytes). Counting the text alone would forbid every free parent (two children joined by a newline are
+ * one byte longer than the two texts) and stall the fold under any budget, although the merged line is shorter to read
+ * by one prefix.
+ */
 export function partBytes(node: NodeAddress, bytesOf: NodeBytes): number {
-  return bytesOf(node) ?? PLACEHOLDER_BYTES;
+  return (bytesOf(node) ?? PLACEHOLDER_BYTES) + lineOverheadBytes(node);
+}
+
+/** `start+count|` and the trailing newline. */
+export function lineOverheadBytes(node: NodeAddress): number {
+  return `${startOf(node)}+${2 ** node.level}|`.length + 1;
 }
 
 export function viewBytes(parts: readonly NodeAddress[], bytesOf: NodeBytes): number {
@@ -66,9 +77,9 @@ export function mostDuePair(
     const a = parts[k] as NodeAddress;
     const b = parts[k + 1] as NodeAddress;
     if (!isSiblingPair(a, b)) continue;
-    const parentBytes = bytesOf({ level: a.level + 1, index: a.index / 2 });
-    if (parentBytes === undefined) continue;
-    if (requireReduction && parentBytes >= partBytes(a, bytesOf) + partBytes(b, bytesOf)) continue;
+    const parent = { level: a.level + 1, index: a.index / 2 };
+    if (bytesOf(parent) === undefined) continue;
+    if (requireReduction && partBytes(parent, bytesOf) >= partBytes(a, bytesOf) + partBytes(b, bytesOf)) continue;
     const due = dueOf(a, leafCount);
     // Strictly greater: on a tie the earlier start (found first) wins.
     if (due > bestDue) {
@@ -103,10 +114,10 @@ export function applyFoldEvent(state: FoldState, event: FoldEvent, bytesOf: Node
     parts = [...parts, { level: 0, index: event.index }];
     leafCount += 1;
   }
-  return fit({ parts, leafCount, shrinking: state.shrinking }, bytesOf, params);
+  return fitView({ parts, leafCount, shrinking: state.shrinking }, bytesOf, params);
 }
 
-export function fit(state: FoldState, bytesOf: NodeBytes, params: FoldParams): FitResult {
+export function fitView(state: FoldState, bytesOf: NodeBytes, params: FoldParams): FitResult {
   let parts: NodeAddress[] | undefined;
   let size = viewBytes(state.parts, bytesOf);
   let shrinking = state.shrinking || size > params.upperBytes;
@@ -120,7 +131,7 @@ export function fit(state: FoldState, bytesOf: NodeBytes, params: FoldParams): F
     const b = parts[k + 1] as NodeAddress;
     const before = partBytes(a, bytesOf) + partBytes(b, bytesOf);
     const parent = mergeAt(parts, k);
-    size += (bytesOf(parent) as number) - before;
+    size += partBytes(parent, bytesOf) - before;
     merged.push(parent);
   }
   if (size <= params.lowerBytes) shrinking = false;
@@ -165,7 +176,7 @@ export function project(
     if (k < 0) break;
     const before = partBytes(greedy[k] as NodeAddress, bytesOf) + partBytes(greedy[k + 1] as NodeAddress, bytesOf);
     const parent = mergeAt(greedy, k);
-    size += (bytesOf(parent) as number) - before;
+    size += partBytes(parent, bytesOf) - before;
   }
   if (size <= budget) return { fits: true, parts: greedy, bytes: size };
   const minimal = minimalCover(parts, bytesOf);
@@ -220,6 +231,6 @@ function solveBlock(
   const a = solveBlock({ level: block.level - 1, index: block.index * 2 }, left, bytesOf);
   const b = solveBlock({ level: block.level - 1, index: block.index * 2 + 1 }, right, bytesOf);
   const split = { parts: [...a.parts, ...b.parts], bytes: a.bytes + b.bytes };
-  const own = bytesOf(block);
+  const own = bytesOf(block) === undefined ? undefined : partBytes(block, bytesOf);
   return own !== undefined && own < split.bytes ? { parts: [block], bytes: own } : split;
 }

@@ -1,5 +1,5 @@
 import { OptchatError } from "../core/errors.js";
-import { type NodeBytes, PLACEHOLDER_TEXT, project } from "../core/fold.js";
+import { type NodeBytes, PLACEHOLDER_TEXT, partBytes, project } from "../core/fold.js";
 import { flattenLine } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, parseRef, refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
@@ -29,7 +29,7 @@ export interface RenderedView {
   readonly revision: number;
   readonly leafCount: number;
   readonly lines: readonly ViewLine[];
-  /** Sum of the summaries' bytes (placeholders count their own size), as the fold measures it. */
+  /** Bytes of the rendered lines (`start+count|text` and newline; placeholders count their own size), as the fold measures them. */
   readonly bytes: number;
   readonly unbuilt: number;
   /** Present when a budget below the revision's size was asked for. */
@@ -84,15 +84,10 @@ export async function renderView(
   const nodes = await findNodes(db, tree.treeId, parts, revision.eventNo);
   const lines = parts.map((part): ViewLine => {
     const node = nodes.get(nodeKey(part));
+    const bytes = partBytes(part, () => node?.byteLength);
     return node
-      ? { ref: refOf(part), level: part.level, text: node.text, built: true, bytes: node.byteLength }
-      : {
-          ref: refOf(part),
-          level: part.level,
-          text: PLACEHOLDER_TEXT,
-          built: false,
-          bytes: Buffer.byteLength(PLACEHOLDER_TEXT),
-        };
+      ? { ref: refOf(part), level: part.level, text: node.text, built: true, bytes }
+      : { ref: refOf(part), level: part.level, text: PLACEHOLDER_TEXT, built: false, bytes };
   });
   return {
     treeId: tree.treeId,
@@ -218,7 +213,7 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
   const lines = children.map((child) => {
     const found = nodes.get(nodeKey(child));
     return found
-      ? { ref: refOf(child), level: child.level, text: found.text, built: true, bytes: found.byteLength }
+      ? { ref: refOf(child), level: child.level, text: found.text, built: true, bytes: partBytes(child, () => found.byteLength) }
       : undefined;
   });
   if (lines.some((line) => line === undefined))

@@ -5,6 +5,7 @@ import {
   type FoldParams,
   type FoldState,
   type NodeBytes,
+  viewBytes,
 } from "../core/fold.js";
 import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "../core/tree.js";
 import type { Queryable } from "./db.js";
@@ -188,8 +189,11 @@ export interface ViewRevision {
   readonly bytes: number;
   readonly shrinking: boolean;
   readonly unbuilt: number;
+  readonly params: FoldParams;
   readonly createdAt: Date;
 }
+
+const VIEW_COLUMNS = "tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, upper_bytes, lower_bytes, created_at";
 
 interface ViewRow {
   tree_id: number;
@@ -201,6 +205,8 @@ interface ViewRow {
   bytes: number;
   shrinking: boolean;
   unbuilt: number;
+  upper_bytes: number;
+  lower_bytes: number;
   created_at: Date;
 }
 
@@ -214,6 +220,7 @@ function toViewRevision(row: ViewRow): ViewRevision {
     bytes: row.bytes,
     shrinking: row.shrinking,
     unbuilt: row.unbuilt,
+    params: { upperBytes: row.upper_bytes, lowerBytes: row.lower_bytes },
     createdAt: row.created_at,
   };
 }
@@ -225,7 +232,7 @@ export async function findViewRevision(
   revision?: number,
 ): Promise<ViewRevision | undefined> {
   const result = await db.query<ViewRow>(
-    `SELECT tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at
+    `SELECT ${VIEW_COLUMNS}
        FROM optchat.view_revisions WHERE tree_id = $1::bigint AND ($2::int IS NULL OR revision = $2::int)
       ORDER BY revision DESC LIMIT 1`,
     [treeId, revision ?? null],
@@ -235,8 +242,7 @@ export async function findViewRevision(
 
 export async function listViewRevisions(db: Queryable, treeId: number): Promise<ViewRevision[]> {
   const result = await db.query<ViewRow>(
-    `SELECT tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at
-       FROM optchat.view_revisions WHERE tree_id = $1::bigint ORDER BY revision`,
+    `SELECT ${VIEW_COLUMNS} FROM optchat.view_revisions WHERE tree_id = $1::bigint ORDER BY revision`,
     [treeId],
   );
   return result.rows.map(toViewRevision);
@@ -322,6 +328,9 @@ export async function applyTreeChanges(
   let changedView = false;
   const ready: NodeAddress[] = [];
   const builtNow = new Map<string, number>(); // bytes of nodes built in this call
+  // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
+  // a whole batch of appends.
+  const known = new Map<string, number | undefined>();
 
   for (const change of changes) {
     eventNo += 1;
@@ -331,11 +340,15 @@ export async function applyTreeChanges(
         throw new Error(`tree ${tree.treeId}: leaf ${change.index} appended after ${leafCount} leaves`);
       leafCount += 1;
       event = { type: "append", index: change.index };
+      // A leaf appended now cannot be built yet, nor can the parent it completes.
+      known.set(nodeKey({ level: 0, index: change.index }), undefined);
+      if (change.index % 2 === 1) known.set(nodeKey(parentOf({ level: 0, index: change.index })), undefined);
       if (leafReady(change.index, leafCount, builtLeaves)) ready.push({ level: 0, index: change.index });
     } else {
       const node = { level: change.node.level, index: change.node.index };
       await insertNode(db, tree.treeId, change.node, eventNo);
       builtNow.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
+      known.set(nodeKey(node), builtNow.get(nodeKey(node)));
       event = { type: "built", node };
       if (node.level === 0) {
         if (node.index !== builtLeaves)
@@ -361,7 +374,7 @@ export async function applyTreeChanges(
       ],
     );
     const before = state;
-    const result = await foldWithLoadedSizes(db, tree.treeId, state, event, params);
+    const result = await foldWithLoadedSizes(db, tree.treeId, state, event, params, known);
     state = result.state;
     const showsBuiltPart =
       event.type === "built" && state.parts.some((p) => p.level === event.node.level && p.index === event.node.index);
@@ -372,21 +385,15 @@ export async function applyTreeChanges(
   let revisionNo = tree.viewRevision;
   if (changedView || !latest) {
     revisionNo += 1;
-    const sizes = await findNodes(db, tree.treeId, state.parts);
-    let bytes = 0;
-    let unbuilt = 0;
-    for (const part of state.parts) {
-      const node = sizes.get(nodeKey(part));
-      if (node) bytes += node.byteLength;
-      else {
-        unbuilt += 1;
-        bytes += PLACEHOLDER_SIZE;
-      }
-    }
+    // Every part's size is in `known`: the fold measured the whole view.
+    const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
+    const bytes = viewBytes(state.parts, bytesOf);
+    const unbuilt = state.parts.filter((part) => bytesOf(part) === undefined).length;
     const inserted = await db.query<ViewRow>(
-      `INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt)
-       VALUES ($1::bigint, $2::int, $3::bigint, $4::bigint, $5::int[], $6::bigint[], $7::int, $8::boolean, $9::int)
-       RETURNING tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, created_at`,
+      `INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt,
+                                           upper_bytes, lower_bytes)
+       VALUES ($1::bigint, $2::int, $3::bigint, $4::bigint, $5::int[], $6::bigint[], $7::int, $8::boolean, $9::int, $10::int, $11::int)
+       RETURNING ${VIEW_COLUMNS}`,
       [
         tree.treeId,
         revisionNo,
@@ -397,6 +404,8 @@ export async function applyTreeChanges(
         bytes,
         state.shrinking,
         unbuilt,
+        params.upperBytes,
+        params.lowerBytes,
       ],
     );
     viewRevision = toViewRevision(inserted.rows[0] as ViewRow);
@@ -409,8 +418,6 @@ export async function applyTreeChanges(
   return { tree: toTree(updated.rows[0] as TreeRow), ready, viewRevision };
 }
 
-const PLACEHOLDER_SIZE = Buffer.byteLength("(not summarized yet: zoom it)");
-
 /**
  * Runs the pure fold with node sizes loaded from the database. The fold asks for sizes as it goes (a merge exposes a
  * new pair whose parent was not asked about before), so it is re-run with the newly asked sizes until it asks for
@@ -422,11 +429,13 @@ async function foldWithLoadedSizes(
   state: FoldState,
   event: FoldEvent,
   params: FoldParams,
+  known: Map<string, number | undefined>,
 ) {
-  const known = new Map<string, number | undefined>();
-  const load = async (addresses: NodeAddress[]) => {
-    const found = await findNodes(db, treeId, addresses);
-    for (const address of addresses) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
+  const load = async (addresses: readonly NodeAddress[]) => {
+    const missing = addresses.filter((address) => !known.has(nodeKey(address)));
+    if (missing.length === 0) return;
+    const found = await findNodes(db, treeId, missing);
+    for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
   };
   const initial = [...state.parts, ...(event.type === "append" ? [{ level: 0, index: event.index }] : [])];
   const pairParents: NodeAddress[] = [];

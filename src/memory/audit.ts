@@ -1,0 +1,49 @@
+import { EMPTY_FOLD, type FoldState, applyFoldEvent, tilingProblem } from "../core/fold.js";
+import { nodeKey } from "../core/tree.js";
+import type { Queryable } from "../store/db.js";
+import { listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
+
+export interface TreeAuditProblem {
+  readonly treeId: number;
+  readonly revision?: number;
+  readonly problem: string;
+}
+
+/**
+ * Replays a tree's event log through the pure fold, with each node's size as it was when the event happened, and
+ * checks every persisted view revision against the replay: same parts, same shrinking state, and a tiling of its
+ * prefix (DESIGN §5: a refold from scratch must reproduce the persisted frontier).
+ */
+export async function auditTreeViews(db: Queryable, treeId: number): Promise<TreeAuditProblem[]> {
+  const [events, sizes, revisions] = await Promise.all([listTreeEvents(db, treeId), listNodeSizes(db, treeId), listViewRevisions(db, treeId)]);
+  const problems: TreeAuditProblem[] = [];
+  const current = new Map<string, number>();
+  let nextSize = 0;
+  let state: FoldState = EMPTY_FOLD;
+  let r = 0;
+  for (const { eventNo, event } of events) {
+    while (nextSize < sizes.length && (sizes[nextSize] as { treeEvent: number }).treeEvent <= eventNo) {
+      const node = sizes[nextSize] as { level: number; index: number; bytes: number };
+      current.set(nodeKey(node), node.bytes);
+      nextSize += 1;
+    }
+    // The thresholds in effect are those recorded by the next persisted revision (settings can change between runs).
+    const params = revisions[r]?.params ?? revisions[revisions.length - 1]?.params;
+    if (!params) break;
+    state = applyFoldEvent(state, event, (node) => current.get(nodeKey(node)), params).state;
+    while (r < revisions.length && (revisions[r] as { eventNo: number }).eventNo === eventNo) {
+      const revision = revisions[r] as (typeof revisions)[number];
+      const tiling = tilingProblem(revision.parts, revision.leafCount);
+      if (tiling) problems.push({ treeId, revision: revision.revision, problem: `does not tile its prefix: ${tiling}` });
+      const same =
+        revision.parts.length === state.parts.length &&
+        revision.parts.every((p, k) => p.level === state.parts[k]?.level && p.index === state.parts[k]?.index);
+      if (!same || revision.shrinking !== state.shrinking || revision.leafCount !== state.leafCount) {
+        problems.push({ treeId, revision: revision.revision, problem: "differs from a refold of the event log" });
+      }
+      r += 1;
+    }
+  }
+  if (r < revisions.length) problems.push({ treeId, problem: `${revisions.length - r} revision(s) refer to events that are not in the log` });
+  return problems;
+}

@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
-import { type Config, type SettingName, resolveConfig } from "../src/memory/config.js";
+import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -156,7 +156,10 @@ export function waitForLine(child: ChildProcess, pattern: RegExp): Promise<strin
 }
 
 /** Starts `optchat worker --json` against `databaseUrl` and resolves once it reports ready. */
-export async function startWorkerProcess(databaseUrl: string, env: Record<string, string> = {}): Promise<WorkerProcess> {
+export async function startWorkerProcess(
+  databaseUrl: string,
+  env: Record<string, string> = {},
+): Promise<WorkerProcess> {
   const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, "worker", "--json"], {
     cwd: ROOT,
     env: { ...process.env, DATABASE_URL: databaseUrl, ...env },

@@ -6,14 +6,13 @@ import { PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { findRecord, readPayloadBytes } from "../store/records.js";
+import { readRecordWithPayload } from "../store/records.js";
 import {
   applyTreeChanges,
   clearNodeFailure,
   findNodes,
-  findTree,
-  findViewRevision,
-  nodeExists,
+  inspectNodeJob,
+  lockTree,
   recordNodeFailure,
   type Tree,
 } from "../store/trees.js";
@@ -72,28 +71,31 @@ export type JobOutcome = "built" | "already_built" | "lease_lost" | "failed" | "
  */
 export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal): Promise<JobOutcome> {
   const node = { level: job.data.level, index: job.data.index };
-  const tree = await findTree(deps.pool, job.data.treeId);
-  if (!tree) {
+  const state = await inspectNodeJob(deps.pool, job.data.treeId, node);
+  if (!state || state.built) {
     await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
-    return "gone";
+    return state ? "already_built" : "gone";
   }
-  if (await nodeExists(deps.pool, tree.treeId, node)) {
-    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
-    return "already_built";
-  }
+  const { tree } = state;
   let outcome: SummaryOutcome;
   let inputHashes: Buffer[];
   try {
-    const context = await contextLines(deps.pool, tree, node);
+    // The summarizer's context (seed 002 §4.2): the current view's lines before a leaf, or up to a parent's last
+    // leaf; every one of them is a built summary by the readiness rule. A parent's children come in the same read.
+    const bound = node.level === 0 ? startOf(node) : endOf(node);
+    const contextParts = (state.latest?.parts ?? []).filter((part) => endOf(part) <= bound);
+    const children = node.level === 0 ? [] : childrenOf(node);
+    const nodes = await findNodes(deps.pool, tree.treeId, [...contextParts, ...children]);
+    const context = contextParts.flatMap((part) => {
+      const found = nodes.get(nodeKey(part));
+      return found ? [found.text] : [];
+    });
     if (node.level === 0) {
       const leaf = await leafInput(deps.pool, tree, node.index);
       inputHashes = [leaf.hash];
       outcome = await summarizeLeaf(deps.summarizer, context, leaf.kind, leaf.text, signal);
     } else {
-      const [left, right] = childrenOf(node);
-      const children = await findNodes(deps.pool, tree.treeId, [left, right]);
-      const a = children.get(nodeKey(left));
-      const b = children.get(nodeKey(right));
+      const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
       if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
       inputHashes = [sha256(a.text), sha256(b.text)];
       outcome = await summarizeParent(deps.summarizer, context, a.text, b.text, signal);
@@ -103,7 +105,8 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
   }
 
   return await withTransaction(deps.pool, async (tx) => {
-    const locked = (await findTree(tx, tree.treeId, true)) as Tree;
+    const locked = await lockTree(tx, { treeId: tree.treeId });
+    if (!locked) throw new Error(`tree ${tree.treeId} disappeared`);
     if (!(await completeFenced(deps.boss, tx, job))) {
       deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       return "lease_lost";
@@ -132,8 +135,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       deps.fold,
     );
     await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
-    await clearNodeFailure(tx, tree.treeId, node);
-    await notifyTreeChanged(tx, tree.treeId);
+    if (state.failing) await clearNodeFailure(tx, tree.treeId, node);
     deps.report({
       type: "built",
       treeId: tree.treeId,
@@ -185,30 +187,14 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
     throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
   }
-  const record = await findRecord(pool, tree.sessionId, tree.generation, index);
-  if (!record) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  const bytes = await readPayloadBytes(pool, record.payloadHash, 0, record.payloadBytes);
-  let text = payloadAsText(bytes);
+  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index);
+  if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
+  const { record, payload } = found;
+  let text = payloadAsText(payload);
   if (record.kind === "tool_call" && record.toolName) text = `${record.toolName} ${text}`;
   if (record.hostTruncated)
     text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
   return { kind: record.kind, text, hash: record.payloadHash };
-}
-
-/**
- * The summarizer's context (seed 002 §4.2): the current view's lines before a leaf, or up to a parent's last leaf.
- * Every one of them is a built summary by the readiness rule.
- */
-async function contextLines(pool: Pool, tree: Tree, node: NodeAddress): Promise<string[]> {
-  const view = await findViewRevision(pool, tree.treeId);
-  if (!view) return [];
-  const bound = node.level === 0 ? startOf(node) : endOf(node);
-  const parts = view.parts.filter((part) => endOf(part) <= bound);
-  const nodes = await findNodes(pool, tree.treeId, parts);
-  return parts.flatMap((part) => {
-    const found = nodes.get(nodeKey(part));
-    return found ? [found.text] : [];
-  });
 }
 
 /** Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options. */

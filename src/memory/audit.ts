@@ -1,4 +1,4 @@
-import { EMPTY_FOLD, type FoldState, applyFoldEvent, tilingProblem } from "../core/fold.js";
+import { applyFoldEvent, EMPTY_FOLD, type FoldState, tilingProblem } from "../core/fold.js";
 import { nodeKey } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
 import { listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
@@ -15,7 +15,11 @@ export interface TreeAuditProblem {
  * prefix (DESIGN §5: a refold from scratch must reproduce the persisted frontier).
  */
 export async function auditTreeViews(db: Queryable, treeId: number): Promise<TreeAuditProblem[]> {
-  const [events, sizes, revisions] = await Promise.all([listTreeEvents(db, treeId), listNodeSizes(db, treeId), listViewRevisions(db, treeId)]);
+  const [events, sizes, revisions] = await Promise.all([
+    listTreeEvents(db, treeId),
+    listNodeSizes(db, treeId),
+    listViewRevisions(db, treeId),
+  ]);
   const problems: TreeAuditProblem[] = [];
   const current = new Map<string, number>();
   let nextSize = 0;
@@ -34,7 +38,8 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
     while (r < revisions.length && (revisions[r] as { eventNo: number }).eventNo === eventNo) {
       const revision = revisions[r] as (typeof revisions)[number];
       const tiling = tilingProblem(revision.parts, revision.leafCount);
-      if (tiling) problems.push({ treeId, revision: revision.revision, problem: `does not tile its prefix: ${tiling}` });
+      if (tiling)
+        problems.push({ treeId, revision: revision.revision, problem: `does not tile its prefix: ${tiling}` });
       const same =
         revision.parts.length === state.parts.length &&
         revision.parts.every((p, k) => p.level === state.parts[k]?.level && p.index === state.parts[k]?.index);
@@ -44,6 +49,7 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
       r += 1;
     }
   }
-  if (r < revisions.length) problems.push({ treeId, problem: `${revisions.length - r} revision(s) refer to events that are not in the log` });
+  if (r < revisions.length)
+    problems.push({ treeId, problem: `${revisions.length - r} revision(s) refer to events that are not in the log` });
   return problems;
 }

@@ -15,7 +15,7 @@ import {
 } from "../core/payload.js";
 import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
 import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
-import { notifyTreeChanged, TREE_CHANNEL, TreeListener } from "../store/notifications.js";
+import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import {
   findRecord,
   listRecords,
@@ -28,7 +28,7 @@ import {
   stageItem,
 } from "../store/records.js";
 import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
-import { applyTreeChanges, findSessionTree } from "../store/trees.js";
+import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Config } from "./config.js";
 import {
   type IngestEvent,
@@ -257,16 +257,15 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
         generation: number;
         seqs: number[];
       };
-      const tree = await findSessionTree(client, sessionId, generation, true);
-      if (!tree) throw new Error(`session ${sessionId} generation ${generation} has no tree (integrity error)`);
+      const locked = await lockTree(client, { sessionId, generation });
+      if (!locked) throw new Error(`session ${sessionId} generation ${generation} has no tree (integrity error)`);
       const applied = await applyTreeChanges(
         client,
-        tree,
+        locked,
         seqs.sort((a, b) => a - b).map((index) => ({ type: "append" as const, index })),
         fold,
       );
-      await enqueueNodeJobs(boss, client, tree.treeId, applied.ready);
-      await notifyTreeChanged(client, tree.treeId);
+      await enqueueNodeJobs(boss, client, locked.tree.treeId, applied.ready);
     }
   }
 

@@ -213,7 +213,13 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
   const lines = children.map((child) => {
     const found = nodes.get(nodeKey(child));
     return found
-      ? { ref: refOf(child), level: child.level, text: found.text, built: true, bytes: partBytes(child, () => found.byteLength) }
+      ? {
+          ref: refOf(child),
+          level: child.level,
+          text: found.text,
+          built: true,
+          bytes: partBytes(child, () => found.byteLength),
+        }
       : undefined;
   });
   if (lines.some((line) => line === undefined))

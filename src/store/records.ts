@@ -497,3 +497,19 @@ export async function readPayloadBytes(
   if (!row) throw new Error(`readPayloadBytes: blob ${payloadHash.toString("hex")} is missing (integrity error)`);
   return row.chunk;
 }
+
+/** A record with its whole payload, in one round trip (the compactor's leaf input). */
+export async function readRecordWithPayload(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  seq: number,
+): Promise<{ record: SourceRecord; payload: Buffer } | undefined> {
+  const result = await db.query<RecordRow & { content: Buffer }>(
+    `SELECT ${RECORD_COLUMNS}, b.content FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+      WHERE r.session_id = $1::text AND r.generation = $2::int AND r.seq = $3::bigint`,
+    [sessionId, generation, seq],
+  );
+  const row = result.rows[0];
+  return row ? { record: toSourceRecord(row), payload: row.content } : undefined;
+}

@@ -9,6 +9,7 @@ import {
 } from "../core/fold.js";
 import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "../core/tree.js";
 import type { Queryable } from "./db.js";
+import { TREE_CHANNEL } from "./notifications.js";
 
 export type TreeKind = "session" | "shared";
 
@@ -193,7 +194,8 @@ export interface ViewRevision {
   readonly createdAt: Date;
 }
 
-const VIEW_COLUMNS = "tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, upper_bytes, lower_bytes, created_at";
+const VIEW_COLUMNS =
+  "tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, upper_bytes, lower_bytes, created_at";
 
 interface ViewRow {
   tree_id: number;
@@ -303,22 +305,88 @@ export interface AppliedChanges {
   readonly tree: Tree;
   /** Nodes that became ready to build: enqueue exactly these (seed 002 §4.1 readiness, seed 000 §10 scheduling). */
   readonly ready: readonly NodeAddress[];
-  readonly viewRevision: ViewRevision | undefined;
+  /** The view revision after the changes (a new one when the view changed). */
+  readonly viewRevision: number;
+}
+
+/** A tree locked for change in the caller's transaction, with its latest view revision. */
+export interface LockedTree {
+  readonly tree: Tree;
+  readonly latest: ViewRevision | undefined;
 }
 
 /**
- * Applies changes to a tree whose row the caller has locked in this transaction (`findTree(..., true)`): records the
- * events, inserts built nodes, folds the view and persists one new view revision when the view changed, and returns
- * the nodes that became ready. Concurrent writers serialize on the tree row, so every readiness decision sees the
- * committed state of the other writers.
+ * Locks a tree's row (FOR UPDATE), then reads its latest view revision. Every writer of a tree (sealing leaves,
+ * committing nodes) goes through here, so readiness decisions and folds see each other's commits.
+ *
+ * Two statements on purpose: under READ COMMITTED, a statement that waited for the row lock re-reads only the locked
+ * row; a view revision joined in the same statement would come from the snapshot taken before the wait, i.e. the
+ * revision the previous lock holder just replaced. The refold audit caught exactly that (a fold continued from a
+ * stale shrinking state). The second statement takes a fresh snapshot after the lock is held.
+ */
+export async function lockTree(
+  db: Queryable,
+  where: { treeId: number } | { sessionId: string; generation: number },
+): Promise<LockedTree | undefined> {
+  const byId = "treeId" in where;
+  const result = await db.query<TreeRow>(
+    `SELECT ${TREE_COLUMNS} FROM optchat.trees
+      WHERE ${byId ? "tree_id = $1::bigint" : "kind = 'session' AND session_id = $1::text AND generation = $2::int"}
+        FOR UPDATE`,
+    byId ? [where.treeId] : [where.sessionId, where.generation],
+  );
+  const row = result.rows[0];
+  if (!row) return undefined;
+  return { tree: toTree(row), latest: await findViewRevision(db, row.tree_id) };
+}
+
+export interface NodeJobState extends LockedTree {
+  readonly built: boolean;
+  readonly failing: boolean;
+}
+
+/** What a node job needs to know before it starts, in one round trip (no lock). */
+export async function inspectNodeJob(
+  db: Queryable,
+  treeId: number,
+  node: NodeAddress,
+): Promise<NodeJobState | undefined> {
+  const result = await db.query<Record<string, unknown>>(
+    `SELECT ${TREE_COLUMNS.split(", ")
+      .map((c) => `t.${c}`)
+      .join(", ")},
+            ${VIEW_COLUMNS.split(", ")
+              .map((c) => `v.${c} AS v_${c}`)
+              .join(", ")},
+            EXISTS (SELECT 1 FROM optchat.nodes n WHERE n.tree_id = t.tree_id AND n.level = $2::int AND n.idx = $3::bigint) AS built,
+            EXISTS (SELECT 1 FROM optchat.node_failures f WHERE f.tree_id = t.tree_id AND f.level = $2::int AND f.idx = $3::bigint) AS failing
+       FROM optchat.trees t
+       LEFT JOIN LATERAL (SELECT * FROM optchat.view_revisions r WHERE r.tree_id = t.tree_id ORDER BY r.revision DESC LIMIT 1) v ON true
+      WHERE t.tree_id = $1::bigint`,
+    [treeId, node.level, node.index],
+  );
+  const row = result.rows[0];
+  if (!row) return undefined;
+  const view = Object.fromEntries(VIEW_COLUMNS.split(", ").map((c) => [c, row[`v_${c}`]])) as unknown as ViewRow;
+  return {
+    tree: toTree(row as unknown as TreeRow),
+    latest: view.revision === null ? undefined : toViewRevision(view),
+    built: row.built as boolean,
+    failing: row.failing as boolean,
+  };
+}
+
+/**
+ * Applies changes to a tree locked by `lockTree` in this transaction: inserts built nodes, folds the view with every
+ * event, and in one final statement records the events, persists a new view revision when the view changed, updates
+ * the tree's counters and announces the change (NOTIFY, delivered on commit). Returns the nodes that became ready.
  */
 export async function applyTreeChanges(
   db: Queryable,
-  tree: Tree,
+  { tree, latest }: LockedTree,
   changes: readonly TreeChange[],
   params: FoldParams,
 ): Promise<AppliedChanges> {
-  const latest = await findViewRevision(db, tree.treeId);
   let state: FoldState = latest
     ? { parts: latest.parts, leafCount: latest.leafCount, shrinking: latest.shrinking }
     : EMPTY_FOLD;
@@ -327,7 +395,7 @@ export async function applyTreeChanges(
   let eventNo = tree.eventCount;
   let changedView = false;
   const ready: NodeAddress[] = [];
-  const builtNow = new Map<string, number>(); // bytes of nodes built in this call
+  const events: { eventNo: number; event: FoldEvent }[] = [];
   // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
   // a whole batch of appends.
   const known = new Map<string, number | undefined>();
@@ -347,8 +415,7 @@ export async function applyTreeChanges(
     } else {
       const node = { level: change.node.level, index: change.node.index };
       await insertNode(db, tree.treeId, change.node, eventNo);
-      builtNow.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
-      known.set(nodeKey(node), builtNow.get(nodeKey(node)));
+      known.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
       event = { type: "built", node };
       if (node.level === 0) {
         if (node.index !== builtLeaves)
@@ -356,73 +423,75 @@ export async function applyTreeChanges(
         builtLeaves += 1;
         if (leafReady(builtLeaves, leafCount, builtLeaves)) ready.push({ level: 0, index: builtLeaves });
       }
-      const parent = parentOf(node);
-      if (endOf(parent) <= leafCount) {
-        const sibling = siblingOf(node);
-        const siblingBuilt = builtNow.has(nodeKey(sibling)) || (await nodeExists(db, tree.treeId, sibling));
-        if (parentReady(parent, siblingBuilt, builtLeaves)) ready.push(parent);
-      }
     }
-    await db.query(
-      "INSERT INTO optchat.tree_events (tree_id, event_no, kind, level, idx) VALUES ($1::bigint, $2::bigint, $3::text, $4::int, $5::bigint)",
-      [
-        tree.treeId,
-        eventNo,
-        event.type,
-        event.type === "append" ? 0 : event.node.level,
-        event.type === "append" ? event.index : event.node.index,
-      ],
-    );
+    events.push({ eventNo, event });
     const before = state;
-    const result = await foldWithLoadedSizes(db, tree.treeId, state, event, params, known);
-    state = result.state;
+    // A built node's sibling decides whether their parent is ready: load it with the fold's first round.
+    const sibling = event.type === "built" ? siblingOf(event.node) : undefined;
+    state = (await foldWithLoadedSizes(db, tree.treeId, state, event, params, known, sibling ? [sibling] : [])).state;
+    if (event.type === "built" && sibling) {
+      const parent = parentOf(event.node);
+      const siblingBuilt = known.get(nodeKey(sibling)) !== undefined;
+      if (endOf(parent) <= leafCount && parentReady(parent, siblingBuilt, builtLeaves)) ready.push(parent);
+    }
     const showsBuiltPart =
       event.type === "built" && state.parts.some((p) => p.level === event.node.level && p.index === event.node.index);
     if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
   }
 
-  let viewRevision: ViewRevision | undefined;
-  let revisionNo = tree.viewRevision;
-  if (changedView || !latest) {
-    revisionNo += 1;
-    // Every part's size is in `known`: the fold measured the whole view.
-    const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
-    const bytes = viewBytes(state.parts, bytesOf);
-    const unbuilt = state.parts.filter((part) => bytesOf(part) === undefined).length;
-    const inserted = await db.query<ViewRow>(
-      `INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt,
-                                           upper_bytes, lower_bytes)
-       VALUES ($1::bigint, $2::int, $3::bigint, $4::bigint, $5::int[], $6::bigint[], $7::int, $8::boolean, $9::int, $10::int, $11::int)
-       RETURNING ${VIEW_COLUMNS}`,
-      [
-        tree.treeId,
-        revisionNo,
-        eventNo,
-        state.leafCount,
-        state.parts.map((p) => p.level),
-        state.parts.map((p) => p.index),
-        bytes,
-        state.shrinking,
-        unbuilt,
-        params.upperBytes,
-        params.lowerBytes,
-      ],
-    );
-    viewRevision = toViewRevision(inserted.rows[0] as ViewRow);
-  }
+  const newRevision = changedView || !latest;
+  const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
+  // Every part's size is in `known`: the fold measured the whole view.
+  const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
   const updated = await db.query<TreeRow>(
-    `UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint, view_revision = $5::int
-      WHERE tree_id = $1::bigint RETURNING ${TREE_COLUMNS}`,
-    [tree.treeId, leafCount, builtLeaves, eventNo, revisionNo],
+    `WITH recorded AS (
+       INSERT INTO optchat.tree_events (tree_id, event_no, kind, level, idx)
+       SELECT $1::bigint, * FROM unnest($6::bigint[], $7::text[], $8::int[], $9::bigint[])
+     ), revision AS (
+       INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt,
+                                           upper_bytes, lower_bytes)
+       SELECT $1::bigint, $5::int, $4::bigint, $2::bigint, $11::int[], $12::bigint[], $13::int, $14::boolean, $15::int,
+              $16::int, $17::int
+        WHERE $10::boolean
+     )
+     UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint, view_revision = $5::int
+      WHERE tree_id = $1::bigint
+     RETURNING ${TREE_COLUMNS}, pg_notify('${TREE_CHANNEL}', tree_id::text)`,
+    [
+      tree.treeId,
+      leafCount,
+      builtLeaves,
+      eventNo,
+      revisionNo,
+      events.map((e) => e.eventNo),
+      events.map((e) => e.event.type),
+      events.map((e) => (e.event.type === "append" ? 0 : e.event.node.level)),
+      events.map((e) => (e.event.type === "append" ? e.event.index : e.event.node.index)),
+      newRevision,
+      state.parts.map((p) => p.level),
+      state.parts.map((p) => p.index),
+      viewBytes(state.parts, bytesOf),
+      state.shrinking,
+      state.parts.filter((part) => bytesOf(part) === undefined).length,
+      params.upperBytes,
+      params.lowerBytes,
+    ],
   );
-  return { tree: toTree(updated.rows[0] as TreeRow), ready, viewRevision };
+  return { tree: toTree(updated.rows[0] as TreeRow), ready, viewRevision: revisionNo };
 }
 
-/**
- * Runs the pure fold with node sizes loaded from the database. The fold asks for sizes as it goes (a merge exposes a
- * new pair whose parent was not asked about before), so it is re-run with the newly asked sizes until it asks for
- * nothing new; it is deterministic, so the last run is the answer. Typically one or two rounds.
- */
+async function loadSizes(
+  db: Queryable,
+  treeId: number,
+  known: Map<string, number | undefined>,
+  addresses: readonly NodeAddress[],
+): Promise<void> {
+  const missing = addresses.filter((address) => !known.has(nodeKey(address)));
+  if (missing.length === 0) return;
+  const found = await findNodes(db, treeId, missing);
+  for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
+}
+
 async function foldWithLoadedSizes(
   db: Queryable,
   treeId: number,
@@ -430,20 +499,16 @@ async function foldWithLoadedSizes(
   event: FoldEvent,
   params: FoldParams,
   known: Map<string, number | undefined>,
+  alsoLoad: readonly NodeAddress[],
 ) {
-  const load = async (addresses: readonly NodeAddress[]) => {
-    const missing = addresses.filter((address) => !known.has(nodeKey(address)));
-    if (missing.length === 0) return;
-    const found = await findNodes(db, treeId, missing);
-    for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
-  };
+  const load = (addresses: readonly NodeAddress[]) => loadSizes(db, treeId, known, addresses);
   const initial = [...state.parts, ...(event.type === "append" ? [{ level: 0, index: event.index }] : [])];
   const pairParents: NodeAddress[] = [];
   for (let k = 0; k + 1 < initial.length; k++) {
     const a = initial[k] as NodeAddress;
     if (a.index % 2 === 0 && (initial[k + 1] as NodeAddress).level === a.level) pairParents.push(parentOf(a));
   }
-  await load([...initial, ...pairParents]);
+  await load([...initial, ...pairParents, ...alsoLoad]);
   for (;;) {
     const asked: NodeAddress[] = [];
     const bytesOf: NodeBytes = (node) => {

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { auditTreeViews } from "../../src/memory/audit.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type WorkerProcess, startWorkerProcess, useTestMemory } from "../helpers.js";
+import { startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
 
 const VIEW_BYTES = 6000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
@@ -32,7 +32,9 @@ describe("compactor: three worker processes sharing the queue", () => {
     workers.push(...(await Promise.all([1, 2, 3].map(() => startWorkerProcess(db.url, env)))));
 
     const sessions = await Promise.all(
-      Array.from({ length: SESSIONS }, (_, s) => db.memory.openSession({ host: "test", hostSessionId: `w${s}`, projectId: "prj_workers" })),
+      Array.from({ length: SESSIONS }, (_, s) =>
+        db.memory.openSession({ host: "test", hostSessionId: `w${s}`, projectId: "prj_workers" }),
+      ),
     );
     // Ingest while the workers run, in batches of 25 per session, sessions interleaved.
     for (let from = 0; from < PER_SESSION; from += 25) {
@@ -65,7 +67,9 @@ describe("compactor: three worker processes sharing the queue", () => {
     let open = -1;
     while (Date.now() < deadline) {
       open = (
-        await pool.query("SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' AND state IN ('created', 'retry', 'active')")
+        await pool.query(
+          "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' AND state IN ('created', 'retry', 'active')",
+        )
       ).rows[0].n;
       if (open === 0) break;
       await new Promise((resolve) => setTimeout(resolve, 200));
@@ -75,7 +79,11 @@ describe("compactor: three worker processes sharing the queue", () => {
     const nodes = await pool.query(
       "SELECT count(*)::int AS n, count(DISTINCT (tree_id, level, idx))::int AS distinct_nodes, max(revision)::int AS max_revision FROM optchat.nodes",
     );
-    expect(nodes.rows[0]).toEqual({ n: SESSIONS * fullTreeNodes(PER_SESSION), distinct_nodes: SESSIONS * fullTreeNodes(PER_SESSION), max_revision: 0 });
+    expect(nodes.rows[0]).toEqual({
+      n: SESSIONS * fullTreeNodes(PER_SESSION),
+      distinct_nodes: SESSIONS * fullTreeNodes(PER_SESSION),
+      max_revision: 0,
+    });
     const jobs = await pool.query(
       "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' AND state = 'completed'",
     );

@@ -1,0 +1,102 @@
+import { describe, expect, it } from "vitest";
+import { NODE_BYTES, SIZE_TRIES } from "../../src/core/summary.js";
+import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
+import { eventually, useTestMemory } from "../helpers.js";
+
+const db = useTestMemory({ failureRetrySeconds: 1 });
+const LONG = `user: please keep the retry policy at three attempts. ${"because the broker redelivers anyway; ".repeat(40)}`;
+
+async function sessionWithOneLongMessage(name: string) {
+  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_failures" });
+  await db.memory.ingest({
+    sessionId: session.sessionId,
+    turnId: "t1",
+    kind: "user",
+    finalization: { hostSessionId: name, messageId: "m0" },
+    occurredAt: "2026-11-20T10:00:00Z",
+    content: LONG,
+  });
+  return session;
+}
+
+async function leafRow(sessionId: string) {
+  const { rows } = await db.memory.pool.query(
+    `SELECT n.text, n.byte_length, n.attempts, n.overshoot, n.summarizer, n.revision
+       FROM optchat.nodes n JOIN optchat.trees t USING (tree_id) WHERE t.session_id = $1 AND n.level = 0 AND n.idx = 0`,
+    [sessionId],
+  );
+  return rows;
+}
+
+describe("compactor failures", () => {
+  it("keeps the shortest try of a summarizer that always overshoots, flagged, after the retry limit", async () => {
+    const session = await sessionWithOneLongMessage("overshoot");
+    const worker = await startWorker(db.memory, { ...db.config, summarizer: "fake:overshoot=40" }, () => {});
+    try {
+      await db.memory.settle(session.sessionId, { timeoutMs: 20_000 });
+      expect(await leafRow(session.sessionId)).toEqual([
+        {
+          text: expect.any(String),
+          byte_length: NODE_BYTES + 40 - 5 * (SIZE_TRIES - 1),
+          attempts: SIZE_TRIES,
+          overshoot: true,
+          summarizer: "fake-extractive/1",
+          revision: 0,
+        },
+      ]);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it("leaves a visible failing job, the sources intact and settle reporting MEMORY_NOT_READY, then recovers", async () => {
+    const session = await sessionWithOneLongMessage("failing");
+    const events: CompactorEvent[] = [];
+    const failing = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
+    try {
+      // Retried after the fixed delay (1 s here), forever, and reported once.
+      const failures = await eventually(
+        async () => {
+          const { rows } = await db.memory.pool.query("SELECT failures, last_error FROM optchat.node_failures");
+          return rows[0]?.failures >= 3 ? rows[0] : undefined;
+        },
+        20_000,
+        "three failures",
+      );
+      expect(failures.last_error).toMatch(/configured to fail every call/);
+      expect(events.filter((e) => e.type === "failure")).toHaveLength(1);
+
+      const settled = db.memory.settle(session.sessionId, { timeoutMs: 500 });
+      await expect(settled).rejects.toMatchObject({
+        code: "MEMORY_NOT_READY",
+        details: {
+          pending: 1,
+          firstPending: 0,
+          failing: [{ ref: "0+1", lastError: expect.stringMatching(/fail every call/) }],
+        },
+      });
+      await expect(settled).rejects.toThrow(/not summarized yet; failing: 0\+1/);
+      // The source is untouched and readable whole.
+      const page = await db.memory.readPayload({ sessionId: session.sessionId, generation: 0, seq: 0 });
+      expect(page).toMatchObject({ text: LONG, complete: true });
+      expect(await leafRow(session.sessionId)).toEqual([]);
+      // The job is still there, waiting for its next try: nothing is dropped.
+      const { rows } = await db.memory.pool.query(
+        "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' AND state IN ('created', 'retry', 'active')",
+      );
+      expect(rows[0].n).toBe(1);
+    } finally {
+      await failing.stop();
+    }
+
+    const healthy = await startWorker(db.memory, db.config, () => {});
+    try {
+      await db.memory.settle(session.sessionId, { timeoutMs: 20_000 });
+      expect(await leafRow(session.sessionId)).toHaveLength(1);
+      const { rows } = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.node_failures");
+      expect(rows[0].n).toBe(0);
+    } finally {
+      await healthy.stop();
+    }
+  });
+});

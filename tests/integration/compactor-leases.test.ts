@@ -1,0 +1,108 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { eventually, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+
+const db = useTestMemory();
+const workers: WorkerProcess[] = [];
+afterAll(async () => {
+  for (const w of workers) {
+    if (w.child.exitCode === null) {
+      w.child.kill("SIGCONT");
+      w.child.kill("SIGKILL");
+    }
+  }
+});
+
+async function start(env: Record<string, string> = {}): Promise<WorkerProcess> {
+  const worker = await startWorkerProcess(db.url, { OPTCHAT_WORKER_CONCURRENCY: "2", ...env });
+  workers.push(worker);
+  return worker;
+}
+
+async function ingestLong(name: string): Promise<string> {
+  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_leases" });
+  await db.memory.ingest({
+    sessionId: session.sessionId,
+    turnId: "t1",
+    kind: "assistant",
+    finalization: { hostSessionId: name, messageId: "m0" },
+    occurredAt: "2026-11-20T10:00:00Z",
+    content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
+  });
+  return session.sessionId;
+}
+
+async function activeJob(): Promise<{ id: string; retry_count: number }> {
+  return await eventually(
+    async () => {
+      const { rows } = await db.memory.pool.query(
+        "SELECT id, retry_count FROM pgboss.job WHERE name = 'optchat-node' AND state = 'active'",
+      );
+      return rows[0];
+    },
+    20_000,
+    "an active node job",
+  );
+}
+
+async function leafRows(sessionId: string) {
+  const { rows } = await db.memory.pool.query(
+    "SELECT n.revision, n.job_id, n.job_attempt FROM optchat.nodes n JOIN optchat.trees t USING (tree_id) WHERE t.session_id = $1 AND n.level = 0",
+    [sessionId],
+  );
+  return rows;
+}
+
+describe("compactor leases", () => {
+  it("re-runs the job of a SIGKILLed worker on another worker within 15 s", async () => {
+    const slow = await start({ OPTCHAT_SUMMARIZER: "fake:delay=120000" });
+    const sessionId = await ingestLong("killed");
+    const job = await activeJob();
+    slow.child.kill("SIGKILL");
+    const killedAt = Date.now();
+    await start();
+    const rows = await eventually(
+      async () => {
+        const found = await leafRows(sessionId);
+        return found.length > 0 ? found : undefined;
+      },
+      30_000,
+      "the node built by the second worker",
+    );
+    const seconds = (Date.now() - killedAt) / 1000;
+    expect(seconds).toBeLessThan(15);
+    expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
+    console.info(`compactor-leases: node rebuilt ${seconds.toFixed(1)} s after SIGKILL`);
+  }, 60_000);
+
+  it("does not let a worker that was paused past its lease commit (fencing)", async () => {
+    for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
+    const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=4000" });
+    const sessionId = await ingestLong("paused");
+    const job = await activeJob();
+    paused.child.kill("SIGSTOP"); // no heartbeats from here on: the claim expires
+    const other = await start();
+    const rows = await eventually(
+      async () => {
+        const found = await leafRows(sessionId);
+        return found.length > 0 ? found : undefined;
+      },
+      40_000,
+      "the node built by the other worker",
+    );
+    expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
+
+    // The paused worker wakes up with its summary done and tries to commit with its stale attempt.
+    paused.child.kill("SIGCONT");
+    const lost = await eventually(
+      async () => paused.events.find((e) => e.type === "lease_lost"),
+      20_000,
+      "lease_lost from the paused worker",
+    );
+    expect(lost).toMatchObject({ ref: "0+1", jobId: job.id });
+    expect(await leafRows(sessionId)).toEqual(rows); // nothing overwritten, nothing duplicated
+    expect(other.events.filter((e) => e.type === "built" && e.ref === "0+1")).toHaveLength(1);
+    paused.child.kill("SIGTERM");
+    other.child.kill("SIGTERM");
+    expect(await paused.exited).toMatchObject({ code: 0 });
+  }, 90_000);
+});

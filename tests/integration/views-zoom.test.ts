@@ -1,0 +1,160 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { tilingProblem } from "../../src/core/fold.js";
+import { type NodeAddress, parseRef } from "../../src/core/tree.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import { type Memory, openMemory } from "../../src/memory/service.js";
+import { viewAsText } from "../../src/memory/views.js";
+import { startWorker } from "../../src/memory/worker.js";
+import { eventually, runCli, useTestMemory } from "../helpers.js";
+
+const VIEW_BYTES = 3000;
+const db = useTestMemory({ viewBytes: VIEW_BYTES });
+const MESSAGES = 100;
+const originals: string[] = [];
+let sessionId = "";
+
+function message(n: number): string {
+  const base = `message ${n}: ${n % 5 === 0 ? "the user decides" : "the agent reports"} item ${n * 13}.`;
+  return n % 4 === 0 ? `${base} ${"with a long explanation ".repeat(30)}` : base;
+}
+
+async function drained(memory: Memory): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await memory.pool.query(
+        "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' AND state IN ('created', 'retry', 'active')",
+      );
+      return rows[0].n === 0 ? true : undefined;
+    },
+    60_000,
+    "an empty node queue",
+  );
+}
+
+beforeAll(async () => {
+  const session = await db.memory.openSession({ host: "test", hostSessionId: "zoom", projectId: "prj_zoom" });
+  sessionId = session.sessionId;
+  for (let n = 0; n < MESSAGES; n++) originals.push(message(n));
+  await db.memory.ingestMany(
+    originals.map((content, n) => ({
+      sessionId,
+      turnId: `t${n >> 2}`,
+      kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
+      finalization: { hostSessionId: "zoom", messageId: `m${n}` },
+      occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+      content,
+    })),
+  );
+  const worker = await startWorker(db.memory, db.config, () => {});
+  await db.memory.settle(sessionId, { timeoutMs: 60_000 });
+  await drained(db.memory);
+  await worker.stop();
+});
+
+describe("zoom", () => {
+  it("reaches the exact source payload from every view line in log2(n) steps", async () => {
+    const view = await db.memory.view(sessionId);
+    expect(view.unbuilt).toBe(0);
+    expect(view.bytes).toBeLessThanOrEqual(VIEW_BYTES);
+    expect(view.lines.some((line) => line.level >= 3)).toBe(true); // the view really is coarse somewhere
+    for (const [k, line] of view.lines.entries()) {
+      let ref = line.ref;
+      let steps = 0;
+      for (;;) {
+        const opened = await db.memory.zoom(sessionId, ref);
+        steps += 1;
+        if (opened.kind === "record") {
+          const page = await db.memory.readPayload(
+            { sessionId, generation: 0, seq: opened.seq },
+            { maxBytes: 1 << 20 },
+          );
+          expect(page.text).toBe(originals[opened.seq]);
+          break;
+        }
+        // Alternate between the left and right child so that different paths are walked.
+        const next = opened.lines[(k + steps) % 2];
+        if (!next) throw new Error("zoom returned fewer than two lines");
+        ref = next.ref;
+      }
+      expect(steps).toBe(line.level + 1); // log2(n) openings, then the message itself
+    }
+  });
+
+  it("rejects refs that are not lines of the tree", async () => {
+    for (const ref of ["3+2", "0+3", "96+8", "abc", "-1+1", `${MESSAGES}+1`]) {
+      await expect(db.memory.zoom(sessionId, ref)).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
+    }
+  });
+
+  it("projects to a smaller budget without changing the canonical view, or says how small it can get", async () => {
+    const canonical = await db.memory.view(sessionId);
+    const tiny = await db.memory.view(sessionId, { budget: 10 });
+    expect(tiny.projection).toMatchObject({ budget: 10, fits: false, minimalBytes: tiny.bytes });
+    expect(tiny.bytes).toBeGreaterThan(10);
+    // The smallest cover still tiles all 100 messages, with at least one line per set bit of 100 (64 + 32 + 4).
+    expect(
+      tilingProblem(
+        tiny.lines.map((line) => parseRef(line.ref) as NodeAddress),
+        MESSAGES,
+      ),
+    ).toBeUndefined();
+    expect(tiny.lines.length).toBeGreaterThanOrEqual(3);
+
+    const budget = Math.floor((tiny.bytes + canonical.bytes) / 2);
+    const projected = await db.memory.view(sessionId, { budget });
+    expect(projected.projection).toMatchObject({ budget, fits: true });
+    expect(projected.bytes).toBeLessThanOrEqual(budget);
+    expect(projected.lines.length).toBeLessThan(canonical.lines.length);
+    expect(await db.memory.view(sessionId)).toEqual(canonical);
+    // Cached per (revision, budget).
+    const { rows } = await db.memory.pool.query("SELECT budget, fits FROM optchat.view_projections ORDER BY budget");
+    expect(rows).toEqual([
+      { budget: 10, fits: false },
+      { budget, fits: true },
+    ]);
+  });
+
+  it("is available from the CLI as the model sees it", async () => {
+    const env = { DATABASE_URL: db.url, OPTCHAT_VIEW_BYTES: String(VIEW_BYTES) };
+    const view = await runCli(["view", sessionId], env);
+    expect(view.code, view.stderr).toBe(0);
+    expect(view.stdout.trimEnd()).toBe(viewAsText(await db.memory.view(sessionId)));
+    const first = (await db.memory.view(sessionId)).lines.find((line) => line.level > 0);
+    const zoom = await runCli(["zoom", sessionId, first?.ref as string], env);
+    expect(zoom.stdout.trimEnd().split("\n")).toHaveLength(2);
+    const leaf = await runCli(["zoom", sessionId, "4+1"], env);
+    expect(leaf.stdout).toContain(originals[4]);
+    const tooSmall = await runCli(["view", sessionId, "--budget", "10"], env);
+    expect(tooSmall.code).toBe(3);
+    expect(tooSmall.stderr).toMatch(/does not fit: the smallest cover is \d+ bytes/);
+  });
+});
+
+describe("restart", () => {
+  it("reloads views and refs byte-identical and regenerates nothing", async () => {
+    const nodesBefore = await db.memory.pool.query(
+      "SELECT tree_id, level, idx, revision, text, built_at FROM optchat.nodes ORDER BY 1, 2, 3, 4",
+    );
+    const jobsBefore = await db.memory.pool.query("SELECT count(*)::int AS n FROM pgboss.job");
+    const viewBefore = viewAsText(await db.memory.view(sessionId));
+    const zoomBefore = await db.memory.zoom(sessionId, "0+2");
+
+    // Everything stops; a new process opens the same database and runs a worker for a while.
+    const reopened = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, viewBytes: VIEW_BYTES } }));
+    try {
+      const worker = await startWorker(reopened, db.config, () => {});
+      await new Promise((resolve) => setTimeout(resolve, 2000));
+      await worker.stop();
+      expect(viewAsText(await reopened.view(sessionId))).toBe(viewBefore);
+      expect(await reopened.zoom(sessionId, "0+2")).toEqual(zoomBefore);
+      const nodesAfter = await reopened.pool.query(
+        "SELECT tree_id, level, idx, revision, text, built_at FROM optchat.nodes ORDER BY 1, 2, 3, 4",
+      );
+      expect(nodesAfter.rows).toEqual(nodesBefore.rows);
+      const jobsAfter = await reopened.pool.query("SELECT count(*)::int AS n FROM pgboss.job");
+      expect(jobsAfter.rows[0].n).toBe(jobsBefore.rows[0].n);
+    } finally {
+      await reopened.close();
+    }
+  });
+});

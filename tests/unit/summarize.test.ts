@@ -1,0 +1,130 @@
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { runStep, summarizeLeaf, summarizeParent } from "../../src/compactor/summarize.js";
+import { createFakeSummarizer, type Summarizer } from "../../src/compactor/summarizer.js";
+import {
+  buildSummaryRequest,
+  type ChatMessage,
+  chunkText,
+  cutToBytes,
+  NODE_BYTES,
+  SCALE_LINE,
+  SIZE_TRIES,
+  utf8Bytes,
+} from "../../src/core/summary.js";
+
+/** A summarizer that answers from a script and records every request it got. */
+function scripted(answers: readonly string[], windowBytes = 64 * 1024): Summarizer & { requests: ChatMessage[][] } {
+  const requests: ChatMessage[][] = [];
+  let n = 0;
+  return {
+    identity: "scripted",
+    windowBytes,
+    requests,
+    async complete(messages) {
+      requests.push([...messages]);
+      return answers[Math.min(n++, answers.length - 1)] as string;
+    },
+  };
+}
+
+describe("summary requests", () => {
+  it("show a scale line of exactly NODE_BYTES and no ids or ranges", () => {
+    expect(utf8Bytes(SCALE_LINE)).toBe(NODE_BYTES);
+    const [system, user] = buildSummaryRequest(["user: first line", "assistant: second\nline"], {
+      type: "merge",
+      left: "user: a",
+      right: "assistant: b",
+    });
+    expect(system?.role).toBe("system");
+    expect(user?.content).toContain("<chat>\nuser: first line\nassistant: second line\n</chat>");
+    expect(user?.content).not.toMatch(/\d+\+\d+\|/);
+  });
+
+  it("cut text only at code point boundaries", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "grapheme" }), fc.nat(600), (text, limit) => {
+        const cut = cutToBytes(text, limit);
+        expect(utf8Bytes(cut)).toBeLessThanOrEqual(limit);
+        expect(text.startsWith(cut)).toBe(true);
+        expect(cut).not.toContain("\uFFFD");
+      }),
+    );
+  });
+
+  it("chunk a long message into parts that give the text back exactly", () => {
+    fc.assert(
+      fc.property(fc.string({ unit: "grapheme", maxLength: 3000 }), fc.integer({ min: 8, max: 400 }), (text, max) => {
+        const parts = chunkText(text, max);
+        expect(parts.join("")).toBe(text);
+        for (const part of parts) expect(utf8Bytes(part)).toBeLessThanOrEqual(max);
+      }),
+    );
+  });
+});
+
+describe("size enforcement (seed 002 §4.3)", () => {
+  it("retries in the same conversation, showing where the limit cuts, and keeps a line that fits", async () => {
+    const long = `user: ${"wörd ".repeat(120)}`; // 2-byte characters, so the cut must respect code points
+    const summarizer = scripted([long, "user: short enough"]);
+    const result = await runStep(summarizer, ["assistant: context"], {
+      type: "compress",
+      kind: "user",
+      text: "x".repeat(2000),
+    });
+    expect(result).toMatchObject({ text: "user: short enough", calls: 2, overshoot: false });
+    const retry = summarizer.requests[1] as ChatMessage[];
+    expect(retry.slice(0, 2)).toEqual(summarizer.requests[0]);
+    expect(retry[2]).toEqual({ role: "assistant", content: long.trim() });
+    const feedback = retry[3]?.content as string;
+    expect(feedback).toContain(`That line is ${utf8Bytes(long.trim())} bytes; the limit is ${NODE_BYTES}.`);
+    const shown = feedback.slice(feedback.indexOf("\n") + 1, feedback.lastIndexOf("| <- LIMIT"));
+    expect(shown).toBe(cutToBytes(long.trim(), NODE_BYTES));
+    expect(long.trim().startsWith(shown)).toBe(true);
+  });
+
+  it("keeps the shortest try after the retry limit and flags it", async () => {
+    const summarizer = createFakeSummarizer({ overshootBytes: 40 });
+    const result = await runStep(summarizer, [], { type: "compress", kind: "assistant", text: "word ".repeat(400) });
+    expect(result.calls).toBe(SIZE_TRIES);
+    expect(result.overshoot).toBe(true);
+    expect(utf8Bytes(result.text)).toBe(NODE_BYTES + 40 - 5 * (SIZE_TRIES - 1));
+  });
+
+  it("fails on an empty answer instead of storing it", async () => {
+    await expect(
+      runStep(scripted(["   "]), [], { type: "compress", kind: "user", text: "x".repeat(900) }),
+    ).rejects.toThrow(/empty line/);
+  });
+});
+
+describe("leaves and parents", () => {
+  it("are free when they fit: verbatim leaf, children joined by a newline", async () => {
+    const summarizer = scripted(["never used"]);
+    expect(await summarizeLeaf(summarizer, [], "user", "use the broker")).toMatchObject({
+      text: "user: use the broker",
+      calls: 0,
+    });
+    expect(await summarizeParent(summarizer, [], "user: a", "assistant: b")).toMatchObject({
+      text: "user: a\nassistant: b",
+      calls: 0,
+    });
+    expect(summarizer.requests).toEqual([]);
+  });
+
+  it("summarize a message larger than the window through a recorded chunking tree over all of it", async () => {
+    const summarizer = createFakeSummarizer({ windowBytes: 4096 });
+    const text = Array.from({ length: 300 }, (_, i) => `line ${i}: build output with detail ${i * 7}`).join("\n");
+    const result = await summarizeLeaf(summarizer, [], "tool_result", text);
+    const leaves = result.chunks.filter((c) => c.chunkLevel === 0);
+    expect(leaves.length).toBeGreaterThan(2);
+    // The parts tile the whole message: nothing was clipped.
+    expect(leaves[0]?.charStart).toBe(0);
+    for (let k = 1; k < leaves.length; k++) expect(leaves[k]?.charStart).toBe(leaves[k - 1]?.charEnd);
+    expect(leaves[leaves.length - 1]?.charEnd).toBe(text.length);
+    const top = result.chunks[result.chunks.length - 1];
+    expect(top).toMatchObject({ charStart: 0, charEnd: text.length, text: result.text });
+    expect(utf8Bytes(result.text)).toBeLessThanOrEqual(NODE_BYTES);
+    expect(result.calls).toBeGreaterThanOrEqual(leaves.length);
+  });
+});

@@ -2,11 +2,10 @@ import { parseArgs } from "node:util";
 import { isOptchatError, OptchatError } from "../core/errors.js";
 import { type Config, redactUrl, resolveConfig } from "../memory/config.js";
 import { migrateAll } from "../memory/migrate.js";
-import { expectedSchemaVersion, openMemory, type PayloadPage } from "../memory/service.js";
+import { openMemory, type PayloadPage } from "../memory/service.js";
+import { readStatus } from "../memory/status.js";
 import { lineAsText, viewAsText } from "../memory/views.js";
 import { startWorker } from "../memory/worker.js";
-import { connectClient } from "../store/db.js";
-import { readStoreStatus } from "../store/status.js";
 
 const USAGE = `optchat — shared, never-ending memory for OpenCode, kept in PostgreSQL
 
@@ -244,36 +243,21 @@ async function migrateCommand(args: readonly string[], config: Config, output: O
 
 async function statusCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
   options(args);
-  const client = await connectClient(config.databaseUrl, "optchat-status");
-  try {
-    const status = await readStoreStatus(client);
-    const expected = expectedSchemaVersion();
-    const upToDate = status.schemaVersion >= expected;
-    if (output.json) {
-      output.out(
-        JSON.stringify({
-          ok: upToDate,
-          url: redactUrl(config.databaseUrl),
-          expectedSchemaVersion: expected,
-          ...status,
-        }),
-      );
-    } else {
-      output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
-      output.out(
-        `schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`,
-      );
-      const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
-      for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
-    }
-    if (!upToDate) {
-      throw new OptchatError(
-        "SCHEMA_OUT_OF_DATE",
-        `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``,
-      );
-    }
-    return 0;
-  } finally {
-    await client.end().catch(() => {});
+  const status = await readStatus(config.databaseUrl);
+  const expected = status.expectedSchemaVersion;
+  const upToDate = status.schemaVersion >= expected;
+  if (output.json) {
+    output.out(JSON.stringify({ ok: upToDate, url: redactUrl(config.databaseUrl), ...status }));
+  } else {
+    output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
+    output.out(`schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`);
+    const jobs = Object.entries(status.jobs).map(([state, n]) => `${state} ${n}`).join(", ");
+    output.out(`compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}`);
+    const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
+    for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
   }
+  if (!upToDate) {
+    throw new OptchatError("SCHEMA_OUT_OF_DATE", `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``);
+  }
+  return 0;
 }

@@ -7,6 +7,12 @@ export interface StoreStatus {
   readonly schemaVersion: number;
   /** Row counts of every table in the optchat schema (the migrations bookkeeping table excluded). */
   readonly tables: Readonly<Record<string, number>>;
+  /** Compactor jobs by pg-boss state (absent when the queue is not installed). */
+  readonly jobs: Readonly<Record<string, number>>;
+  /** Nodes whose summary keeps failing, with the first and last error time. */
+  readonly failingNodes: number;
+  /** Messages sealed but not summarized yet, over all session trees. */
+  readonly pendingLeaves: number;
 }
 
 export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
@@ -34,10 +40,31 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
       for (const row of counts.rows) tables[row.table_name] = row.rows;
     }
   }
+  const jobs: Record<string, number> = {};
+  let failingNodes = 0;
+  let pendingLeaves = 0;
+  const queue = await db.query<{ present: boolean }>("SELECT to_regclass('pgboss.job') IS NOT NULL AS present");
+  if (queue.rows[0]?.present) {
+    const states = await db.query<{ state: string; n: number }>(
+      "SELECT state::text, count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' GROUP BY state ORDER BY state",
+    );
+    for (const row of states.rows) jobs[row.state] = row.n;
+  }
+  if (schemaVersion >= 2) {
+    const health = await db.query<{ failing: number; pending: number }>(
+      `SELECT (SELECT count(*)::int FROM optchat.node_failures) AS failing,
+              (SELECT coalesce(sum(leaf_count - built_leaves), 0)::int FROM optchat.trees) AS pending`,
+    );
+    failingNodes = health.rows[0]?.failing ?? 0;
+    pendingLeaves = health.rows[0]?.pending ?? 0;
+  }
   return {
     serverVersion: server.rows[0]?.version ?? "?",
     database: server.rows[0]?.database ?? "?",
     schemaVersion,
     tables,
+    jobs,
+    failingNodes,
+    pendingLeaves,
   };
 }

@@ -60,11 +60,13 @@ describe("optchat migrate", () => {
       expectedSchemaVersion: migrationFiles.length,
     });
     expect(parsed.serverVersion).toMatch(/^\d+/);
-    expect(parsed.tables).toMatchObject({ records: 0, sessions: 0, blobs: 0, scopes: 0, generations: 0 });
+    expect(parsed.tables).toMatchObject({ records: 0, sessions: 0, blobs: 0, scopes: 0, generations: 0, nodes: 0, trees: 0 });
+    expect(parsed).toMatchObject({ jobs: {}, failingNodes: 0, pendingLeaves: 0 });
 
     const text = await runCli(["status"], { DATABASE_URL: db.url });
     expect(text.stdout).toMatch(/schema\s+version \d+ of \d+/);
     expect(text.stdout).toMatch(/records\s+0/);
+    expect(text.stdout).toMatch(/compactor\s+0 message\(s\) not summarized yet; jobs: none; failing nodes: 0/);
   });
 
   it("fails at start naming the variable and the accepted values of an invalid setting", async () => {

@@ -1,0 +1,15 @@
+import { connectClient } from "../store/db.js";
+import { type StoreStatus, readStoreStatus } from "../store/status.js";
+import { expectedSchemaVersion } from "./service.js";
+
+export type { StoreStatus };
+
+/** The store's status on a dedicated short-lived connection (works on a database that is not migrated yet). */
+export async function readStatus(databaseUrl: string): Promise<StoreStatus & { expectedSchemaVersion: number }> {
+  const client = await connectClient(databaseUrl, "optchat-status");
+  try {
+    return { ...(await readStoreStatus(client)), expectedSchemaVersion: expectedSchemaVersion() };
+  } finally {
+    await client.end().catch(() => {});
+  }
+}

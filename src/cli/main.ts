@@ -250,14 +250,23 @@ async function statusCommand(args: readonly string[], config: Config, output: Ou
     output.out(JSON.stringify({ ok: upToDate, url: redactUrl(config.databaseUrl), ...status }));
   } else {
     output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
-    output.out(`schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`);
-    const jobs = Object.entries(status.jobs).map(([state, n]) => `${state} ${n}`).join(", ");
-    output.out(`compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}`);
+    output.out(
+      `schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`,
+    );
+    const jobs = Object.entries(status.jobs)
+      .map(([state, n]) => `${state} ${n}`)
+      .join(", ");
+    output.out(
+      `compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}`,
+    );
     const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
     for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
   }
   if (!upToDate) {
-    throw new OptchatError("SCHEMA_OUT_OF_DATE", `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``);
+    throw new OptchatError(
+      "SCHEMA_OUT_OF_DATE",
+      `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``,
+    );
   }
   return 0;
 }

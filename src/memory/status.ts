@@ -1,5 +1,5 @@
 import { connectClient } from "../store/db.js";
-import { type StoreStatus, readStoreStatus } from "../store/status.js";
+import { readStoreStatus, type StoreStatus } from "../store/status.js";
 import { expectedSchemaVersion } from "./service.js";
 
 export type { StoreStatus };

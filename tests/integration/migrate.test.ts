@@ -60,7 +60,15 @@ describe("optchat migrate", () => {
       expectedSchemaVersion: migrationFiles.length,
     });
     expect(parsed.serverVersion).toMatch(/^\d+/);
-    expect(parsed.tables).toMatchObject({ records: 0, sessions: 0, blobs: 0, scopes: 0, generations: 0, nodes: 0, trees: 0 });
+    expect(parsed.tables).toMatchObject({
+      records: 0,
+      sessions: 0,
+      blobs: 0,
+      scopes: 0,
+      generations: 0,
+      nodes: 0,
+      trees: 0,
+    });
     expect(parsed).toMatchObject({ jobs: {}, failingNodes: 0, pendingLeaves: 0 });
 
     const text = await runCli(["status"], { DATABASE_URL: db.url });

@@ -17,11 +17,17 @@ import {
   serverUrlFromEnv,
 } from "./bench/common.js";
 import { runIngestBench } from "./bench/ingest.js";
+import { runTreeBench } from "./bench/tree.js";
 
 const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",
     run: runIngestBench,
+  },
+  tree: {
+    description:
+      "view fold cost and prefix sharing (synthetic), compactor calls/bytes and nodes/s next to pg-boss no-op jobs",
+    run: runTreeBench,
   },
 };
 

@@ -20,9 +20,9 @@
  */
 import pg from "pg";
 import { resolveConfig } from "../../src/memory/config.js";
+import { migrateAll } from "../../src/memory/migrate.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import { migrateDatabase } from "../../src/store/migrate.js";
 import {
   type BenchContext,
   checkpoint,
@@ -314,7 +314,7 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
   const restore = countStatements();
   let memory: Memory | undefined;
   try {
-    const migrated = await migrateDatabase(databaseUrl);
+    const migrated = await migrateAll(databaseUrl);
     note(`scratch database ${name} at schema version ${migrated.schemaVersion}`);
     const poolSize = Math.max(16, settings.clients);
     memory = await openMemory(resolveConfig({ overrides: { databaseUrl, poolSize } }), {

@@ -177,7 +177,7 @@ async function zoomCommand(args: readonly string[], config: Config, output: Outp
   const [sessionId, ref] = positionals as [string, string];
   const memory = await openMemory(config, { applicationName: "optchat-cli" });
   try {
-    const result = await memory.zoom(sessionId, ref);
+    const result = await memory.zoomSession(sessionId, ref);
     if (result.kind === "children") {
       if (output.json) output.out(JSON.stringify({ ok: true, ...result }));
       else for (const line of result.lines) output.out(lineAsText(line));

@@ -4,6 +4,14 @@ import type { Queryable } from "../store/db.js";
 
 /** One queue for every node job of every tree. */
 export const NODE_QUEUE = "optchat-node";
+/** Publication jobs: one per finished turn, inserted in the transaction that finishes it (the outbox). */
+export const PUBLISH_QUEUE = "optchat-publish";
+
+export interface PublishJobData {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly turnId: string;
+}
 
 export interface NodeJobData {
   readonly treeId: number;
@@ -53,13 +61,15 @@ export function createBoss(databaseUrl: string, role: BossRole): PgBoss {
 }
 
 export async function installQueues(boss: PgBoss): Promise<void> {
-  const existing = await boss.getQueue(NODE_QUEUE);
-  if (existing) await boss.updateQueue(NODE_QUEUE, NODE_QUEUE_OPTIONS);
-  else
-    await boss.createQueue(NODE_QUEUE, NODE_QUEUE_OPTIONS).catch(async (error) => {
-      // Another installer created it between our check and our create.
-      if (!(await boss.getQueue(NODE_QUEUE))) throw error;
-    });
+  for (const name of [NODE_QUEUE, PUBLISH_QUEUE]) {
+    const existing = await boss.getQueue(name);
+    if (existing) await boss.updateQueue(name, NODE_QUEUE_OPTIONS);
+    else
+      await boss.createQueue(name, NODE_QUEUE_OPTIONS).catch(async (error) => {
+        // Another installer created it between our check and our create.
+        if (!(await boss.getQueue(name))) throw error;
+      });
+  }
 }
 
 /** pg-boss's database adapter over one of our transaction clients, so job changes commit with our writes. */
@@ -90,13 +100,28 @@ export async function enqueueNodeJobs(
   );
 }
 
+/** Enqueues the publication of a finished turn in the caller's transaction (the outbox: it exists iff that commits). */
+export async function enqueuePublication(
+  boss: PgBoss,
+  db: Queryable,
+  data: PublishJobData,
+  startAfterSeconds = 0,
+): Promise<void> {
+  await boss.insert(
+    PUBLISH_QUEUE,
+    [{ data, ...(startAfterSeconds > 0 ? { startAfter: new Date(Date.now() + startAfterSeconds * 1000) } : {}) }],
+    { db: inTransaction(db) },
+  );
+}
+
 /** Completes a job only if this worker still holds the attempt it fetched (id + retry count); false otherwise. */
 export async function completeFenced(
   boss: PgBoss,
   db: Queryable,
   job: { id: string; retryCount: number },
+  queue: string = NODE_QUEUE,
 ): Promise<boolean> {
-  const result = await boss.complete(NODE_QUEUE, [{ id: job.id, retryCount: job.retryCount }], null, {
+  const result = await boss.complete(queue, [{ id: job.id, retryCount: job.retryCount }], null, {
     db: inTransaction(db),
   });
   // pg-boss 12.38 returns { requested, affected, ... } here; its type declares an empty interface.

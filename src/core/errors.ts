@@ -10,6 +10,7 @@ export type ErrorCode =
   | "REF_NOT_FOUND"
   | "SCOPE_DENIED"
   | "MEMORY_NOT_READY"
+  | "BUDGET_EXCEEDED"
   | "DATABASE_UNAVAILABLE"
   | "SCHEMA_OUT_OF_DATE";
 

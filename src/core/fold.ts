@@ -1,4 +1,4 @@
-import { endOf, type NodeAddress, startOf } from "./tree.js";
+import { dyadicCover, endOf, type NodeAddress, startOf } from "./tree.js";
 
 /**
  * The view fold (seed 002 §5.2, seed 000 §6). A view is an ordered list of parts (tree nodes) tiling [0, leafCount).
@@ -233,4 +233,19 @@ function solveBlock(
   const split = { parts: [...a.parts, ...b.parts], bytes: a.bytes + b.bytes };
   const own = bytesOf(block) === undefined ? undefined : partBytes(block, bytesOf);
   return own !== undefined && own < split.bytes ? { parts: [block], bytes: own } : split;
+}
+
+/**
+ * The parts of a view that cover only [0, boundary): parts before the boundary as they are, and a part that straddles
+ * it replaced by the dyadic cover of its part before the boundary (its descendants, which exist because it does).
+ * Used for a turn's own history, which must stop before the turn's own records (seed 000 §7); the canonical view is
+ * not changed.
+ */
+export function restrictToPrefix(parts: readonly NodeAddress[], boundary: number): NodeAddress[] {
+  const out: NodeAddress[] = [];
+  for (const part of parts) {
+    if (endOf(part) <= boundary) out.push(part);
+    else if (startOf(part) < boundary) out.push(...dyadicCover(startOf(part), boundary));
+  }
+  return out;
 }

@@ -82,6 +82,8 @@ export const openSessionSchema = z
     scopeId: opaqueId.optional(),
     parentSessionId: opaqueId.optional(),
     title: z.string().max(1000, "longer than 1000 characters").optional(),
+    /** 'isolated': the session neither publishes to nor reads from shared memory. */
+    sharing: z.enum(["shared", "isolated"]).optional(),
   })
   .strict()
   .refine((input) => input.projectId !== undefined || input.scopeId !== undefined, {
@@ -129,3 +131,44 @@ function fieldPath(prefix: string, path: readonly (string | number)[]): string {
   for (const part of path) out += typeof part === "number" ? `[${part}]` : out ? `.${part}` : part;
   return out || "(input)";
 }
+
+export const turnContextSchema = z.object({ sessionId: opaqueId, turnId: opaqueId });
+
+export const admitTurnSchema = z
+  .object({
+    sessionId: opaqueId,
+    turnId: opaqueId,
+    query: z.string().max(100_000, "longer than 100000 characters").optional(),
+    publishes: z.boolean().optional(),
+  })
+  .strict();
+
+export const outcomeSchema = z.enum(["completed", "interrupted", "failed"], {
+  errorMap: () => ({ message: "must be completed, interrupted or failed" }),
+});
+
+const tokens = z.number().int("not an integer").nonnegative("must not be negative");
+
+export const assembleSchema = z
+  .object({
+    windowTokens: tokens,
+    instructionsTokens: tokens,
+    activeTokens: tokens,
+    outputTokens: tokens,
+    reserveTokens: tokens,
+    previousExchange: z.boolean().optional(),
+    readiness: z.enum(["strict", "partial"]).optional(),
+    waitMs: z.number().int().min(0).max(600_000).optional(),
+  })
+  .strict();
+
+export const searchSchema = z
+  .object({
+    query: z.string().min(1, "must not be empty").max(2000, "longer than 2000 characters"),
+    sessionId: opaqueId.optional(),
+    before: z.string().max(40).optional(),
+    after: z.string().max(40).optional(),
+    cursor: z.string().max(40).optional(),
+    limit: z.number().int().min(1).max(50).optional(),
+  })
+  .strict();

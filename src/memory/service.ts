@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from "node:crypto";
 import { readdirSync } from "node:fs";
 import type { PgBoss } from "pg-boss";
+import { z } from "zod";
 import { createBoss, enqueueNodeJobs } from "../compactor/queue.js";
 import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
@@ -11,8 +12,10 @@ import {
   encodePayloadCursor,
   hashPrefixOf,
   isValidUtf8,
+  payloadAsText,
   utf8SafePrefixLength,
 } from "../core/payload.js";
+import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
 import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
@@ -29,19 +32,44 @@ import {
 } from "../store/records.js";
 import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
 import { applyTreeChanges, lockTree } from "../store/trees.js";
+import type { Turn, TurnOutcome } from "../store/turns.js";
 import type { Config } from "./config.js";
 import {
+  admitTurnSchema,
+  assembleSchema,
   type IngestEvent,
   ingestEventSchema,
   issuesOf,
   MAX_PAYLOAD_BYTES,
   type OpenSessionInput,
   openSessionSchema,
+  outcomeSchema,
   parseInput,
   readPayloadOptionsSchema,
   recordRefSchema,
+  searchSchema,
+  turnContextSchema,
   type ValidIngestEvent,
 } from "./schemas.js";
+import {
+  type AssembledContext,
+  type AssembleOptions,
+  admitTurn,
+  assembleContext,
+  dateFor,
+  finishTurn,
+  type SearchAnswer,
+  type SearchOptions,
+  type ServedSnapshot,
+  type SharedDeps,
+  searchFor,
+  sessionsFor,
+  type TurnContext,
+  turnOrThrow,
+  type ZoomAnswer,
+  type ZoomOptions,
+  zoomFor,
+} from "./shared.js";
 import {
   type Readiness,
   type RenderedView,
@@ -105,7 +133,22 @@ export interface Memory {
   /** The session's view (latest revision unless given), projected when a smaller budget is asked for. */
   view(sessionId: string, options?: { budget?: number; revision?: number }): Promise<RenderedView>;
   /** Opens a line `start+count` of the session's tree into its two lines, or a single message into its record. */
-  zoom(sessionId: string, ref: string): Promise<ZoomResult>;
+  zoomSession(sessionId: string, ref: string): Promise<ZoomResult>;
+  /** Admits a turn and pins its snapshot (seed 000 §9); re-admitting returns the same turn. */
+  admitTurn(input: { sessionId: string; turnId: string; query?: string; publishes?: boolean }): Promise<Turn>;
+  /** Records the turn's outcome once and schedules its publication in the same transaction. */
+  finishTurn(ctx: TurnContext, outcome: TurnOutcome): Promise<{ turn: Turn; finished: boolean }>;
+  getTurn(ctx: TurnContext): Promise<Turn>;
+  /** The memory blocks for one model request of the turn, within the budget (seed 000 §7). */
+  assembleContext(ctx: TurnContext, options: AssembleOptions): Promise<AssembledContext>;
+  /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
+  zoom(ctx: TurnContext, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
+  search(ctx: TurnContext, options: SearchOptions): Promise<SearchAnswer>;
+  date(ctx: TurnContext, ref: string): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
+  sessions(
+    ctx: TurnContext,
+    options?: { cursor?: string; limit?: number },
+  ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
   close(): Promise<void>;
 }
 
@@ -274,7 +317,8 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
     return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
   }
 
-  return {
+  const shared: SharedDeps = { pool, boss, listener, config };
+  const memory: Memory = {
     pool,
     getSession,
     ingest,
@@ -282,11 +326,15 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
 
     async openSession(input) {
       const valid = parseInput(openSessionSchema, input, "openSession");
-      const scopeId = valid.scopeId ?? `project:${valid.projectId}`;
+      // Scope (seed 000 §11): the project by default; an explicit profile scope shares several projects; an isolated
+      // session gets a scope of its own, with no shared tree: it neither publishes nor reads shared memory.
+      const sessionId = sessionIdFromRandom(randomBytes(16));
+      const kind = valid.sharing === "isolated" ? "isolated" : valid.scopeId !== undefined ? "profile" : "project";
+      const scopeId = kind === "isolated" ? `isolated:${sessionId}` : (valid.scopeId ?? `project:${valid.projectId}`);
       return await withTransaction(pool, async (client) => {
-        await ensureScope(client, scopeId, "project");
+        await ensureScope(client, scopeId, kind);
         const { session } = await registerSession(client, {
-          sessionId: sessionIdFromRandom(randomBytes(16)),
+          sessionId,
           scopeId,
           host: valid.host,
           hostSessionId: valid.hostSessionId,
@@ -373,9 +421,37 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       return await renderView(pool, await treeOf(sessionId), options);
     },
 
-    async zoom(sessionId, ref) {
+    async zoomSession(sessionId, ref) {
       return await zoomTree(pool, await treeOf(sessionId), ref);
     },
+
+    admitTurn: (input) => admitTurn(shared, parseInput(admitTurnSchema, input, "admitTurn")),
+    finishTurn: (ctx, outcome) =>
+      finishTurn(
+        shared,
+        parseInput(turnContextSchema, ctx, "finishTurn"),
+        parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
+      ),
+    getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
+    assembleContext: (ctx, options) =>
+      assembleContext(
+        shared,
+        parseInput(turnContextSchema, ctx, "assembleContext"),
+        parseInput(assembleSchema, options, "assembleContext"),
+      ),
+    zoom: (ctx, ref, options = {}) =>
+      zoomFor(
+        shared,
+        parseInput(turnContextSchema, ctx, "zoom"),
+        parseInput(z.string().max(300), ref, "zoom", "ref"),
+        options,
+        (page, cursor, maxBytes) => memory.readPayload(page, { maxBytes, ...(cursor ? { cursor } : {}) }),
+      ),
+    search: (ctx, options) =>
+      searchFor(shared, parseInput(turnContextSchema, ctx, "search"), parseInput(searchSchema, options, "search")),
+    date: (ctx, ref) =>
+      dateFor(shared, parseInput(turnContextSchema, ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
+    sessions: (ctx, options = {}) => sessionsFor(shared, parseInput(turnContextSchema, ctx, "sessions"), options),
 
     async close() {
       await listener.close();
@@ -383,6 +459,7 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       await pool.end();
     },
   };
+  return memory;
 }
 
 function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): RecordToSeal {
@@ -416,7 +493,19 @@ function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIss
     worktreeId: event.worktreeId ?? null,
     commitId: event.commit ?? null,
     attributes,
+    search: searchVectorOf(event.toolName, payload),
   };
+}
+
+/**
+ * The search vector of a record: its tool name and the first SEARCH_INDEX_BYTES of its text. The index stops there
+ * (a 10 MB log would take seconds to tokenize and hit Postgres's tsvector limits); the whole payload stays readable.
+ */
+export const SEARCH_INDEX_BYTES = 1024 * 1024;
+
+function searchVectorOf(toolName: string | undefined, payload: Buffer): string {
+  const text = payloadAsText(payload.subarray(0, SEARCH_INDEX_BYTES));
+  return toTsvectorLiteral(tokenize(toolName ? `${toolName} ${text}` : text));
 }
 
 /**

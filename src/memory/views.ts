@@ -165,16 +165,18 @@ export async function settleTree(
   sessionId: string,
   generation: number,
   timeoutMs: number,
+  upTo?: number,
 ): Promise<Readiness> {
   const deadline = Date.now() + timeoutMs;
   await listener.ready().catch(() => undefined);
   for (;;) {
     const tree = await sessionTreeOrThrow(db, sessionId, generation);
-    if (tree.builtLeaves === tree.leafCount) return await readiness(db, tree);
+    const target = Math.min(upTo ?? tree.leafCount, tree.leafCount);
+    if (tree.builtLeaves >= target) return await readiness(db, tree);
     const left = deadline - Date.now();
     if (left <= 0) {
       const state = await readiness(db, tree);
-      const pending = state.leafCount - state.builtLeaves;
+      const pending = target - state.builtLeaves;
       const failing =
         state.failing.length > 0
           ? `; failing: ${state.failing.map((f) => `${f.ref} (${f.failures}x: ${f.lastError})`).join(", ")}`

@@ -24,6 +24,8 @@ export interface RecordToSeal {
   readonly worktreeId: string | null;
   readonly commitId: string | null;
   readonly attributes: Readonly<Record<string, unknown>>;
+  /** The record's search vector as a tsvector literal (src/core/tokenize.ts). */
+  readonly search: string;
 }
 
 export type SealOutcome =
@@ -260,10 +262,10 @@ async function allocateAndInsert(
      ), new_records AS (
        INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
                                     payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes)
+                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search)
        SELECT * FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
                             $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
-                            $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[])
+                            $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $26::tsvector[])
      ), unstaged AS (
        DELETE FROM optchat.staged_items WHERE stage_key = ANY($9::text[])
      )
@@ -296,6 +298,7 @@ async function allocateAndInsert(
       counters.map(([, v]) => v.sessionId),
       counters.map(([, v]) => v.generation),
       counters.map(([key]) => nextSeq.get(key) as number),
+      column((e) => e.item.search),
     ],
   );
 
@@ -512,4 +515,37 @@ export async function readRecordWithPayload(
   );
   const row = result.rows[0];
   return row ? { record: toSourceRecord(row), payload: row.content } : undefined;
+}
+
+/** Earliest and latest host timestamps of records [start, end) of a session generation. */
+export async function recordTimeSpan(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  start: number,
+  end: number,
+): Promise<{ first: Date; last: Date } | undefined> {
+  const result = await db.query<{ first: Date | null; last: Date | null }>(
+    `SELECT min(occurred_at) AS first, max(occurred_at) AS last FROM optchat.records
+      WHERE session_id = $1::text AND generation = $2::int AND seq >= $3::bigint AND seq < $4::bigint`,
+    [sessionId, generation, start, end],
+  );
+  const row = result.rows[0];
+  return row?.first && row.last ? { first: row.first, last: row.last } : undefined;
+}
+
+/** The user and assistant messages of a turn, whole, in order (the previous exchange of seed 000 §7). */
+export async function readTurnMessages(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  turnId: string,
+): Promise<{ seq: number; kind: RecordKind; payload: Buffer }[]> {
+  const result = await db.query<{ seq: number; kind: RecordKind; content: Buffer }>(
+    `SELECT r.seq, r.kind, b.content FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+      WHERE r.session_id = $1::text AND r.generation = $2::int AND r.turn_id = $3::text AND r.kind IN ('user', 'assistant')
+      ORDER BY r.seq`,
+    [sessionId, generation, turnId],
+  );
+  return result.rows.map((row) => ({ seq: Number(row.seq), kind: row.kind, payload: row.content }));
 }

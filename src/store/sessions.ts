@@ -43,11 +43,107 @@ function toSession(row: SessionRow): Session {
 const SESSION_COLUMNS =
   "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at";
 
+/** Creates the scope if it is new, with its shared tree unless it is isolated (isolated sessions share nothing). */
 export async function ensureScope(db: Queryable, scopeId: string, kind: ScopeKind): Promise<void> {
-  await db.query("INSERT INTO optchat.scopes (scope_id, kind) VALUES ($1::text, $2::text) ON CONFLICT DO NOTHING", [
-    scopeId,
-    kind,
-  ]);
+  await db.query(
+    `WITH created AS (
+       INSERT INTO optchat.scopes (scope_id, kind) VALUES ($1::text, $2::text) ON CONFLICT DO NOTHING RETURNING scope_id, kind
+     )
+     INSERT INTO optchat.trees (kind, scope_id) SELECT 'shared', scope_id FROM created WHERE kind <> 'isolated'`,
+    [scopeId, kind],
+  );
+}
+
+export interface Scope {
+  readonly scopeId: string;
+  readonly kind: ScopeKind;
+  readonly policyRevision: number;
+  readonly retentionEpoch: number;
+  readonly nextPublicationSeq: number;
+}
+
+export async function findScope(db: Queryable, scopeId: string): Promise<Scope | undefined> {
+  const result = await db.query<{
+    scope_id: string;
+    kind: ScopeKind;
+    policy_revision: number;
+    retention_epoch: number;
+    next_publication_seq: number;
+  }>(
+    "SELECT scope_id, kind, policy_revision, retention_epoch, next_publication_seq FROM optchat.scopes WHERE scope_id = $1::text",
+    [scopeId],
+  );
+  const row = result.rows[0];
+  return row
+    ? {
+        scopeId: row.scope_id,
+        kind: row.kind,
+        policyRevision: row.policy_revision,
+        retentionEpoch: row.retention_epoch,
+        nextPublicationSeq: row.next_publication_seq,
+      }
+    : undefined;
+}
+
+export interface SessionListing {
+  readonly sessionId: string;
+  readonly title: string | null;
+  readonly projectId: string | null;
+  readonly createdAt: Date;
+  readonly records: number;
+  readonly publications: number;
+  readonly firstAt: Date | null;
+  readonly lastAt: Date | null;
+}
+
+/**
+ * Sessions of a scope in creation order, after `afterSessionId`, with their record and publication counts as of a
+ * snapshot: only publications below `publicationHighWater` count, and only the sessions that have one (or are the
+ * caller's own) are listed, so a session that published nothing visible does not leak its existence.
+ */
+export async function listScopeSessions(
+  db: Queryable,
+  scopeId: string,
+  publicationHighWater: number,
+  ownSessionId: string,
+  after: { createdAt: Date; sessionId: string } | undefined,
+  limit: number,
+): Promise<SessionListing[]> {
+  const result = await db.query<{
+    session_id: string;
+    title: string | null;
+    project_id: string | null;
+    created_at: Date;
+    records: number;
+    publications: number;
+    first_at: Date | null;
+    last_at: Date | null;
+  }>(
+    `SELECT s.session_id, s.title, s.project_id, s.created_at,
+            coalesce(max(p.end_seq_exclusive), 0)::bigint AS records, count(p.publication_seq)::int AS publications,
+            min(p.completed_at) AS first_at, max(p.completed_at) AS last_at
+       FROM optchat.sessions s
+       LEFT JOIN optchat.publications p
+         ON p.session_id = s.session_id AND p.generation = s.current_generation AND p.scope_id = $1::text
+        AND p.publication_seq < $2::bigint
+      WHERE s.scope_id = $1::text
+        AND ($4::timestamptz IS NULL OR (s.created_at, s.session_id) > ($4::timestamptz, $5::text))
+      GROUP BY s.session_id
+     HAVING count(p.publication_seq) > 0 OR s.session_id = $3::text
+      ORDER BY s.created_at, s.session_id
+      LIMIT $6::int`,
+    [scopeId, publicationHighWater, ownSessionId, after?.createdAt ?? null, after?.sessionId ?? null, limit],
+  );
+  return result.rows.map((r) => ({
+    sessionId: r.session_id,
+    title: r.title,
+    projectId: r.project_id,
+    createdAt: r.created_at,
+    records: r.records,
+    publications: r.publications,
+    firstAt: r.first_at,
+    lastAt: r.last_at,
+  }));
 }
 
 export interface NewSession {

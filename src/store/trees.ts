@@ -7,6 +7,7 @@ import {
   type NodeBytes,
   viewBytes,
 } from "../core/fold.js";
+import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "../core/tree.js";
 import type { Queryable } from "./db.js";
 import { TREE_CHANNEL } from "./notifications.js";
@@ -64,6 +65,14 @@ export async function findSessionTree(
     `SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE kind = 'session' AND session_id = $1::text AND generation = $2::int
      ${lock ? "FOR UPDATE" : ""}`,
     [sessionId, generation],
+  );
+  return result.rows[0] ? toTree(result.rows[0]) : undefined;
+}
+
+export async function findSharedTreeOfScope(db: Queryable, scopeId: string): Promise<Tree | undefined> {
+  const result = await db.query<TreeRow>(
+    `SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE kind = 'shared' AND scope_id = $1::text`,
+    [scopeId],
   );
   return result.rows[0] ? toTree(result.rows[0]) : undefined;
 }
@@ -145,6 +154,23 @@ export async function findNodes(
       },
     ]),
   );
+}
+
+/** Byte lengths only, for folds: a commit holding the tree lock must not read 128 KB of texts to learn sizes. */
+export async function findNodeSizes(
+  db: Queryable,
+  treeId: number,
+  addresses: readonly NodeAddress[],
+): Promise<Map<string, number>> {
+  if (addresses.length === 0) return new Map();
+  const result = await db.query<{ level: number; idx: number; byte_length: number }>(
+    `SELECT DISTINCT ON (n.level, n.idx) n.level, n.idx, n.byte_length
+       FROM unnest($2::int[], $3::bigint[]) AS a(level, idx)
+       JOIN optchat.nodes n ON n.tree_id = $1::bigint AND n.level = a.level AND n.idx = a.idx
+      ORDER BY n.level, n.idx, n.revision DESC`,
+    [treeId, addresses.map((a) => a.level), addresses.map((a) => a.index)],
+  );
+  return new Map(result.rows.map((row) => [nodeKey({ level: row.level, index: Number(row.idx) }), row.byte_length]));
 }
 
 export interface NewNode {
@@ -439,6 +465,11 @@ export async function applyTreeChanges(
     if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
   }
 
+  // A node built later in the same call (a publication leaf appended and built at once) is not waiting for a job.
+  const builtHere = new Set(
+    changes.flatMap((c) => (c.type === "built" ? [nodeKey({ level: c.node.level, index: c.node.index })] : [])),
+  );
+  const stillReady = ready.filter((node) => !builtHere.has(nodeKey(node)));
   const newRevision = changedView || !latest;
   const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
   // Every part's size is in `known`: the fold measured the whole view.
@@ -477,7 +508,7 @@ export async function applyTreeChanges(
       params.lowerBytes,
     ],
   );
-  return { tree: toTree(updated.rows[0] as TreeRow), ready, viewRevision: revisionNo };
+  return { tree: toTree(updated.rows[0] as TreeRow), ready: stillReady, viewRevision: revisionNo };
 }
 
 async function loadSizes(
@@ -488,8 +519,8 @@ async function loadSizes(
 ): Promise<void> {
   const missing = addresses.filter((address) => !known.has(nodeKey(address)));
   if (missing.length === 0) return;
-  const found = await findNodes(db, treeId, missing);
-  for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address))?.byteLength);
+  const found = await findNodeSizes(db, treeId, missing);
+  for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address)));
 }
 
 async function foldWithLoadedSizes(
@@ -528,10 +559,11 @@ async function foldWithLoadedSizes(
 async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
   await db.query(
     `INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
-                                attempts, overshoot, tree_event, job_id, job_attempt)
+                                attempts, overshoot, tree_event, job_id, job_attempt, search)
      VALUES ($1::bigint, $2::int, $3::bigint,
              coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
-             $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int)`,
+             $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int,
+             $13::tsvector)`,
     [
       treeId,
       node.level,
@@ -545,6 +577,7 @@ async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo:
       eventNo,
       node.jobId,
       node.jobAttempt,
+      toTsvectorLiteral(tokenize(node.text)),
     ],
   );
   if (node.chunks.length > 0) {

@@ -57,9 +57,9 @@ describe("compactor leases", () => {
     const slow = await start({ OPTCHAT_SUMMARIZER: "fake:delay=120000" });
     const sessionId = await ingestLong("killed");
     const job = await activeJob();
+    await start(); // the other worker is already running when the first one dies
     slow.child.kill("SIGKILL");
     const killedAt = Date.now();
-    await start();
     const rows = await eventually(
       async () => {
         const found = await leafRows(sessionId);

@@ -7,7 +7,7 @@ import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { eventually, runCli, useTestMemory } from "../helpers.js";
 
-const VIEW_BYTES = 3000;
+const VIEW_BYTES = 5000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
 const MESSAGES = 100;
 const originals: string[] = [];
@@ -61,7 +61,7 @@ describe("zoom", () => {
       let ref = line.ref;
       let steps = 0;
       for (;;) {
-        const opened = await db.memory.zoom(sessionId, ref);
+        const opened = await db.memory.zoomSession(sessionId, ref);
         steps += 1;
         if (opened.kind === "record") {
           const page = await db.memory.readPayload(
@@ -82,7 +82,7 @@ describe("zoom", () => {
 
   it("rejects refs that are not lines of the tree", async () => {
     for (const ref of ["3+2", "0+3", "96+8", "abc", "-1+1", `${MESSAGES}+1`]) {
-      await expect(db.memory.zoom(sessionId, ref)).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
+      await expect(db.memory.zoomSession(sessionId, ref)).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
     }
   });
 
@@ -137,7 +137,7 @@ describe("restart", () => {
     );
     const jobsBefore = await db.memory.pool.query("SELECT count(*)::int AS n FROM pgboss.job");
     const viewBefore = viewAsText(await db.memory.view(sessionId));
-    const zoomBefore = await db.memory.zoom(sessionId, "0+2");
+    const zoomBefore = await db.memory.zoomSession(sessionId, "0+2");
 
     // Everything stops; a new process opens the same database and runs a worker for a while.
     const reopened = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, viewBytes: VIEW_BYTES } }));
@@ -146,7 +146,7 @@ describe("restart", () => {
       await new Promise((resolve) => setTimeout(resolve, 2000));
       await worker.stop();
       expect(viewAsText(await reopened.view(sessionId))).toBe(viewBefore);
-      expect(await reopened.zoom(sessionId, "0+2")).toEqual(zoomBefore);
+      expect(await reopened.zoomSession(sessionId, "0+2")).toEqual(zoomBefore);
       const nodesAfter = await reopened.pool.query(
         "SELECT tree_id, level, idx, revision, text, built_at FROM optchat.nodes ORDER BY 1, 2, 3, 4",
       );

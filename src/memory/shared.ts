@@ -1,0 +1,721 @@
+import type { PgBoss } from "pg-boss";
+import { enqueuePublication } from "../compactor/queue.js";
+import {
+  availableMemoryTokens,
+  type ContextBudgetInput,
+  estimateTokens,
+  excerptAround,
+  type MemoryLine,
+  renderPreviousExchange,
+  renderSessionBlock,
+  renderSharedBlock,
+  splitBudget,
+} from "../core/context.js";
+import { InputInvalidError, OptchatError } from "../core/errors.js";
+import { type NodeBytes, partBytes, project, restrictToPrefix } from "../core/fold.js";
+import { payloadAsText } from "../core/payload.js";
+import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
+import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
+import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
+import { type Pool, withTransaction } from "../store/db.js";
+import type { TreeListener } from "../store/notifications.js";
+import { findPublication, publicationTimeSpan, visibleForeignPrefix } from "../store/publications.js";
+import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
+import { type SearchHit, searchVisible } from "../store/search.js";
+import { findSession, listScopeSessions, type Session } from "../store/sessions.js";
+import { findNodes, findSessionTree, findViewRevision, type Tree } from "../store/trees.js";
+import {
+  admitTurn as admitTurnRow,
+  findPreviousTurn,
+  findTurn,
+  finishTurn as finishTurnRow,
+  pinOwnViewRevision,
+  type Turn,
+  type TurnOutcome,
+} from "../store/turns.js";
+import type { Config } from "./config.js";
+import { settleTree } from "./views.js";
+
+export interface TurnContext {
+  readonly sessionId: string;
+  readonly turnId: string;
+}
+
+export interface SharedDeps {
+  readonly pool: Pool;
+  readonly boss: PgBoss;
+  readonly listener: TreeListener;
+  readonly config: Config;
+}
+
+/** What every retrieval response says about the snapshot it was served from. */
+export interface ServedSnapshot {
+  readonly scopeId: string;
+  readonly publicationHighWater: number;
+  readonly sharedViewRevision: number | null;
+  readonly ownBoundary: number;
+}
+
+function served(turn: Turn): ServedSnapshot {
+  return {
+    scopeId: turn.snapshot.scopeId,
+    publicationHighWater: turn.snapshot.publicationHighWater,
+    sharedViewRevision: turn.snapshot.sharedViewRevision,
+    ownBoundary: turn.snapshot.ownBoundary,
+  };
+}
+
+export async function turnOrThrow(pool: Pool, ctx: TurnContext): Promise<Turn> {
+  const turn = await findTurn(pool, ctx.sessionId, ctx.turnId);
+  if (!turn) {
+    throw new InputInvalidError("turn", [
+      {
+        field: "turnId",
+        problem: `turn ${ctx.turnId} of session ${ctx.sessionId} was not admitted (call admitTurn first)`,
+      },
+    ]);
+  }
+  return turn;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Turns
+
+export async function admitTurn(
+  deps: SharedDeps,
+  input: { sessionId: string; turnId: string; query?: string; publishes?: boolean },
+): Promise<Turn> {
+  const session = await findSession(deps.pool, input.sessionId);
+  if (!session) throw new OptchatError("SESSION_NOT_FOUND", `No session ${input.sessionId}`, { field: "sessionId" });
+  const { turn } = await admitTurnRow(deps.pool, {
+    sessionId: session.sessionId,
+    turnId: input.turnId,
+    query: input.query ?? null,
+    // Subagent sessions are recorded but not published: their report reaches the parent as a tool result.
+    publishes: (input.publishes ?? true) && session.parentSessionId === null,
+  });
+  return turn;
+}
+
+/**
+ * Records the turn's outcome once and, in the same transaction, schedules its publication (the job row is the
+ * outbox: a crash after the commit loses nothing, a crash before it changes nothing).
+ */
+export async function finishTurn(
+  deps: SharedDeps,
+  ctx: TurnContext,
+  outcome: TurnOutcome,
+): Promise<{ turn: Turn; finished: boolean }> {
+  return await withTransaction(deps.pool, async (tx) => {
+    const result = await finishTurnRow(tx, ctx.sessionId, ctx.turnId, outcome);
+    if (!result) {
+      throw new InputInvalidError("finishTurn", [
+        { field: "turnId", problem: `turn ${ctx.turnId} of session ${ctx.sessionId} was not admitted` },
+      ]);
+    }
+    if (result.finished && result.turn.publishes) {
+      await enqueuePublication(deps.boss, tx, {
+        sessionId: result.turn.sessionId,
+        generation: result.turn.generation,
+        turnId: result.turn.turnId,
+      });
+    }
+    return result;
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Retrieval (seed 000 §8): every lookup under the turn's scope and pinned snapshot. A ref that is not visible fails
+// exactly like a ref that does not exist.
+
+function notFound(ref: string): OptchatError {
+  return new OptchatError(
+    "REF_NOT_FOUND",
+    `No line ${ref} in this turn's memory. Refs look like pub:24+1, 0+8 or <session>:<generation>:0+8, as shown in the memory blocks.`,
+    { ref },
+  );
+}
+
+interface ResolvedSessionRef {
+  readonly session: Session;
+  readonly tree: Tree;
+  readonly node: NodeAddress;
+  readonly own: boolean;
+}
+
+/** Resolves a session ref for the turn, or undefined when it is not visible (other scope, old generation, beyond snapshot). */
+async function resolveSessionRef(pool: Pool, turn: Turn, ref: MemoryRef): Promise<ResolvedSessionRef | undefined> {
+  if (ref.tree === "shared") return undefined;
+  const sessionId = ref.tree === "own" ? turn.sessionId : ref.sessionId;
+  const session = await findSession(pool, sessionId);
+  if (!session || session.scopeId !== turn.snapshot.scopeId) return undefined;
+  const generation = ref.tree === "own" ? turn.generation : ref.generation;
+  if (generation !== session.currentGeneration) return undefined;
+  const tree = await findSessionTree(pool, session.sessionId, generation);
+  if (!tree) return undefined;
+  const own = session.sessionId === turn.sessionId;
+  // Own session: everything recorded so far (its live turn is already in the transcript). Another session: only what
+  // its publications below the snapshot's high-water mark cover.
+  const bound = own
+    ? tree.leafCount
+    : await visibleForeignPrefix(pool, turn.snapshot.scopeId, session.sessionId, turn.snapshot.publicationHighWater);
+  if (endOf(ref.node) > bound) return undefined;
+  return { session, tree, node: ref.node, own };
+}
+
+export type ZoomAnswer =
+  | {
+      readonly kind: "lines";
+      readonly ref: string;
+      readonly lines: readonly { ref: string; text: string }[];
+      readonly snapshot: ServedSnapshot;
+    }
+  | {
+      readonly kind: "publication";
+      readonly ref: string;
+      readonly sessionId: string;
+      readonly generation: number;
+      readonly turnId: string;
+      readonly outcome: TurnOutcome;
+      readonly range: string;
+      readonly completedAt: string;
+      readonly publishedAt: string;
+      readonly cover: readonly { ref: string; text: string }[];
+      readonly snapshot: ServedSnapshot;
+    }
+  | {
+      readonly kind: "message";
+      readonly ref: string;
+      readonly recordKind: string;
+      readonly toolName: string | null;
+      readonly occurredAt: string;
+      readonly text: string;
+      readonly validUtf8: boolean;
+      readonly hostTruncated: boolean;
+      readonly offset: number;
+      readonly totalBytes: number;
+      readonly nextCursor: string | null;
+      readonly complete: boolean;
+      readonly snapshot: ServedSnapshot;
+    };
+
+export interface ZoomOptions {
+  readonly cursor?: string;
+  readonly maxTokens?: number;
+}
+
+export async function zoomFor(
+  deps: SharedDeps,
+  ctx: TurnContext,
+  refText: string,
+  options: ZoomOptions,
+  readPage: (
+    ref: { sessionId: string; generation: number; seq: number },
+    cursor: string | undefined,
+    maxBytes: number,
+  ) => Promise<{
+    text: string;
+    validUtf8: boolean;
+    hostTruncated: boolean;
+    offset: number;
+    totalBytes: number;
+    nextCursor: string | null;
+    complete: boolean;
+  }>,
+): Promise<ZoomAnswer> {
+  const turn = await turnOrThrow(deps.pool, ctx);
+  const ref = parseMemoryRef(refText);
+  if (!ref) throw notFound(refText);
+  const snapshot = served(turn);
+
+  if (ref.tree === "shared") {
+    const treeId = turn.snapshot.sharedTreeId;
+    if (treeId === null || endOf(ref.node) > turn.snapshot.publicationHighWater) throw notFound(refText);
+    if (ref.node.level > 0) {
+      const children = childrenOf(ref.node);
+      const nodes = await findNodes(deps.pool, treeId, children);
+      const lines = children.map((child) => ({ ref: sharedRef(child), text: nodes.get(nodeKey(child))?.text }));
+      if (lines.some((line) => line.text === undefined)) throw notFound(refText);
+      return { kind: "lines", ref: sharedRef(ref.node), lines: lines as { ref: string; text: string }[], snapshot };
+    }
+    const publication = await findPublication(
+      deps.pool,
+      turn.snapshot.scopeId,
+      ref.node.index,
+      turn.snapshot.publicationHighWater,
+    );
+    if (!publication) throw notFound(refText);
+    const tree = await findSessionTree(deps.pool, publication.sessionId, publication.generation);
+    const nodes = tree ? await findNodes(deps.pool, tree.treeId, publication.sourceCover) : new Map();
+    return {
+      kind: "publication",
+      ref: sharedRef(ref.node),
+      sessionId: publication.sessionId,
+      generation: publication.generation,
+      turnId: publication.turnId,
+      outcome: publication.outcome,
+      range: `${publication.startSeq}..${publication.endSeqExclusive - 1}`,
+      completedAt: publication.completedAt.toISOString(),
+      publishedAt: publication.publishedAt.toISOString(),
+      cover: publication.sourceCover.map((node) => ({
+        ref: sessionRef(publication.sessionId, publication.generation, node),
+        text: nodes.get(nodeKey(node))?.text ?? "",
+      })),
+      snapshot,
+    };
+  }
+
+  const resolved = await resolveSessionRef(deps.pool, turn, ref);
+  if (!resolved) throw notFound(refText);
+  const name = (node: NodeAddress) =>
+    resolved.own && ref.tree === "own"
+      ? refOf(node)
+      : sessionRef(resolved.session.sessionId, resolved.tree.generation ?? 0, node);
+  if (resolved.node.level > 0) {
+    const children = childrenOf(resolved.node);
+    const nodes = await findNodes(deps.pool, resolved.tree.treeId, children);
+    const lines = children.map((child) => ({ ref: name(child), text: nodes.get(nodeKey(child))?.text }));
+    if (lines.some((line) => line.text === undefined)) throw notFound(refText);
+    return { kind: "lines", ref: name(resolved.node), lines: lines as { ref: string; text: string }[], snapshot };
+  }
+  // A message: its stored payload, paged; maxTokens bounds the page (conservatively, 3 bytes per token).
+  const maxBytes = Math.max(256, Math.min(4 * 1024 * 1024, Math.floor((options.maxTokens ?? 4000) * 3)));
+  const page = await readPage(
+    { sessionId: resolved.session.sessionId, generation: resolved.tree.generation ?? 0, seq: resolved.node.index },
+    options.cursor,
+    maxBytes,
+  );
+  const [record] = await listRecords(
+    deps.pool,
+    resolved.session.sessionId,
+    resolved.tree.generation ?? 0,
+    resolved.node.index,
+    1,
+  );
+  return {
+    kind: "message",
+    ref: name(resolved.node),
+    recordKind: record?.kind ?? "?",
+    toolName: record?.toolName ?? null,
+    occurredAt: record?.occurredAt.toISOString() ?? "",
+    ...page,
+    snapshot,
+  };
+}
+
+export async function dateFor(
+  deps: SharedDeps,
+  ctx: TurnContext,
+  refText: string,
+): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }> {
+  const turn = await turnOrThrow(deps.pool, ctx);
+  const ref = parseMemoryRef(refText);
+  if (!ref) throw notFound(refText);
+  let span: { first: Date; last: Date } | undefined;
+  if (ref.tree === "shared") {
+    if (turn.snapshot.sharedTreeId !== null && endOf(ref.node) <= turn.snapshot.publicationHighWater) {
+      span = await publicationTimeSpan(deps.pool, turn.snapshot.scopeId, startOf(ref.node), endOf(ref.node));
+    }
+  } else {
+    const resolved = await resolveSessionRef(deps.pool, turn, ref);
+    if (resolved)
+      span = await recordTimeSpan(
+        deps.pool,
+        resolved.session.sessionId,
+        resolved.tree.generation ?? 0,
+        startOf(ref.node),
+        endOf(ref.node),
+      );
+  }
+  if (!span) throw notFound(refText);
+  return {
+    ref: refText.trim(),
+    first: span.first.toISOString(),
+    last: span.last.toISOString(),
+    snapshot: served(turn),
+  };
+}
+
+export async function sessionsFor(
+  deps: SharedDeps,
+  ctx: TurnContext,
+  options: { cursor?: string; limit?: number },
+): Promise<{ sessions: readonly Record<string, unknown>[]; nextCursor: string | null; snapshot: ServedSnapshot }> {
+  const turn = await turnOrThrow(deps.pool, ctx);
+  let after: { createdAt: Date; sessionId: string } | undefined;
+  if (options.cursor) {
+    const [iso, sessionId] = Buffer.from(options.cursor, "base64url").toString("utf8").split("|");
+    const createdAt = new Date(iso ?? "");
+    if (!sessionId || Number.isNaN(createdAt.getTime()))
+      throw new InputInvalidError("sessions", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
+    after = { createdAt, sessionId };
+  }
+  const limit = Math.min(50, Math.max(1, options.limit ?? 20));
+  const rows = await listScopeSessions(
+    deps.pool,
+    turn.snapshot.scopeId,
+    turn.snapshot.publicationHighWater,
+    turn.sessionId,
+    after,
+    limit + 1,
+  );
+  const page = rows.slice(0, limit);
+  const last = page[page.length - 1];
+  return {
+    sessions: page.map((s) => ({
+      sessionId: s.sessionId,
+      own: s.sessionId === turn.sessionId,
+      title: s.title,
+      publishedTurns: s.publications,
+      firstAt: s.firstAt?.toISOString() ?? null,
+      lastAt: s.lastAt?.toISOString() ?? null,
+    })),
+    nextCursor:
+      rows.length > limit && last
+        ? Buffer.from(`${last.createdAt.toISOString()}|${last.sessionId}`).toString("base64url")
+        : null,
+    snapshot: served(turn),
+  };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Context assembly (seed 000 §7)
+
+export interface AssembleOptions extends ContextBudgetInput {
+  readonly previousExchange?: boolean;
+  /** strict (default): MEMORY_NOT_READY after the wait; partial: proceed and say in the block what is missing. */
+  readonly readiness?: "strict" | "partial";
+  readonly waitMs?: number;
+}
+
+export interface AssembledBlock {
+  readonly name: "shared_memory" | "session_memory" | "previous_exchange";
+  readonly text: string;
+  readonly tokens: number;
+  readonly lines: number;
+}
+
+export interface AssembledContext {
+  readonly blocks: readonly AssembledBlock[];
+  readonly tokens: {
+    readonly available: number;
+    readonly used: number;
+    readonly shared: number;
+    readonly own: number;
+    readonly previous: number;
+  };
+  readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null };
+  /** What could not be included, and why (partial mode, or the previous exchange not fitting). */
+  readonly omitted: readonly string[];
+}
+
+interface TreeLines {
+  readonly treeId: number;
+  readonly parts: readonly NodeAddress[];
+  readonly leafCount: number;
+  readonly atEvent: number | undefined;
+  readonly name: (node: NodeAddress) => string;
+}
+
+/**
+ * The largest cover of `lines.parts` (the parts themselves, or a coarser projection) whose rendering fits `tokens`,
+ * or the smallest cover and the fact that it does not fit. Projections work in bytes; tokens are estimated on the
+ * rendered text and the byte budget tightened until the estimate fits.
+ */
+async function fitTokens(
+  pool: Pool,
+  lines: TreeLines,
+  tokens: number,
+  render: (lines: readonly MemoryLine[]) => string,
+): Promise<{ text: string; tokens: number; lines: number; fits: boolean }> {
+  const known = new Map<string, { bytes: number; text: string } | undefined>();
+  const load = async (addresses: readonly NodeAddress[]) => {
+    const missing = addresses.filter((a) => !known.has(nodeKey(a)));
+    if (missing.length === 0) return;
+    const found = await findNodes(pool, lines.treeId, missing, lines.atEvent);
+    for (const a of missing) {
+      const node = found.get(nodeKey(a));
+      known.set(nodeKey(a), node ? { bytes: node.byteLength, text: node.text } : undefined);
+    }
+  };
+  await load(lines.parts);
+  const renderParts = (parts: readonly NodeAddress[]) => {
+    const text = render(
+      parts.map((part) => ({ ref: lines.name(part), text: known.get(nodeKey(part))?.text ?? "(not summarized yet)" })),
+    );
+    return { text, tokens: estimateTokens(text), lines: parts.length };
+  };
+  const full = renderParts(lines.parts);
+  if (full.tokens <= tokens) return { ...full, fits: true };
+  const bytesOf: NodeBytes = (node) => known.get(nodeKey(node))?.bytes;
+  // The projection asks for ancestors' sizes as it goes; unknown ones are loaded and the projection re-run.
+  const asks: NodeAddress[] = [];
+  const asking: NodeBytes = (node) => {
+    if (!known.has(nodeKey(node))) {
+      asks.push(node);
+      return undefined;
+    }
+    return bytesOf(node);
+  };
+  let byteBudget = Math.floor((viewBytesOf(lines.parts, bytesOf) * tokens) / Math.max(1, full.tokens));
+  let last = full;
+  for (let round = 0; round < 8; round++) {
+    let projection = project(lines.parts, lines.leafCount, asking, byteBudget);
+    while (asks.length > 0) {
+      await load(asks.splice(0));
+      projection = project(lines.parts, lines.leafCount, asking, byteBudget);
+    }
+    last = renderParts(projection.parts);
+    if (last.tokens <= tokens) return { ...last, fits: true };
+    if (!projection.fits) break; // even the smallest cover is too big
+    byteBudget = Math.floor((byteBudget * tokens) / last.tokens) - 1;
+    if (byteBudget <= 0) break;
+  }
+  return { ...last, fits: false };
+}
+
+function viewBytesOf(parts: readonly NodeAddress[], bytesOf: NodeBytes): number {
+  return parts.reduce((sum, part) => sum + partBytes(part, bytesOf), 0);
+}
+
+export async function assembleContext(
+  deps: SharedDeps,
+  ctx: TurnContext,
+  options: AssembleOptions,
+): Promise<AssembledContext> {
+  const turn = await turnOrThrow(deps.pool, ctx);
+  const readinessMode = options.readiness ?? "strict";
+  const omitted: string[] = [];
+  const available = availableMemoryTokens(options);
+
+  // Own history: every part before the boundary must be a summary. Wait (bounded), then strict fails, partial says so.
+  let ownReady = true;
+  try {
+    await settleUpTo(deps, turn, options.waitMs ?? deps.config.settleTimeoutMs);
+  } catch (error) {
+    if (readinessMode === "strict") throw error;
+    ownReady = false;
+    omitted.push(`session memory: ${(error as Error).message}`);
+  }
+
+  const ownTree = await findSessionTree(deps.pool, turn.sessionId, turn.generation);
+  if (!ownTree) throw new Error(`session ${turn.sessionId} has no tree`);
+  let ownRevision = turn.snapshot.ownViewRevision;
+  if (ownRevision === null && ownReady) {
+    const latest = await findViewRevision(deps.pool, ownTree.treeId);
+    if (latest) ownRevision = await pinOwnViewRevision(deps.pool, turn, latest.revision);
+  }
+  const ownView =
+    ownRevision !== null
+      ? await findViewRevision(deps.pool, ownTree.treeId, ownRevision)
+      : await findViewRevision(deps.pool, ownTree.treeId);
+  const ownParts = ownView ? restrictToPrefix(ownView.parts, turn.snapshot.ownBoundary) : [];
+  const ownLines: TreeLines = {
+    treeId: ownTree.treeId,
+    parts: ownParts,
+    leafCount: turn.snapshot.ownBoundary,
+    atEvent: undefined,
+    name: refOf,
+  };
+
+  const sharedView =
+    turn.snapshot.sharedTreeId !== null && turn.snapshot.sharedViewRevision !== null
+      ? await findViewRevision(deps.pool, turn.snapshot.sharedTreeId, turn.snapshot.sharedViewRevision)
+      : undefined;
+  const sharedLines: TreeLines | undefined = sharedView
+    ? {
+        treeId: sharedView.treeId,
+        parts: sharedView.parts,
+        leafCount: sharedView.leafCount,
+        atEvent: sharedView.eventNo,
+        name: sharedRef,
+      }
+    : undefined;
+
+  const renderShared = (lines: readonly MemoryLine[]) =>
+    renderSharedBlock({ scopeId: turn.snapshot.scopeId, snapshot: turn.snapshot.publicationHighWater }, lines);
+  const renderOwn = (lines: readonly MemoryLine[]) =>
+    renderSessionBlock(
+      {
+        sessionId: turn.sessionId,
+        generation: turn.generation,
+        through: turn.snapshot.ownBoundary,
+        ...(ownReady
+          ? {}
+          : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
+      },
+      lines,
+    );
+
+  // Needs at full detail decide the 30/70 split with spill-over; each block is then projected into its share.
+  const sharedFull = sharedLines
+    ? await fitTokens(deps.pool, sharedLines, Number.MAX_SAFE_INTEGER, renderShared)
+    : undefined;
+  const ownFull =
+    ownParts.length > 0 ? await fitTokens(deps.pool, ownLines, Number.MAX_SAFE_INTEGER, renderOwn) : undefined;
+  const split = splitBudget(available, sharedFull?.tokens ?? 0, ownFull?.tokens ?? 0);
+  const blocks: AssembledBlock[] = [];
+  let sharedTokens = 0;
+  let ownTokens = 0;
+  if (sharedLines && sharedFull) {
+    const fitted = await fitTokens(
+      deps.pool,
+      sharedLines,
+      split.shared + Math.max(0, split.own - (ownFull?.tokens ?? 0)),
+      renderShared,
+    );
+    if (!fitted.fits) {
+      const message = `the shared memory needs at least ${fitted.tokens} tokens, ${split.shared} are available (window ${options.windowTokens})`;
+      if (readinessMode === "strict") throw budgetError(message, fitted.tokens, split.shared);
+      omitted.push(`shared memory: ${message}`);
+    } else {
+      blocks.push({ name: "shared_memory", text: fitted.text, tokens: fitted.tokens, lines: fitted.lines });
+      sharedTokens = fitted.tokens;
+    }
+  }
+  if (ownFull) {
+    const fitted = await fitTokens(deps.pool, ownLines, available - sharedTokens, renderOwn);
+    if (!fitted.fits) {
+      const message = `the session memory needs at least ${fitted.tokens} tokens, ${available - sharedTokens} are available (window ${options.windowTokens})`;
+      if (readinessMode === "strict") throw budgetError(message, fitted.tokens, available - sharedTokens);
+      omitted.push(`session memory: ${message}`);
+    } else {
+      blocks.push({ name: "session_memory", text: fitted.text, tokens: fitted.tokens, lines: fitted.lines });
+      ownTokens = fitted.tokens;
+    }
+  }
+  let previousTokens = 0;
+  if (options.previousExchange !== false) {
+    const previous = await findPreviousTurn(deps.pool, turn);
+    if (previous) {
+      const messages = await readTurnMessages(deps.pool, turn.sessionId, turn.generation, previous.turnId);
+      if (messages.length > 0) {
+        const first = messages[0]?.seq as number;
+        const last = messages[messages.length - 1]?.seq as number;
+        const text = renderPreviousExchange(
+          { sessionId: turn.sessionId, refs: `${first}+1..${last}+1` },
+          messages.map((m) => ({ kind: m.kind, text: payloadAsText(m.payload) })),
+        );
+        const tokens = estimateTokens(text);
+        if (tokens <= available - sharedTokens - ownTokens) {
+          blocks.push({ name: "previous_exchange", text, tokens, lines: messages.length });
+          previousTokens = tokens;
+        } else {
+          omitted.push(`previous exchange: needs ${tokens} tokens, ${available - sharedTokens - ownTokens} left`);
+        }
+      }
+    }
+  }
+  const used = sharedTokens + ownTokens + previousTokens;
+  // Validation: the whole is within the budget, measured again on the final text.
+  const measured = blocks.reduce((sum, block) => sum + estimateTokens(block.text), 0);
+  if (measured !== used || used > available)
+    throw new Error(`context assembly exceeded its budget: ${measured} tokens for ${available}`);
+  return {
+    blocks,
+    tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
+    snapshot: { ...served(turn), ownViewRevision: ownRevision },
+    omitted,
+  };
+}
+
+function budgetError(message: string, needed: number, available: number): OptchatError {
+  return new OptchatError(
+    "BUDGET_EXCEEDED",
+    `Memory does not fit the model's context: ${message}. Use a model with a larger context window, lower the output reservation, or allow partial memory (readiness mode 'partial').`,
+    { needed, available },
+  );
+}
+
+/** Waits until the own tree's leaves before the turn's boundary are all summaries. */
+async function settleUpTo(deps: SharedDeps, turn: Turn, timeoutMs: number): Promise<void> {
+  const tree = await findSessionTree(deps.pool, turn.sessionId, turn.generation);
+  if (tree && tree.builtLeaves >= turn.snapshot.ownBoundary) return;
+  await settleTree(deps.pool, deps.listener, turn.sessionId, turn.generation, timeoutMs, turn.snapshot.ownBoundary);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Search (seed 000 §8)
+
+export interface SearchOptions {
+  readonly query: string;
+  readonly sessionId?: string;
+  readonly before?: string;
+  readonly after?: string;
+  readonly cursor?: string;
+  readonly limit?: number;
+}
+
+export interface SearchAnswer {
+  readonly hits: readonly {
+    readonly ref: string;
+    readonly source: "message" | "summary" | "shared summary";
+    readonly sessionId: string | null;
+    readonly kind: string | null;
+    readonly occurredAt: string | null;
+    readonly excerpt: string;
+  }[];
+  readonly nextCursor: string | null;
+  readonly snapshot: ServedSnapshot;
+}
+
+export async function searchFor(deps: SharedDeps, ctx: TurnContext, options: SearchOptions): Promise<SearchAnswer> {
+  const turn = await turnOrThrow(deps.pool, ctx);
+  const tsquery = toTsqueryLiteral(options.query);
+  if (!tsquery) throw new InputInvalidError("search", [{ field: "query", problem: "has no searchable words" }]);
+  const date = (value: string | undefined, field: string) => {
+    if (value === undefined) return undefined;
+    const parsed = new Date(value);
+    if (Number.isNaN(parsed.getTime()))
+      throw new InputInvalidError("search", [{ field, problem: "must be an ISO 8601 date or time" }]);
+    return parsed;
+  };
+  const limit = Math.min(50, Math.max(1, options.limit ?? 10));
+  let offset = 0;
+  if (options.cursor) {
+    const match = /^s1\.(\d{1,9})$/.exec(options.cursor);
+    if (!match)
+      throw new InputInvalidError("search", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
+    offset = Number(match[1]);
+  }
+  const filters = {
+    ...(options.sessionId ? { sessionId: options.sessionId } : {}),
+    ...(options.before ? { before: date(options.before, "before") as Date } : {}),
+    ...(options.after ? { after: date(options.after, "after") as Date } : {}),
+  };
+  const hits = await searchVisible(
+    deps.pool,
+    {
+      scopeId: turn.snapshot.scopeId,
+      publicationHighWater: turn.snapshot.publicationHighWater,
+      sharedTreeId: turn.snapshot.sharedTreeId,
+      ownSessionId: turn.sessionId,
+      ownGeneration: turn.generation,
+      ownBoundary: turn.snapshot.ownBoundary,
+    },
+    tsquery,
+    filters,
+    offset,
+    limit + 1,
+  );
+  const terms = queryGroups(options.query).flat();
+  const name = (hit: SearchHit) => {
+    const node = { level: hit.level, index: hit.index };
+    if (hit.source === "shared_node") return sharedRef(node);
+    return hit.sessionId === turn.sessionId
+      ? refOf(node)
+      : sessionRef(hit.sessionId as string, hit.generation ?? 0, node);
+  };
+  return {
+    hits: hits.slice(0, limit).map((hit) => ({
+      ref: name(hit),
+      source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
+      sessionId: hit.sessionId,
+      kind: hit.kind,
+      occurredAt: hit.occurredAt?.toISOString() ?? null,
+      excerpt: excerptAround(hit.text, terms),
+    })),
+    nextCursor: hits.length > limit ? `s1.${offset + limit}` : null,
+    snapshot: served(turn),
+  };
+}

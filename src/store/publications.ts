@@ -1,0 +1,174 @@
+import type { NodeAddress } from "../core/tree.js";
+import type { Queryable } from "./db.js";
+import type { TurnOutcome } from "./turns.js";
+
+interface PublicationRow {
+  scope_id: string;
+  publication_seq: number;
+  session_id: string;
+  generation: number;
+  turn_id: string;
+  start_seq: number;
+  end_seq_exclusive: number;
+  outcome: TurnOutcome;
+  completed_at: Date;
+  published_at: Date;
+  cover_levels: number[];
+  cover_idxs: number[];
+}
+
+export interface Publication {
+  readonly scopeId: string;
+  readonly publicationSeq: number;
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly turnId: string;
+  readonly startSeq: number;
+  readonly endSeqExclusive: number;
+  readonly outcome: TurnOutcome;
+  readonly completedAt: Date;
+  readonly publishedAt: Date;
+  /** Session nodes, in order, exactly tiling [startSeq, endSeqExclusive). */
+  readonly sourceCover: readonly NodeAddress[];
+}
+
+function toPublication(row: PublicationRow): Publication {
+  return {
+    scopeId: row.scope_id,
+    publicationSeq: Number(row.publication_seq),
+    sessionId: row.session_id,
+    generation: row.generation,
+    turnId: row.turn_id,
+    startSeq: Number(row.start_seq),
+    endSeqExclusive: Number(row.end_seq_exclusive),
+    outcome: row.outcome,
+    completedAt: row.completed_at,
+    publishedAt: row.published_at,
+    sourceCover: row.cover_levels.map((level, k) => ({ level, index: Number(row.cover_idxs[k]) })),
+  };
+}
+
+const COLUMNS = `scope_id, publication_seq, session_id, generation, turn_id, start_seq, end_seq_exclusive, outcome,
+  completed_at, published_at, cover_levels, cover_idxs`;
+
+export interface NewPublication {
+  readonly scopeId: string;
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly turnId: string;
+  readonly startSeq: number;
+  readonly endSeqExclusive: number;
+  readonly outcome: TurnOutcome;
+  readonly completedAt: Date;
+  readonly sourceCover: readonly NodeAddress[];
+}
+
+/**
+ * Allocates the scope's next publication number and inserts the publication, in the caller's (SERIALIZABLE)
+ * transaction. The number comes from the scope row (UPDATE … RETURNING), so it is gap-free: a transaction that does
+ * not commit gives its number back. Returns undefined when the turn was already published (unique per turn).
+ */
+export async function insertPublication(db: Queryable, input: NewPublication): Promise<Publication | undefined> {
+  const existing = await findPublicationOfTurn(db, input.scopeId, input.sessionId, input.generation, input.turnId);
+  if (existing) return undefined;
+  const result = await db.query<PublicationRow>(
+    `WITH seq AS (
+       UPDATE optchat.scopes SET next_publication_seq = next_publication_seq + 1
+        WHERE scope_id = $1::text RETURNING next_publication_seq - 1 AS publication_seq
+     )
+     INSERT INTO optchat.publications (scope_id, publication_seq, session_id, generation, turn_id, start_seq,
+                                       end_seq_exclusive, outcome, completed_at, cover_levels, cover_idxs)
+     SELECT $1::text, seq.publication_seq, $2::text, $3::int, $4::text, $5::bigint, $6::bigint, $7::text,
+            $8::timestamptz, $9::int[], $10::bigint[]
+       FROM seq
+     RETURNING ${COLUMNS}`,
+    [
+      input.scopeId,
+      input.sessionId,
+      input.generation,
+      input.turnId,
+      input.startSeq,
+      input.endSeqExclusive,
+      input.outcome,
+      input.completedAt,
+      input.sourceCover.map((n) => n.level),
+      input.sourceCover.map((n) => n.index),
+    ],
+  );
+  const row = result.rows[0];
+  if (!row) throw new Error(`insertPublication: scope ${input.scopeId} does not exist`);
+  return toPublication(row);
+}
+
+export async function findPublicationOfTurn(
+  db: Queryable,
+  scopeId: string,
+  sessionId: string,
+  generation: number,
+  turnId: string,
+): Promise<Publication | undefined> {
+  const result = await db.query<PublicationRow>(
+    `SELECT ${COLUMNS} FROM optchat.publications
+      WHERE scope_id = $1::text AND session_id = $2::text AND generation = $3::int AND turn_id = $4::text`,
+    [scopeId, sessionId, generation, turnId],
+  );
+  return result.rows[0] ? toPublication(result.rows[0]) : undefined;
+}
+
+/** A publication visible below `highWater` (undefined otherwise: no existence oracle beyond the snapshot). */
+export async function findPublication(
+  db: Queryable,
+  scopeId: string,
+  publicationSeq: number,
+  highWater: number,
+): Promise<Publication | undefined> {
+  if (publicationSeq >= highWater) return undefined;
+  const result = await db.query<PublicationRow>(
+    `SELECT ${COLUMNS} FROM optchat.publications WHERE scope_id = $1::text AND publication_seq = $2::bigint`,
+    [scopeId, publicationSeq],
+  );
+  return result.rows[0] ? toPublication(result.rows[0]) : undefined;
+}
+
+export async function listPublications(db: Queryable, scopeId: string): Promise<Publication[]> {
+  const result = await db.query<PublicationRow>(
+    `SELECT ${COLUMNS} FROM optchat.publications WHERE scope_id = $1::text ORDER BY publication_seq`,
+    [scopeId],
+  );
+  return result.rows.map(toPublication);
+}
+
+/**
+ * How far into a foreign session's current generation a snapshot may see: the end of its last publication below the
+ * high-water mark (0 when none). Records and nodes past it belong to turns the snapshot does not include.
+ */
+export async function visibleForeignPrefix(
+  db: Queryable,
+  scopeId: string,
+  sessionId: string,
+  highWater: number,
+): Promise<number> {
+  const result = await db.query<{ end: number | null }>(
+    `SELECT max(p.end_seq_exclusive) AS end
+       FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $3::bigint`,
+    [scopeId, sessionId, highWater],
+  );
+  return Number(result.rows[0]?.end ?? 0);
+}
+
+/** Earliest and latest completion times of publications [start, end) of a scope. */
+export async function publicationTimeSpan(
+  db: Queryable,
+  scopeId: string,
+  start: number,
+  end: number,
+): Promise<{ first: Date; last: Date } | undefined> {
+  const result = await db.query<{ first: Date | null; last: Date | null }>(
+    `SELECT min(completed_at) AS first, max(completed_at) AS last FROM optchat.publications
+      WHERE scope_id = $1::text AND publication_seq >= $2::bigint AND publication_seq < $3::bigint`,
+    [scopeId, start, end],
+  );
+  const row = result.rows[0];
+  return row?.first && row.last ? { first: row.first, last: row.last } : undefined;
+}

@@ -234,7 +234,7 @@ class TextModel {
     const row = this.lines[node.level] as (string | undefined)[];
     const cached = row[node.index];
     if (cached !== undefined) return cached;
-    const line = lineAsText({ ref: refOf(node), level: node.level, text: this.text(node), built: true, bytes: 0 });
+    const line = lineAsText({ ref: refOf(node), text: this.text(node) });
     row[node.index] = line;
     return line;
   }

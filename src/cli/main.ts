@@ -17,7 +17,13 @@ Usage:
   optchat view <session> [--budget BYTES] [--json]
                                             the session's view as a model sees it: start+count|text lines
   optchat zoom <session> <start+count> [--json]
-                                            open a line into its two lines; start+1 prints the whole message
+                                            open a line of a session's tree; start+1 prints the whole message
+  optchat zoom --scope <scope> <ref> [--json]
+                                            open a ref (pub:0+8, <session>:<generation>:0+4) at the scope's latest
+                                            snapshot, exactly as a new turn would see it
+  optchat search --scope <scope> <query...> [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]
+  optchat sessions --scope <scope> [--cursor C] [--json]
+  optchat audit [--json]                    check publications, snapshots, views and reachability; exit 1 on a violation
   optchat help
 
 Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).`;
@@ -48,7 +54,14 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
       case "view":
         return await viewCommand(rest, resolveConfig({ env }), output);
       case "zoom":
-        return await zoomCommand(rest, resolveConfig({ env }), output);
+        return rest.includes("--scope")
+          ? await scopedCommand("zoom", rest, resolveConfig({ env }), output)
+          : await zoomCommand(rest, resolveConfig({ env }), output);
+      case "search":
+      case "sessions":
+        return await scopedCommand(command, rest, resolveConfig({ env }), output);
+      case "audit":
+        return await auditCommand(rest, resolveConfig({ env }), output);
       case undefined:
       case "help":
       case "--help":
@@ -269,4 +282,129 @@ async function statusCommand(args: readonly string[], config: Config, output: Ou
     );
   }
   return 0;
+}
+
+/** search, sessions and scoped zoom: retrieval at a scope's latest snapshot, as a new turn in that scope sees it. */
+async function scopedCommand(
+  command: "zoom" | "search" | "sessions",
+  args: readonly string[],
+  config: Config,
+  output: Output,
+): Promise<number> {
+  const usage = {
+    zoom: "optchat zoom --scope <scope> <ref> [--json]",
+    search:
+      "optchat search --scope <scope> <query...> [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]",
+    sessions: "optchat sessions --scope <scope> [--cursor C] [--json]",
+  }[command];
+  const flags = {
+    scope: { type: "string" },
+    session: { type: "string" },
+    before: { type: "string" },
+    after: { type: "string" },
+    cursor: { type: "string" },
+  } as const;
+  let parsed: ReturnType<
+    typeof parseArgs<{
+      args: string[];
+      options: typeof flags & { json: { type: "boolean" } };
+      allowPositionals: true;
+      strict: true;
+    }>
+  >;
+  try {
+    parsed = parseArgs({
+      args: [...args],
+      options: { ...flags, json: { type: "boolean" } },
+      allowPositionals: true,
+      strict: true,
+    });
+  } catch (error) {
+    throw new OptchatError("INPUT_INVALID", `${(error as Error).message}\nUsage: ${usage}`);
+  }
+  const { values, positionals } = parsed;
+  if (!values.scope)
+    throw new OptchatError("INPUT_INVALID", `--scope is required (e.g. project:<project id>)\nUsage: ${usage}`);
+  const memory = await openMemory(config, { applicationName: "optchat-cli" });
+  try {
+    const reader = await memory.readScope(values.scope);
+    let answer: unknown;
+    if (command === "zoom") {
+      if (positionals.length !== 1) throw new OptchatError("INPUT_INVALID", `expected one ref\nUsage: ${usage}`);
+      answer = await memory.zoom(reader, positionals[0] as string, values.cursor ? { cursor: values.cursor } : {});
+    } else if (command === "search") {
+      if (positionals.length === 0) throw new OptchatError("INPUT_INVALID", `expected a query\nUsage: ${usage}`);
+      answer = await memory.search(reader, {
+        query: positionals.join(" "),
+        ...(values.session ? { sessionId: values.session } : {}),
+        ...(values.before ? { before: values.before } : {}),
+        ...(values.after ? { after: values.after } : {}),
+        ...(values.cursor ? { cursor: values.cursor } : {}),
+      });
+    } else {
+      answer = await memory.sessions(reader, values.cursor ? { cursor: values.cursor } : {});
+    }
+    if (output.json) output.out(JSON.stringify({ ok: true, ...(answer as object) }));
+    else output.out(describeAnswer(answer as Record<string, unknown>));
+    return 0;
+  } finally {
+    await memory.close();
+  }
+}
+
+/** A retrieval answer as plain lines for a terminal. */
+function describeAnswer(answer: Record<string, unknown>): string {
+  const out: string[] = [];
+  const snapshot = answer.snapshot as { scopeId: string; publicationHighWater: number } | undefined;
+  if (Array.isArray(answer.hits)) {
+    for (const hit of answer.hits as { ref: string; source: string; occurredAt: string | null; excerpt: string }[]) {
+      out.push(`${hit.ref}  (${hit.source}${hit.occurredAt ? `, ${hit.occurredAt}` : ""})  ${hit.excerpt}`);
+    }
+    if (out.length === 0) out.push("no hits");
+  } else if (Array.isArray(answer.sessions)) {
+    for (const s of answer.sessions as {
+      sessionId: string;
+      title: string | null;
+      publishedTurns: number;
+      lastAt: string | null;
+    }[]) {
+      out.push(
+        `${s.sessionId}  ${s.publishedTurns} published turn(s)${s.lastAt ? `, last ${s.lastAt}` : ""}${s.title ? `  ${s.title}` : ""}`,
+      );
+    }
+  } else if (answer.kind === "lines") {
+    for (const line of answer.lines as { ref: string; text: string }[])
+      out.push(lineAsText({ ref: line.ref, text: line.text }));
+  } else if (answer.kind === "publication") {
+    out.push(
+      `${answer.ref}: turn ${answer.turnId} of session ${answer.sessionId} (${answer.outcome}), messages ${answer.range}, completed ${answer.completedAt}`,
+    );
+    for (const line of answer.cover as { ref: string; text: string }[]) out.push(lineAsText(line));
+  } else if (answer.kind === "message") {
+    out.push(
+      `${answer.ref}|${answer.recordKind} at ${answer.occurredAt}${answer.complete ? "" : ` (first part; --cursor ${answer.nextCursor} for more)`}:`,
+    );
+    out.push(String(answer.text));
+  }
+  if (typeof answer.nextCursor === "string") out.push(`more: --cursor ${answer.nextCursor}`);
+  if (snapshot) out.push(`(scope ${snapshot.scopeId}, snapshot ${snapshot.publicationHighWater})`);
+  return out.join("\n");
+}
+
+async function auditCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
+  options(args);
+  const memory = await openMemory(config, { applicationName: "optchat-audit" });
+  try {
+    const report = await memory.audit();
+    if (output.json) output.out(JSON.stringify(report));
+    else {
+      for (const v of report.violations) output.out(`${v.audit}: ${v.subject}: ${v.problem}`);
+      output.out(
+        report.ok ? `ok: every audit passed (${report.trees} trees)` : `${report.violations.length} violation(s)`,
+      );
+    }
+    return report.ok ? 0 : 1;
+  } finally {
+    await memory.close();
+  }
 }

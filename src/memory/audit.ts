@@ -1,5 +1,6 @@
 import { applyFoldEvent, EMPTY_FOLD, type FoldState, tilingProblem } from "../core/fold.js";
 import { nodeKey } from "../core/tree.js";
+import { listTreeIds, runSqlAudits, type Violation } from "../store/audits.js";
 import type { Queryable } from "../store/db.js";
 import { listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
 
@@ -52,4 +53,29 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
   if (r < revisions.length)
     problems.push({ treeId, problem: `${revisions.length - r} revision(s) refer to events that are not in the log` });
   return problems;
+}
+
+export interface AuditReport {
+  readonly ok: boolean;
+  readonly trees: number;
+  readonly violations: readonly Violation[];
+}
+
+/**
+ * Every audit: publication integrity, snapshot visibility and reachability in SQL, and view coverage by replaying
+ * each tree's event log (every revision tiles its prefix and equals a refold).
+ */
+export async function auditAll(db: Queryable): Promise<AuditReport> {
+  const violations: Violation[] = [...(await runSqlAudits(db))];
+  const trees = await listTreeIds(db);
+  for (const tree of trees) {
+    for (const problem of await auditTreeViews(db, tree.treeId)) {
+      violations.push({
+        audit: "view_coverage",
+        subject: `${tree.label}${problem.revision !== undefined ? ` revision ${problem.revision}` : ""}`,
+        problem: problem.problem,
+      });
+    }
+  }
+  return { ok: violations.length === 0, trees: trees.length, violations };
 }

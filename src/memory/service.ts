@@ -33,6 +33,7 @@ import {
 import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
 import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
+import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
 import {
   admitTurnSchema,
@@ -42,6 +43,7 @@ import {
   issuesOf,
   MAX_PAYLOAD_BYTES,
   type OpenSessionInput,
+  opaqueId,
   openSessionSchema,
   outcomeSchema,
   parseInput,
@@ -62,6 +64,7 @@ import {
   type SearchOptions,
   type ServedSnapshot,
   type SharedDeps,
+  scopeReader,
   searchFor,
   sessionsFor,
   type TurnContext,
@@ -142,13 +145,20 @@ export interface Memory {
   /** The memory blocks for one model request of the turn, within the budget (seed 000 §7). */
   assembleContext(ctx: TurnContext, options: AssembleOptions): Promise<AssembledContext>;
   /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
-  zoom(ctx: TurnContext, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
-  search(ctx: TurnContext, options: SearchOptions): Promise<SearchAnswer>;
-  date(ctx: TurnContext, ref: string): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
+  zoom(ctx: TurnContext | Turn, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
+  search(ctx: TurnContext | Turn, options: SearchOptions): Promise<SearchAnswer>;
+  date(
+    ctx: TurnContext | Turn,
+    ref: string,
+  ): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
   sessions(
-    ctx: TurnContext,
+    ctx: TurnContext | Turn,
     options?: { cursor?: string; limit?: number },
   ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
+  /** An operator's reader of a scope at its latest snapshot, for the retrieval methods (the CLI uses it). */
+  readScope(scopeId: string): Promise<Turn>;
+  /** Every audit (publication integrity, snapshot visibility, view coverage, reachability). */
+  audit(): Promise<AuditReport>;
   close(): Promise<void>;
 }
 
@@ -318,6 +328,8 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
   }
 
   const shared: SharedDeps = { pool, boss, listener, config };
+  const reader = (ctx: TurnContext | Turn, where: string): TurnContext | Turn =>
+    "snapshot" in ctx ? ctx : parseInput(turnContextSchema, ctx, where);
   const memory: Memory = {
     pool,
     getSession,
@@ -439,19 +451,19 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
         parseInput(turnContextSchema, ctx, "assembleContext"),
         parseInput(assembleSchema, options, "assembleContext"),
       ),
+    readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
+    audit: () => auditAll(pool),
     zoom: (ctx, ref, options = {}) =>
       zoomFor(
         shared,
-        parseInput(turnContextSchema, ctx, "zoom"),
+        reader(ctx, "zoom"),
         parseInput(z.string().max(300), ref, "zoom", "ref"),
         options,
         (page, cursor, maxBytes) => memory.readPayload(page, { maxBytes, ...(cursor ? { cursor } : {}) }),
       ),
-    search: (ctx, options) =>
-      searchFor(shared, parseInput(turnContextSchema, ctx, "search"), parseInput(searchSchema, options, "search")),
-    date: (ctx, ref) =>
-      dateFor(shared, parseInput(turnContextSchema, ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
-    sessions: (ctx, options = {}) => sessionsFor(shared, parseInput(turnContextSchema, ctx, "sessions"), options),
+    search: (ctx, options) => searchFor(shared, reader(ctx, "search"), parseInput(searchSchema, options, "search")),
+    date: (ctx, ref) => dateFor(shared, reader(ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
+    sessions: (ctx, options = {}) => sessionsFor(shared, reader(ctx, "sessions"), options),
 
     async close() {
       await listener.close();

@@ -22,8 +22,8 @@ import type { TreeListener } from "../store/notifications.js";
 import { findPublication, publicationTimeSpan, visibleForeignPrefix } from "../store/publications.js";
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
-import { findSession, listScopeSessions, type Session } from "../store/sessions.js";
-import { findNodes, findSessionTree, findViewRevision, type Tree } from "../store/trees.js";
+import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
+import { findNodes, findSessionTree, findSharedTreeOfScope, findViewRevision, type Tree } from "../store/trees.js";
 import {
   admitTurn as admitTurnRow,
   findPreviousTurn,
@@ -65,7 +65,12 @@ function served(turn: Turn): ServedSnapshot {
   };
 }
 
-export async function turnOrThrow(pool: Pool, ctx: TurnContext): Promise<Turn> {
+/**
+ * The turn a retrieval runs under. A `Turn` itself is accepted too: `scopeReader` builds one for operators (the CLI),
+ * with no own session and the scope's latest snapshot.
+ */
+export async function turnOrThrow(pool: Pool, ctx: TurnContext | Turn): Promise<Turn> {
+  if ("snapshot" in ctx) return ctx;
   const turn = await findTurn(pool, ctx.sessionId, ctx.turnId);
   if (!turn) {
     throw new InputInvalidError("turn", [
@@ -206,7 +211,7 @@ export interface ZoomOptions {
 
 export async function zoomFor(
   deps: SharedDeps,
-  ctx: TurnContext,
+  ctx: TurnContext | Turn,
   refText: string,
   options: ZoomOptions,
   readPage: (
@@ -305,7 +310,7 @@ export async function zoomFor(
 
 export async function dateFor(
   deps: SharedDeps,
-  ctx: TurnContext,
+  ctx: TurnContext | Turn,
   refText: string,
 ): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }> {
   const turn = await turnOrThrow(deps.pool, ctx);
@@ -338,7 +343,7 @@ export async function dateFor(
 
 export async function sessionsFor(
   deps: SharedDeps,
-  ctx: TurnContext,
+  ctx: TurnContext | Turn,
   options: { cursor?: string; limit?: number },
 ): Promise<{ sessions: readonly Record<string, unknown>[]; nextCursor: string | null; snapshot: ServedSnapshot }> {
   const turn = await turnOrThrow(deps.pool, ctx);
@@ -659,7 +664,11 @@ export interface SearchAnswer {
   readonly snapshot: ServedSnapshot;
 }
 
-export async function searchFor(deps: SharedDeps, ctx: TurnContext, options: SearchOptions): Promise<SearchAnswer> {
+export async function searchFor(
+  deps: SharedDeps,
+  ctx: TurnContext | Turn,
+  options: SearchOptions,
+): Promise<SearchAnswer> {
   const turn = await turnOrThrow(deps.pool, ctx);
   const tsquery = toTsqueryLiteral(options.query);
   if (!tsquery) throw new InputInvalidError("search", [{ field: "query", problem: "has no searchable words" }]);
@@ -717,5 +726,41 @@ export async function searchFor(deps: SharedDeps, ctx: TurnContext, options: Sea
     })),
     nextCursor: hits.length > limit ? `s1.${offset + limit}` : null,
     snapshot: served(turn),
+  };
+}
+
+/**
+ * A reader for operators (the CLI's search, zoom and sessions with --scope): the scope's latest snapshot, no own
+ * session. It sees exactly what a new turn in a session of that scope would see, minus that session's own history.
+ */
+export async function scopeReader(pool: Pool, scopeId: string): Promise<Turn> {
+  const scope = await findScope(pool, scopeId);
+  if (!scope)
+    throw new OptchatError(
+      "SCOPE_DENIED",
+      `No scope ${scopeId}. Scopes look like project:<project id>; \`optchat status\` counts them.`,
+      { scopeId },
+    );
+  const tree = scope.kind === "isolated" ? undefined : await findSharedTreeOfScope(pool, scopeId);
+  return {
+    sessionId: "",
+    generation: 0,
+    turnId: "",
+    state: "active",
+    admittedAt: new Date(),
+    finishedAt: null,
+    query: null,
+    publishes: false,
+    snapshot: {
+      scopeId,
+      policyRevision: scope.policyRevision,
+      retentionEpoch: scope.retentionEpoch,
+      sharedTreeId: tree?.treeId ?? null,
+      sharedViewRevision: tree && tree.viewRevision > 0 ? tree.viewRevision : null,
+      publicationHighWater: tree?.leafCount ?? 0,
+      ownGeneration: 0,
+      ownBoundary: 0,
+      ownViewRevision: null,
+    },
   };
 }

@@ -41,7 +41,7 @@ export function viewAsText(view: RenderedView): string {
   return view.lines.map(lineAsText).join("\n");
 }
 
-export function lineAsText(line: ViewLine): string {
+export function lineAsText(line: Pick<ViewLine, "ref" | "text">): string {
   return `${line.ref}|${flattenLine(line.text)}`;
 }
 

@@ -157,7 +157,7 @@ export async function visibleForeignPrefix(
   return Number(result.rows[0]?.end ?? 0);
 }
 
-/** Earliest and latest completion times of publications [start, end) of a scope. */
+/** Earliest and latest host timestamps of the records that publications [start, end) of a scope cover. */
 export async function publicationTimeSpan(
   db: Queryable,
   scopeId: string,
@@ -165,8 +165,11 @@ export async function publicationTimeSpan(
   end: number,
 ): Promise<{ first: Date; last: Date } | undefined> {
   const result = await db.query<{ first: Date | null; last: Date | null }>(
-    `SELECT min(completed_at) AS first, max(completed_at) AS last FROM optchat.publications
-      WHERE scope_id = $1::text AND publication_seq >= $2::bigint AND publication_seq < $3::bigint`,
+    `SELECT min(r.occurred_at) AS first, max(r.occurred_at) AS last
+       FROM optchat.publications p
+       JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
+        AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+      WHERE p.scope_id = $1::text AND p.publication_seq >= $2::bigint AND p.publication_seq < $3::bigint`,
     [scopeId, start, end],
   );
   const row = result.rows[0];

@@ -444,11 +444,14 @@ async function fitTokens(
     }
   };
   await load(lines.parts);
+  // Parts not summarized yet are left out (partial mode says so in the block's note); no placeholder reaches a model.
   const renderParts = (parts: readonly NodeAddress[]) => {
-    const text = render(
-      parts.map((part) => ({ ref: lines.name(part), text: known.get(nodeKey(part))?.text ?? "(not summarized yet)" })),
-    );
-    return { text, tokens: estimateTokens(text), lines: parts.length };
+    const built = parts.flatMap((part) => {
+      const node = known.get(nodeKey(part));
+      return node ? [{ ref: lines.name(part), text: node.text }] : [];
+    });
+    const text = render(built);
+    return { text, tokens: estimateTokens(text), lines: built.length };
   };
   const full = renderParts(lines.parts);
   if (full.tokens <= tokens) return { ...full, fits: true };

@@ -1,0 +1,153 @@
+import { createReadStream } from "node:fs";
+import { stat } from "node:fs/promises";
+import { createInterface } from "node:readline";
+import { parseArgs } from "node:util";
+import { OptchatError } from "../core/errors.js";
+import type { Config } from "../memory/config.js";
+import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../memory/import.js";
+import { openMemory } from "../memory/service.js";
+
+const USAGE = "optchat import <file.jsonl> [--json]";
+
+/** Invalid lines listed before giving up on a file. */
+const MAX_LISTED_ERRORS = 20;
+
+/** Where the progress line goes; only a terminal gets one. */
+export interface ProgressTerminal {
+  readonly isTTY?: boolean;
+  write(chunk: string): unknown;
+}
+
+/**
+ * `optchat import <file.jsonl> [--json]` (docs/import.md). Two passes over the file: the first checks every line
+ * without touching the database, and an invalid file is refused whole (exit 1, naming each bad line and field, up to
+ * 20); the second imports it line by line. Progress goes to stderr as one updating line when stderr is a terminal.
+ * Prints a summary; exit 0, or 1 when some records or outcomes did not land as the file says (conflicts, listed).
+ */
+export async function importCommand(
+  args: readonly string[],
+  config: Config,
+  output: { json: boolean; out(line: string): void; err(line: string): void },
+  terminal: ProgressTerminal = process.stderr,
+): Promise<number> {
+  const file = parseImportArgs(args);
+  await assertReadableFile(file);
+  const progress = progressLine(terminal);
+
+  const check = await checkJsonl(readLines(file), { maxErrors: MAX_LISTED_ERRORS });
+  if (check.errors.length > 0) {
+    const more = check.invalidLines - check.errors.length;
+    const verdict = `${file}: ${check.invalidLines} invalid line(s)${more > 0 ? ` (the first ${check.errors.length} are listed)` : ""}; nothing was imported`;
+    if (output.json) {
+      const [first] = check.errors;
+      output.out(
+        JSON.stringify({
+          ok: false,
+          error: { ...(first as NonNullable<typeof first>).toJSON(), message: verdict },
+          invalidLines: check.invalidLines,
+          errors: check.errors.map((error) => ({ line: error.line, issues: error.issues, message: error.message })),
+        }),
+      );
+    } else {
+      for (const error of check.errors) output.err(`optchat: ${error.code}: ${error.message}`);
+      output.err(`optchat: ${verdict}`);
+    }
+    return 1;
+  }
+
+  const memory = await openMemory(config, { applicationName: "optchat-import" });
+  let summary: ImportSummary;
+  try {
+    summary = await importJsonl(memory, readLines(file), {
+      onProgress: (p) => progress.update(p, check.lines),
+    });
+  } finally {
+    progress.clear();
+    await memory.close();
+  }
+
+  if (output.json) {
+    output.out(JSON.stringify({ ok: summary.errors === 0, file, ...summary }));
+  } else {
+    const { turns, records } = summary;
+    output.out(
+      `imported ${file}: ${summary.lines} lines, ${summary.sessions} sessions, ${turns.total} turns (${turns.finished} finished now, ${turns.alreadyFinished} already finished), ${records.total} records (${records.sealed} new, ${records.duplicates} already stored, ${records.conflicts} conflicts) in ${summary.seconds.toFixed(1)} s`,
+    );
+    if (turns.publicationsScheduled > 0) {
+      output.err(
+        `${turns.publicationsScheduled} publication(s) scheduled: the compactor worker (\`optchat worker\`) summarizes and publishes them`,
+      );
+    }
+    for (const problem of summary.problems) output.err(`  line ${problem.line} ${problem.field}: ${problem.problem}`);
+    if (summary.errors > summary.problems.length) {
+      output.err(`  ... and ${summary.errors - summary.problems.length} more`);
+    }
+  }
+  if (summary.errors > 0 && !output.json) {
+    output.err(`optchat: ${summary.errors} record(s) or outcome(s) were already stored differently and were kept`);
+  }
+  return summary.errors === 0 ? 0 : 1;
+}
+
+function parseImportArgs(args: readonly string[]): string {
+  let positionals: string[];
+  try {
+    ({ positionals } = parseArgs({
+      args: [...args],
+      options: { json: { type: "boolean" } },
+      strict: true,
+      allowPositionals: true,
+    }));
+  } catch (error) {
+    throw new OptchatError("INPUT_INVALID", `${(error as Error).message}\nUsage: ${USAGE}`);
+  }
+  if (positionals.length !== 1) {
+    throw new OptchatError("INPUT_INVALID", `expected 1 argument(s), got ${positionals.length}\nUsage: ${USAGE}`);
+  }
+  return positionals[0] as string;
+}
+
+async function assertReadableFile(file: string): Promise<void> {
+  try {
+    const info = await stat(file);
+    if (!info.isFile()) throw new Error("not a regular file");
+  } catch (error) {
+    const reason = (error as NodeJS.ErrnoException).code ?? (error as Error).message;
+    throw new OptchatError("INPUT_INVALID", `import: cannot read ${file} (${reason})\nUsage: ${USAGE}`, {
+      field: "file",
+    });
+  }
+}
+
+/** The file's lines, streamed (\n or \r\n endings; a last line without a newline counts). */
+async function* readLines(file: string): AsyncGenerator<string> {
+  const input = createReadStream(file, { encoding: "utf8" });
+  const lines = createInterface({ input, crlfDelay: Number.POSITIVE_INFINITY });
+  try {
+    for await (const line of lines) yield line;
+  } finally {
+    lines.close();
+    input.destroy();
+  }
+}
+
+/** One updating stderr line, redrawn at most every 100 ms; nothing at all when stderr is not a terminal. */
+function progressLine(terminal: ProgressTerminal) {
+  let shown = false;
+  let last = 0;
+  return {
+    update(p: ImportProgress, totalLines: number): void {
+      if (!terminal.isTTY) return;
+      const now = performance.now();
+      if (now - last < 100 && p.lines < totalLines) return;
+      last = now;
+      shown = true;
+      terminal.write(
+        `\r\u001b[Kimported ${p.lines}/${totalLines} lines, ${p.sessions} sessions, ${p.turns} turns, ${p.records} records`,
+      );
+    },
+    clear(): void {
+      if (shown) terminal.write("\r\u001b[K");
+    },
+  };
+}

@@ -1,0 +1,530 @@
+/**
+ * Import of recorded sessions from a JSONL file (docs/import.md): one JSON object per line, each a `session`
+ * declaration or one whole `turn` with its records. Every turn goes through the same calls as live traffic
+ * (admitTurn, ingestMany, finishTurn), so it is summarized and published exactly like one, and importing the same file
+ * again changes nothing: sessions are found by (host "import", id), records by their finalization key, turns by
+ * (session, turn id), and a finished turn is never finished (nor published) twice.
+ */
+import { z } from "zod";
+import { type FieldIssue, InputInvalidError } from "../core/errors.js";
+import type { Session } from "../store/sessions.js";
+import type { TurnOutcome } from "../store/turns.js";
+import { type IngestEvent, issuesOf, MAX_PAYLOAD_BYTES, opaqueId, RECORD_KINDS } from "./schemas.js";
+import type { IngestResult, Memory } from "./service.js";
+
+/** The host name every imported session is registered under (its `id` is the host session ID). */
+export const IMPORT_HOST = "import";
+
+/** Records sent to one ingestMany call (one transaction); a longer turn is ingested in several batches. */
+export const DEFAULT_BATCH_SIZE = 500;
+
+/** A batch is also cut once its payloads reach this many bytes, so a turn of huge tool outputs stays bounded. */
+const BATCH_BYTES = 16 * 1024 * 1024;
+
+/** admitTurn keeps at most this much of the first user message as the turn's query. */
+const MAX_QUERY_CHARS = 100_000;
+
+/** Non-fatal problems listed in the summary; more are only counted. */
+const MAX_LISTED_PROBLEMS = 100;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The format, validated line by line
+
+const hostId = z.string().min(1, "must not be empty").max(500, "longer than 500 characters");
+
+const recordKind = z.string().superRefine((value, ctx) => {
+  if ((RECORD_KINDS as readonly string[]).includes(value)) return;
+  ctx.addIssue({
+    code: z.ZodIssueCode.custom,
+    message: /reason|thinking|thought/i.test(value)
+      ? "hidden model reasoning is never stored; drop reasoning records before importing"
+      : `must be one of ${RECORD_KINDS.join(", ")}`,
+  });
+}) as unknown as z.ZodType<(typeof RECORD_KINDS)[number]>;
+
+const importRecordSchema = z
+  .object({
+    /** The host's message (or part) ID; unique within its session. */
+    id: hostId,
+    kind: recordKind,
+    at: z.string().datetime({
+      offset: true,
+      message: "must be an ISO 8601 timestamp with a time zone, such as 2026-11-20T10:00:00Z",
+    }),
+    text: z.string({ invalid_type_error: "must be a string", required_error: "is required" }),
+    toolCallId: hostId.optional(),
+    toolName: hostId.optional(),
+  })
+  .strict()
+  .superRefine((record, ctx) => {
+    if ((record.kind === "tool_call" || record.kind === "tool_result") && record.toolCallId === undefined) {
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ["toolCallId"],
+        message: `required for kind ${record.kind} (it pairs a call with its result)`,
+      });
+    }
+    // Cheap bound first: a UTF-16 unit is at most 3 UTF-8 bytes.
+    if (record.text.length * 3 > MAX_PAYLOAD_BYTES) {
+      const bytes = Buffer.byteLength(record.text, "utf8");
+      if (bytes > MAX_PAYLOAD_BYTES) {
+        ctx.addIssue({
+          code: z.ZodIssueCode.custom,
+          path: ["text"],
+          message: `is ${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit of one record`,
+        });
+      }
+    }
+  });
+
+const sessionLineSchema = z
+  .object({
+    type: z.literal("session"),
+    /** The host session ID; the session is registered as (host "import", id). */
+    id: hostId,
+    project: opaqueId,
+    title: z.string().max(1000, "longer than 1000 characters").optional(),
+    sharing: z.enum(["shared", "isolated"], { errorMap: () => ({ message: "must be shared or isolated" }) }).optional(),
+    /** The `id` of a session declared on an earlier line: this session is its subagent (it does not publish). */
+    parent: hostId.optional(),
+  })
+  .strict();
+
+const turnLineSchema = z
+  .object({
+    type: z.literal("turn"),
+    /** The `id` of a session declared on an earlier line. */
+    session: hostId,
+    id: opaqueId,
+    outcome: z.enum(["completed", "interrupted", "failed"], {
+      errorMap: () => ({ message: "must be completed, interrupted or failed" }),
+    }),
+    records: z.array(importRecordSchema).min(1, "must hold at least one record"),
+  })
+  .strict();
+
+export type ImportSessionLine = z.output<typeof sessionLineSchema>;
+export type ImportTurnLine = z.output<typeof turnLineSchema>;
+export type ImportRecord = z.output<typeof importRecordSchema>;
+export type ImportLine = ImportSessionLine | ImportTurnLine;
+
+/** An invalid line: INPUT_INVALID naming the line number and each bad field (`records[2].kind`). */
+export class ImportLineError extends InputInvalidError {
+  readonly line: number;
+
+  constructor(line: number, issues: readonly FieldIssue[]) {
+    super(`import line ${line}`, issues);
+    this.name = "ImportLineError";
+    this.line = line;
+  }
+
+  override toJSON() {
+    const base = super.toJSON();
+    return { ...base, details: { ...base.details, line: this.line } };
+  }
+}
+
+/**
+ * Checks lines in file order: each line on its own (JSON, schema) and against the lines before it (sessions declared
+ * once and before use, parents declared before their subagents, turn IDs unique per session, record IDs unique per
+ * session). Blank lines are allowed and skipped.
+ */
+export class ImportLineChecker {
+  private readonly sessions = new Map<string, { line: number }>();
+  private readonly turns = new Map<string, number>();
+  private readonly records = new Map<string, number>();
+
+  /** The parsed line, undefined for a blank line; throws ImportLineError. */
+  check(lineNumber: number, text: string): ImportLine | undefined {
+    const trimmed = (lineNumber === 1 ? text.replace(/^\uFEFF/, "") : text).trim();
+    if (trimmed === "") return undefined;
+    let value: unknown;
+    try {
+      value = JSON.parse(trimmed);
+    } catch (error) {
+      throw new ImportLineError(lineNumber, [
+        { field: "(line)", problem: `is not JSON (${(error as Error).message}); each line holds one JSON object` },
+      ]);
+    }
+    if (typeof value !== "object" || value === null || Array.isArray(value)) {
+      throw new ImportLineError(lineNumber, [{ field: "(line)", problem: "must be a JSON object" }]);
+    }
+    const type = (value as { type?: unknown }).type;
+    if (type === "session") return this.checkSession(lineNumber, parseLine(sessionLineSchema, value, lineNumber));
+    if (type === "turn") return this.checkTurn(lineNumber, parseLine(turnLineSchema, value, lineNumber));
+    throw new ImportLineError(lineNumber, [
+      {
+        field: "type",
+        problem:
+          type === "record"
+            ? 'records are imported inside their turn ("records" of a "turn" line), not on lines of their own'
+            : `must be "session" or "turn", not ${JSON.stringify(type) ?? "missing"}`,
+      },
+    ]);
+  }
+
+  private checkSession(lineNumber: number, line: ImportSessionLine): ImportSessionLine {
+    const earlier = this.sessions.get(line.id);
+    if (earlier) {
+      throw new ImportLineError(lineNumber, [
+        { field: "id", problem: `session ${line.id} is already declared on line ${earlier.line}` },
+      ]);
+    }
+    if (line.parent !== undefined && !this.sessions.has(line.parent)) {
+      throw new ImportLineError(lineNumber, [
+        {
+          field: "parent",
+          problem: `session ${line.parent} is not declared on an earlier line (declare the parent session first)`,
+        },
+      ]);
+    }
+    this.sessions.set(line.id, { line: lineNumber });
+    return line;
+  }
+
+  private checkTurn(lineNumber: number, line: ImportTurnLine): ImportTurnLine {
+    if (!this.sessions.has(line.session)) {
+      throw new ImportLineError(lineNumber, [
+        {
+          field: "session",
+          problem: `session ${line.session} is not declared on an earlier line (add a "session" line before its turns)`,
+        },
+      ]);
+    }
+    const turnKey = `${line.session}\u0000${line.id}`;
+    const earlierTurn = this.turns.get(turnKey);
+    if (earlierTurn !== undefined) {
+      throw new ImportLineError(lineNumber, [
+        { field: "id", problem: `turn ${line.id} of session ${line.session} is already on line ${earlierTurn}` },
+      ]);
+    }
+    const issues: FieldIssue[] = [];
+    const inLine = new Map<string, number>();
+    line.records.forEach((record, index) => {
+      const recordKey = `${line.session}\u0000${record.id}`;
+      const earlierLine = this.records.get(recordKey);
+      const earlierIndex = inLine.get(record.id);
+      if (earlierLine !== undefined || earlierIndex !== undefined) {
+        issues.push({
+          field: `records[${index}].id`,
+          problem: `record ${record.id} is already used in session ${line.session} (${earlierIndex !== undefined ? `records[${earlierIndex}] of this line` : `line ${earlierLine}`}); record IDs are unique within a session`,
+        });
+      }
+      inLine.set(record.id, index);
+    });
+    if (issues.length > 0) throw new ImportLineError(lineNumber, issues);
+    this.turns.set(turnKey, lineNumber);
+    for (const record of line.records) this.records.set(`${line.session}\u0000${record.id}`, lineNumber);
+    return line;
+  }
+}
+
+function parseLine<S extends z.ZodTypeAny>(schema: S, value: unknown, lineNumber: number): z.output<S> {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  throw new ImportLineError(lineNumber, issuesOf(parsed.error));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Validation only (no database)
+
+export interface ImportCheck {
+  /** Lines read, blank ones included. */
+  readonly lines: number;
+  readonly sessions: number;
+  readonly turns: number;
+  readonly records: number;
+  /** The first `maxErrors` invalid lines, in file order; empty when the file is valid. */
+  readonly errors: readonly ImportLineError[];
+  /** Invalid lines in all (some may not be listed). */
+  readonly invalidLines: number;
+}
+
+/**
+ * Checks a whole file without touching the database, collecting up to `maxErrors` invalid lines. An invalid line
+ * counts for nothing, so lines that refer to it (a turn of a session whose declaration is invalid) are reported too.
+ */
+export async function checkJsonl(
+  lines: AsyncIterable<string> | Iterable<string>,
+  options: { maxErrors?: number } = {},
+): Promise<ImportCheck> {
+  const maxErrors = options.maxErrors ?? 20;
+  const checker = new ImportLineChecker();
+  const errors: ImportLineError[] = [];
+  let lineNumber = 0;
+  let invalidLines = 0;
+  let sessions = 0;
+  let turns = 0;
+  let records = 0;
+  for await (const text of lines) {
+    lineNumber += 1;
+    try {
+      const line = checker.check(lineNumber, text);
+      if (line?.type === "session") sessions += 1;
+      else if (line?.type === "turn") {
+        turns += 1;
+        records += line.records.length;
+      }
+    } catch (error) {
+      if (!(error instanceof ImportLineError)) throw error;
+      invalidLines += 1;
+      if (errors.length < maxErrors) errors.push(error);
+    }
+  }
+  return { lines: lineNumber, sessions, turns, records, errors, invalidLines };
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Import
+
+export interface ImportProgress {
+  /** Lines processed so far, blank ones included. */
+  readonly lines: number;
+  readonly sessions: number;
+  readonly turns: number;
+  readonly records: number;
+  readonly seconds: number;
+}
+
+/** Something that did not stop the import but did not land as the file says (listed in the summary). */
+export interface ImportProblem {
+  readonly line: number;
+  readonly field: string;
+  readonly problem: string;
+}
+
+export interface ImportSummary {
+  /** Lines read, blank ones included. */
+  readonly lines: number;
+  /** Session lines (each opened: registered on first import, found again on later ones). */
+  readonly sessions: number;
+  readonly turns: {
+    /** Turn lines. */
+    readonly total: number;
+    /** Turns this run finished (each scheduled its publication, unless its session does not publish). */
+    readonly finished: number;
+    /** Turns that were already finished by an earlier import: nothing was scheduled again. */
+    readonly alreadyFinished: number;
+    /** Publications scheduled by this run (the compactor worker publishes them). */
+    readonly publicationsScheduled: number;
+  };
+  readonly records: {
+    readonly total: number;
+    /** Newly stored by this run. */
+    readonly sealed: number;
+    /** Already stored with the same content (a re-import): nothing changed. */
+    readonly duplicates: number;
+    /** Already stored under the same session and ID with other content: the stored record is kept. */
+    readonly conflicts: number;
+  };
+  /** Problems that did not stop the import (conflicts, a different outcome than the stored one). */
+  readonly errors: number;
+  /** The first problems, in file order. */
+  readonly problems: readonly ImportProblem[];
+  readonly seconds: number;
+}
+
+export interface ImportOptions {
+  /** Called after every line. */
+  readonly onProgress?: (progress: ImportProgress) => void;
+  /** Records per ingestMany call (one transaction); default 500. */
+  readonly batchSize?: number;
+}
+
+/**
+ * Imports JSONL lines in order (format: docs/import.md). Each line is validated before anything of it is written; the
+ * first invalid line stops the import with ImportLineError (INPUT_INVALID, naming the line and fields), leaving the
+ * lines before it imported. Since every step is idempotent, running the fixed file again completes the import without
+ * duplicating anything. Use `checkJsonl` first to refuse an invalid file before importing any of it.
+ */
+export async function importJsonl(
+  memory: Memory,
+  lines: AsyncIterable<string> | Iterable<string>,
+  options: ImportOptions = {},
+): Promise<ImportSummary> {
+  const batchSize = options.batchSize ?? DEFAULT_BATCH_SIZE;
+  if (!Number.isInteger(batchSize) || batchSize < 1 || batchSize > 10_000) {
+    throw new InputInvalidError("importJsonl", [{ field: "batchSize", problem: "must be an integer from 1 to 10000" }]);
+  }
+  const started = performance.now();
+  const seconds = () => Math.round(performance.now() - started) / 1000;
+  const checker = new ImportLineChecker();
+  const sessions = new Map<string, Session>();
+  const problems: ImportProblem[] = [];
+  const counts = {
+    lines: 0,
+    sessions: 0,
+    turns: 0,
+    finished: 0,
+    alreadyFinished: 0,
+    publicationsScheduled: 0,
+    records: 0,
+    sealed: 0,
+    duplicates: 0,
+    conflicts: 0,
+    errors: 0,
+  };
+  const problem = (entry: ImportProblem) => {
+    counts.errors += 1;
+    if (problems.length < MAX_LISTED_PROBLEMS) problems.push(entry);
+  };
+
+  for await (const text of lines) {
+    counts.lines += 1;
+    const lineNumber = counts.lines;
+    const line = checker.check(lineNumber, text);
+    if (line?.type === "session") {
+      const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
+      const session = await memory.openSession({
+        host: IMPORT_HOST,
+        hostSessionId: line.id,
+        projectId: line.project,
+        ...(line.title !== undefined ? { title: line.title } : {}),
+        ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
+        ...(parent ? { parentSessionId: parent.sessionId } : {}),
+      });
+      sessions.set(line.id, session);
+      counts.sessions += 1;
+    } else if (line?.type === "turn") {
+      const session = sessions.get(line.session) as Session; // the checker saw its declaration
+      await importTurn(memory, session, line, lineNumber, batchSize, counts, problem);
+      counts.turns += 1;
+      counts.records += line.records.length;
+    }
+    options.onProgress?.({
+      lines: counts.lines,
+      sessions: counts.sessions,
+      turns: counts.turns,
+      records: counts.records,
+      seconds: seconds(),
+    });
+  }
+
+  return {
+    lines: counts.lines,
+    sessions: counts.sessions,
+    turns: {
+      total: counts.turns,
+      finished: counts.finished,
+      alreadyFinished: counts.alreadyFinished,
+      publicationsScheduled: counts.publicationsScheduled,
+    },
+    records: {
+      total: counts.records,
+      sealed: counts.sealed,
+      duplicates: counts.duplicates,
+      conflicts: counts.conflicts,
+    },
+    errors: counts.errors,
+    problems,
+    seconds: seconds(),
+  };
+}
+
+/** One turn, as live traffic runs it: admitted (pinning its snapshot), its records ingested, finished. */
+async function importTurn(
+  memory: Memory,
+  session: Session,
+  line: ImportTurnLine,
+  lineNumber: number,
+  batchSize: number,
+  counts: {
+    finished: number;
+    alreadyFinished: number;
+    publicationsScheduled: number;
+    sealed: number;
+    duplicates: number;
+    conflicts: number;
+  },
+  problem: (entry: ImportProblem) => void,
+): Promise<void> {
+  const ctx = { sessionId: session.sessionId, turnId: line.id };
+  const query = line.records.find((record) => record.kind === "user")?.text;
+  await memory.admitTurn({
+    ...ctx,
+    ...(query !== undefined ? { query: truncateQuery(query) } : {}),
+  });
+
+  const events: IngestEvent[] = line.records.map((record) => ({
+    sessionId: session.sessionId,
+    turnId: line.id,
+    kind: record.kind,
+    finalization: { hostSessionId: session.hostSessionId, messageId: record.id },
+    occurredAt: record.at,
+    content: record.text,
+    ...(record.toolCallId !== undefined ? { toolCallId: record.toolCallId } : {}),
+    ...(record.toolName !== undefined ? { toolName: record.toolName } : {}),
+    ...(session.projectId !== null ? { projectId: session.projectId } : {}),
+  }));
+  let start = 0;
+  while (start < events.length) {
+    let end = start;
+    let bytes = 0;
+    while (end < events.length && end - start < batchSize && (end === start || bytes < BATCH_BYTES)) {
+      bytes += ((events[end] as IngestEvent).content as string).length;
+      end += 1;
+    }
+    const results = await memory.ingestMany(events.slice(start, end));
+    results.forEach((result, offset) => {
+      const index = start + offset;
+      tally(result, session, line, index, lineNumber, counts, problem);
+    });
+    start = end;
+  }
+
+  const { turn, finished } = await memory.finishTurn(ctx, line.outcome as TurnOutcome);
+  if (finished) {
+    counts.finished += 1;
+    if (turn.publishes) counts.publicationsScheduled += 1;
+  } else {
+    counts.alreadyFinished += 1;
+    if (turn.state !== line.outcome) {
+      problem({
+        line: lineNumber,
+        field: "outcome",
+        problem: `turn ${line.id} is already stored as ${turn.state}; the first outcome is kept`,
+      });
+    }
+  }
+}
+
+function tally(
+  result: IngestResult,
+  session: Session,
+  line: ImportTurnLine,
+  index: number,
+  lineNumber: number,
+  counts: { sealed: number; duplicates: number; conflicts: number },
+  problem: (entry: ImportProblem) => void,
+): void {
+  const id = line.records[index]?.id;
+  const field = `records[${index}].id`;
+  if (result.status === "sealed") counts.sealed += 1;
+  else if (result.status === "duplicate") {
+    counts.duplicates += 1;
+    if (result.sessionId !== session.sessionId) {
+      problem({
+        line: lineNumber,
+        field,
+        problem: `record ${id} is already stored in another session (${result.sessionId}) under the same host session and message IDs; it was not stored again`,
+      });
+    }
+  } else if (result.status === "conflict") {
+    counts.conflicts += 1;
+    problem({
+      line: lineNumber,
+      field,
+      problem: `record ${id} is already stored with different content (conflict #${result.conflictId}); the stored record is unchanged`,
+    });
+  } else {
+    // Imported records are always final; a staged outcome would mean the service changed under us.
+    throw new Error(`import line ${lineNumber}: record ${id} was ${result.status}, not sealed`);
+  }
+}
+
+function truncateQuery(text: string): string {
+  if (text.length <= MAX_QUERY_CHARS) return text;
+  const cut = text.slice(0, MAX_QUERY_CHARS);
+  // Do not end on half a surrogate pair.
+  return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
+}

@@ -1,0 +1,123 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { estimateTokens } from "../../src/core/context.js";
+import { startWorker } from "../../src/memory/worker.js";
+import type { Session } from "../../src/store/sessions.js";
+import { useTestMemory } from "../helpers.js";
+
+const db = useTestMemory({ viewBytes: 4000 });
+let session: Session;
+let n = 0;
+
+async function ingest(turnId: string, kind: "user" | "assistant", text: string) {
+  n += 1;
+  await db.memory.ingest({
+    sessionId: session.sessionId,
+    turnId,
+    kind,
+    finalization: { hostSessionId: "ctx", messageId: `m${n}` },
+    occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, n)).toISOString(),
+    content: text,
+  });
+}
+
+const WINDOW = {
+  windowTokens: 100_000,
+  instructionsTokens: 3000,
+  activeTokens: 1000,
+  outputTokens: 4000,
+  reserveTokens: 1000,
+};
+
+beforeAll(async () => {
+  session = await db.memory.openSession({ host: "test", hostSessionId: "ctx", projectId: "prj_ctx" });
+});
+
+describe("context assembly", () => {
+  it("reports MEMORY_NOT_READY in strict mode while the compactor lags, and says what is missing in partial mode", async () => {
+    // No worker is running: the first turn's messages stay unsummarized.
+    await db.memory.admitTurn({ sessionId: session.sessionId, turnId: "t1" });
+    await ingest("t1", "user", `Please document the retry policy: ${"three attempts, ten seconds apart. ".repeat(30)}`);
+    await ingest("t1", "assistant", "Documented in docs/retries.md.");
+    await db.memory.finishTurn({ sessionId: session.sessionId, turnId: "t1" }, "completed");
+    await db.memory.admitTurn({ sessionId: session.sessionId, turnId: "t2", query: "what did we decide?" });
+    const ctx = { sessionId: session.sessionId, turnId: "t2" };
+
+    const strict = db.memory.assembleContext(ctx, { ...WINDOW, waitMs: 300 });
+    await expect(strict).rejects.toMatchObject({ code: "MEMORY_NOT_READY", details: { pending: 2, firstPending: 0 } });
+    const partial = await db.memory.assembleContext(ctx, { ...WINDOW, waitMs: 300, readiness: "partial" });
+    expect(partial.omitted.join(" ")).toMatch(/session memory: .*not summarized yet/);
+    // The session block says what is missing and shows no placeholder or cut text; the sources are intact. (The
+    // previous exchange, verbatim by design, is a separate block.)
+    const own = partial.blocks.find((b) => b.name === "session_memory")?.text ?? "";
+    expect(own).toContain("Partial: some earlier messages are not summarized yet");
+    expect(own).not.toMatch(/^\d+\+\d+\|/m);
+    expect(own).not.toContain("not summarized yet: zoom it");
+    expect((await db.memory.listRecords(session.sessionId)).length).toBe(2);
+  });
+
+  it("once summarized, gives the own history up to the turn, the previous exchange labelled as a rendering, within budget", async () => {
+    const worker = await startWorker(db.memory, db.config, () => {});
+    try {
+      await db.memory.settle(session.sessionId, { timeoutMs: 20_000 });
+      const ctx = { sessionId: session.sessionId, turnId: "t2" };
+      await ingest("t2", "user", "what did we decide?");
+      const context = await db.memory.assembleContext(ctx, WINDOW);
+      const own = context.blocks.find((b) => b.name === "session_memory");
+      expect(own?.text).toContain(`<session_memory session="${session.sessionId}" generation="0" through="2">`);
+      expect(own?.text).toContain("1+1|assistant: Documented in docs/retries.md.");
+      // The current request is not part of the own history: it appears once, as live dialogue, from the host.
+      expect(own?.text).not.toContain("what did we decide?");
+      const previous = context.blocks.find((b) => b.name === "previous_exchange");
+      expect(previous?.text).toContain("A detailed rendering of the last exchange");
+      expect(previous?.text).toContain("assistant: Documented in docs/retries.md.");
+      expect(context.tokens.used).toBe(context.blocks.reduce((sum, b) => sum + estimateTokens(b.text), 0));
+      expect(context.tokens.used).toBeLessThanOrEqual(context.tokens.available);
+      expect(context.tokens.available).toBe(100_000 - 3000 - 1000 - 4000 - 1000);
+      // Every step of the turn sees the same memory.
+      expect((await db.memory.assembleContext(ctx, WINDOW)).blocks).toEqual(context.blocks);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it("fits a small window by projecting the view, and refuses a tiny one explicitly", async () => {
+    const worker = await startWorker(db.memory, db.config, () => {});
+    try {
+      for (let t = 3; t < 12; t++) {
+        await db.memory.admitTurn({ sessionId: session.sessionId, turnId: `t${t}` });
+        await ingest(`t${t}`, "user", `Step ${t}: ${"configure the importer and its queue carefully ".repeat(4)}`);
+        await ingest(`t${t}`, "assistant", `Done with step ${t}: ${"changed files and ran the tests ".repeat(4)}`);
+        await db.memory.finishTurn({ sessionId: session.sessionId, turnId: `t${t}` }, "completed");
+      }
+      await db.memory.settle(session.sessionId, { timeoutMs: 30_000 });
+      await db.memory.admitTurn({ sessionId: session.sessionId, turnId: "t12" });
+      const ctx = { sessionId: session.sessionId, turnId: "t12" };
+      const roomy = await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false });
+      const ownTokens = roomy.tokens.own;
+      const small = { ...WINDOW, windowTokens: 9000 + Math.floor(ownTokens * 0.7), previousExchange: false };
+      const fitted = await db.memory.assembleContext(ctx, small);
+      expect(fitted.tokens.used).toBeLessThanOrEqual(fitted.tokens.available);
+      expect(fitted.tokens.own).toBeLessThan(ownTokens);
+      const ownBlock = fitted.blocks.find((b) => b.name === "session_memory")?.text ?? "";
+      const lines = ownBlock.split("\n").filter((line) => /^\d+\+\d+\|/.test(line));
+      expect(lines.length).toBeGreaterThan(0);
+      const tiny = db.memory.assembleContext(ctx, { ...WINDOW, windowTokens: 9050, previousExchange: false });
+      await expect(tiny).rejects.toMatchObject({ code: "BUDGET_EXCEEDED" });
+      await expect(tiny).rejects.toThrow(/larger context window/);
+    } finally {
+      await worker.stop();
+    }
+  });
+});
+
+describe("token estimates", () => {
+  it("are not bytes: CJK text costs more tokens per byte than ASCII, and both are over-estimated", () => {
+    const ascii = "the importer uses the durable queue ".repeat(20);
+    const cjk = "部署脚本用而不是数据库迁移".repeat(20);
+    expect(estimateTokens(ascii)).toBeGreaterThanOrEqual(Math.ceil(ascii.length / 4));
+    expect(estimateTokens(cjk)).toBeGreaterThanOrEqual([...cjk].length);
+    expect(estimateTokens(cjk) / Buffer.byteLength(cjk)).toBeGreaterThan(
+      estimateTokens(ascii) / Buffer.byteLength(ascii),
+    );
+  });
+});

@@ -79,7 +79,9 @@ describe("optchat import (JSONL)", () => {
     expect(betaRecords.map((r) => r.kind)).toEqual(["user", "assistant", "note", "user", "assistant"]);
     expect(betaRecords[0]?.occurredAt.toISOString()).toBe("2026-11-20T01:01:00.000Z");
     const page = await db.memory.readPayload({ sessionId: beta, generation: 0, seq: 1 });
-    expect(page.text).toBe("翻訳しました：docs/ja/README.md を追加し、用語集（glossary）に「永続キュー」を登録しました。");
+    expect(page.text).toBe(
+      "翻訳しました：docs/ja/README.md を追加し、用語集（glossary）に「永続キュー」を登録しました。",
+    );
 
     const { rows: turns } = await db.memory.pool.query(
       "SELECT turn_id, state, query, publishes FROM optchat.turns ORDER BY turn_id",
@@ -138,12 +140,12 @@ describe("optchat import (JSONL)", () => {
       { line: 6, field: "records[0].id", problem: expect.stringContaining("already stored with different content") },
       { line: 6, field: "outcome", problem: expect.stringContaining("already stored as failed") },
     ]);
-    expect(await counts()).toEqual({ ...before, conflicts: before.conflicts + 1 });
+    expect(await counts()).toEqual({ ...before, conflicts: (before.conflicts ?? 0) + 1 });
   });
 
   it("stops at a malformed line with INPUT_INVALID naming the line number and field", async () => {
     const lines = fixtureLines();
-    const bad = lines.map((line, index) => (index === 4 ? line.replace('"kind":"note"', '"kind":"memo"') : line));
+    const bad = lines.map((line, index) => (index === 3 ? line.replace('"kind":"note"', '"kind":"memo"') : line));
     const error = await importJsonl(db.memory, bad).catch((e) => e);
     expect(error).toBeInstanceOf(ImportLineError);
     expect(error).toMatchObject({
@@ -153,6 +155,18 @@ describe("optchat import (JSONL)", () => {
     });
     expect(error.message).toMatch(/^import line 4: invalid input \(records\[2\]\.kind: must be one of/);
     expect(error.toJSON().details).toMatchObject({ line: 4, issues: [{ field: "records[2].kind" }] });
+
+    // The lines before the bad one are imported (fixing the file and importing it again completes the import).
+    const partial = await importJsonl(db.memory, [
+      '{"type":"session","id":"imp-partial","project":"prj_import"}',
+      '{"type":"turn","session":"imp-partial","id":"t1","outcome":"completed","records":[]}',
+    ]).catch((e) => e);
+    expect(partial).toMatchObject({
+      line: 2,
+      issues: [{ field: "records", problem: "must hold at least one record" }],
+    });
+    const { rows } = await db.memory.pool.query("SELECT 1 FROM optchat.sessions WHERE host_session_id = 'imp-partial'");
+    expect(rows).toHaveLength(1);
 
     const cases: [lines: string[], line: number, field: string, problem: RegExp][] = [
       [["{not json"], 1, "(line)", /is not JSON/],
@@ -176,12 +190,25 @@ describe("optchat import (JSONL)", () => {
         "records[1].at",
         /ISO 8601/,
       ],
-      [[lines[0] as string, (lines[2] as string).replace(',"toolCallId":"call-1"', "")], 2, "records[1].toolCallId", /required/],
-      [[lines[0] as string, (lines[2] as string).replace('"kind":"user"', '"kind":"reasoning"')], 2, "records[0].kind", /never stored/],
+      [
+        [lines[0] as string, (lines[2] as string).replace(',"toolCallId":"call-1"', "")],
+        2,
+        "records[1].toolCallId",
+        /required/,
+      ],
+      [
+        [lines[0] as string, (lines[2] as string).replace('"kind":"user"', '"kind":"reasoning"')],
+        2,
+        "records[0].kind",
+        /never stored/,
+      ],
     ];
     for (const [input, line, field, problem] of cases) {
       const check = await checkJsonl(input);
-      expect(check.errors[0], JSON.stringify(input)).toMatchObject({ line, issues: [{ field, problem: expect.stringMatching(problem) }] });
+      expect(check.errors[0], JSON.stringify(input)).toMatchObject({
+        line,
+        issues: [{ field, problem: expect.stringMatching(problem) }],
+      });
     }
   });
 
@@ -198,16 +225,16 @@ describe("optchat import (JSONL)", () => {
     );
     const before = await counts();
     const human = collector(false);
-    expect(await importCommand([invalid], db.config, human)).toBe(1);
-    expect(human.err.join("\n")).toContain(
+    expect(await importCommand([invalid], db.config, human.output)).toBe(1);
+    expect(human.errLines.join("\n")).toContain(
       "optchat: INPUT_INVALID: import line 3: invalid input (outcome: must be completed, interrupted or failed)",
     );
-    expect(human.err.join("\n")).toContain("1 invalid line(s); nothing was imported");
+    expect(human.errLines.join("\n")).toContain("1 invalid line(s); nothing was imported");
     expect(await counts()).toEqual(before);
 
     const json = collector(true);
-    expect(await importCommand([invalid, "--json"], db.config, json)).toBe(1);
-    expect(JSON.parse(json.out[0] as string)).toMatchObject({
+    expect(await importCommand([invalid, "--json"], db.config, json.output)).toBe(1);
+    expect(JSON.parse(json.outLines[0] as string)).toMatchObject({
       ok: false,
       error: { code: "INPUT_INVALID", details: { line: 3, issues: [{ field: "outcome" }] } },
       invalidLines: 1,
@@ -217,8 +244,10 @@ describe("optchat import (JSONL)", () => {
     writeFileSync(valid, `${lines.join("\n")}\n${readFileSync(invalid, "utf8").split("\r\n").slice(0, 2).join("\n")}`);
     const writes: string[] = [];
     const ok = collector(true);
-    expect(await importCommand(["--json", valid], db.config, ok, { isTTY: true, write: (s) => writes.push(s) })).toBe(0);
-    expect(JSON.parse(ok.out[0] as string)).toMatchObject({
+    expect(
+      await importCommand(["--json", valid], db.config, ok.output, { isTTY: true, write: (s) => writes.push(s) }),
+    ).toBe(0);
+    expect(JSON.parse(ok.outLines[0] as string)).toMatchObject({
       ok: true,
       file: valid,
       lines: 9,
@@ -231,21 +260,30 @@ describe("optchat import (JSONL)", () => {
     expect(writes.at(-1)).toBe("\r\u001b[K");
 
     const text = collector(false);
-    expect(await importCommand([valid], db.config, text, { isTTY: false, write: silent })).toBe(0);
-    expect(text.out).toEqual([expect.stringMatching(/^imported .*valid\.jsonl: 9 lines, 3 sessions, 5 turns \(0 finished now, 5 already finished\), 14 records \(0 new, 14 already stored, 0 conflicts\) in \d+\.\d s$/)]);
+    expect(await importCommand([valid], db.config, text.output, { isTTY: false, write: silent })).toBe(0);
+    expect(text.outLines).toEqual([
+      expect.stringMatching(
+        /^imported .*valid\.jsonl: 9 lines, 3 sessions, 5 turns \(0 finished now, 5 already finished\), 14 records \(0 new, 14 already stored, 0 conflicts\) in \d+\.\d s$/,
+      ),
+    ]);
 
-    const missing = await importCommand([join(scratch, "nope.jsonl")], db.config, collector(false)).catch((e) => e);
+    const missing = await importCommand([join(scratch, "nope.jsonl")], db.config, collector(false).output).catch(
+      (e) => e,
+    );
     expect(missing).toMatchObject({ code: "INPUT_INVALID", message: expect.stringContaining("cannot read") });
-    await expect(importCommand([], db.config, collector(false))).rejects.toMatchObject({ code: "INPUT_INVALID" });
+    await expect(importCommand([], db.config, collector(false).output)).rejects.toMatchObject({
+      code: "INPUT_INVALID",
+    });
   });
 });
 
+/** A fake CLI output that keeps what was printed. */
 function collector(json: boolean) {
-  const out: string[] = [];
-  const err: string[] = [];
-  return { json, out, err, ...{ out: out, err: err }, outFn: out, errFn: err } as unknown as {
-    json: boolean;
-    out: string[] & ((line: string) => void);
-    err: string[] & ((line: string) => void);
+  const outLines: string[] = [];
+  const errLines: string[] = [];
+  return {
+    output: { json, out: (line: string) => outLines.push(line), err: (line: string) => errLines.push(line) },
+    outLines,
+    errLines,
   };
 }

@@ -1,4 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { openMemory } from "../../src/memory/service.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
@@ -273,6 +274,45 @@ describe("operators", () => {
     const audit = await runCli(["audit", "--json"], env);
     expect(JSON.parse(audit.stdout)).toMatchObject({ ok: true, violations: [] });
     expect(audit.code).toBe(0);
+  });
+});
+
+describe("scopes and restart", () => {
+  it("shares memory across the projects of an explicit profile scope", async () => {
+    const web = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "web",
+      projectId: "prj_web",
+      scopeId: "profile:team",
+    });
+    const api = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "api",
+      projectId: "prj_api",
+      scopeId: "profile:team",
+    });
+    await turn(web, "w1", [["user", "The web client must send the tenant header on every call."]]);
+    await db.memory.admitTurn({ sessionId: api.sessionId, turnId: "p1" });
+    const context = await db.memory.assembleContext({ sessionId: api.sessionId, turnId: "p1" }, WINDOW);
+    expect(context.blocks.find((block) => block.name === "shared_memory")?.text).toContain("tenant header");
+    expect(context.snapshot.scopeId).toBe("profile:team");
+  });
+
+  it("assembles byte-identical context for a turn after a restart, regenerating nothing", async () => {
+    const ctx = { sessionId: b.sessionId, turnId: "b4" };
+    const before = await db.memory.assembleContext(ctx, WINDOW);
+    const nodes = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.nodes");
+    const reopened = await openMemory(db.config);
+    try {
+      const after = await reopened.assembleContext(ctx, WINDOW);
+      expect(after.blocks).toEqual(before.blocks);
+      expect(after.snapshot).toEqual(before.snapshot);
+      expect((await reopened.pool.query("SELECT count(*)::int AS n FROM optchat.nodes")).rows[0].n).toBe(
+        nodes.rows[0].n,
+      );
+    } finally {
+      await reopened.close();
+    }
   });
 });
 

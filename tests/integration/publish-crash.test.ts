@@ -1,0 +1,73 @@
+import { afterAll, describe, expect, it } from "vitest";
+import { eventually, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+
+const db = useTestMemory();
+const workers: WorkerProcess[] = [];
+afterAll(async () => {
+  for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
+});
+
+async function state() {
+  const { rows } = await db.memory.pool.query(
+    `SELECT (SELECT count(*)::int FROM optchat.publications) AS publications,
+            (SELECT count(*)::int FROM optchat.nodes n JOIN optchat.trees t USING (tree_id) WHERE t.kind = 'shared') AS shared_nodes,
+            (SELECT next_publication_seq::int FROM optchat.scopes WHERE scope_id = 'project:prj_crash') AS next_seq`,
+  );
+  return rows[0];
+}
+
+describe("crash boundaries of the publish path", () => {
+  it("leaves the previous state when a worker dies before the publication commit, and one complete publication after", async () => {
+    const slow = await startWorkerProcess(db.url, {
+      OPTCHAT_SUMMARIZER: "fake:delay=120000",
+      OPTCHAT_WORKER_CONCURRENCY: "2",
+    });
+    workers.push(slow);
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "crash", projectId: "prj_crash" });
+    const ctx = { sessionId: session.sessionId, turnId: "t1" };
+    await db.memory.admitTurn(ctx);
+    // Three messages of ~250 bytes: their session nodes are free, the publication leaf (740 bytes of cover) is not.
+    for (let k = 0; k < 3; k++) {
+      await db.memory.ingest({
+        sessionId: session.sessionId,
+        turnId: "t1",
+        kind: k === 0 ? "user" : "assistant",
+        finalization: { hostSessionId: "crash", messageId: `m${k}` },
+        occurredAt: new Date(Date.UTC(2026, 10, 23, 7, k)).toISOString(),
+        content: `message ${k}: ${"the migration plan keeps both schemas readable until the switch. ".repeat(4)}`.slice(
+          0,
+          240,
+        ),
+      });
+    }
+    await db.memory.finishTurn(ctx, "completed");
+    await eventually(
+      async () => {
+        const { rows } = await db.memory.pool.query(
+          "SELECT 1 FROM pgboss.job WHERE name = 'optchat-publish' AND state = 'active'",
+        );
+        return rows.length > 0 ? true : undefined;
+      },
+      20_000,
+      "the publication job held by the slow worker",
+    );
+    expect(await state()).toEqual({ publications: 0, shared_nodes: 0, next_seq: 0 });
+
+    const healthy = await startWorkerProcess(db.url);
+    workers.push(healthy);
+    slow.child.kill("SIGKILL");
+    // Killed before its commit: nothing of the publication exists (no number taken, no leaf, no view revision).
+    expect(await state()).toEqual({ publications: 0, shared_nodes: 0, next_seq: 0 });
+    await eventually(
+      async () => ((await state()).publications === 1 ? true : undefined),
+      40_000,
+      "the publication by the other worker",
+    );
+    expect(await state()).toEqual({ publications: 1, shared_nodes: 1, next_seq: 1 });
+
+    // Killing the remaining worker after the commit keeps the complete new state.
+    healthy.child.kill("SIGKILL");
+    expect(await state()).toEqual({ publications: 1, shared_nodes: 1, next_seq: 1 });
+    expect(await db.memory.audit()).toMatchObject({ ok: true, violations: [] });
+  }, 90_000);
+});

@@ -17,12 +17,24 @@ import {
   serverUrlFromEnv,
 } from "./bench/common.js";
 import { runIngestBench } from "./bench/ingest.js";
+import { runLocomoBench } from "./bench/locomo.js";
+import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
 
 const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",
     run: runIngestBench,
+  },
+  shared: {
+    description:
+      "one large scope built through the real path (ingest, turns, compactor); p50/p99 of assembleContext, zoom, search",
+    run: runSharedBench,
+  },
+  locomo: {
+    description:
+      "LoCoMo-10 through the real path: search evidence recall@5/@10 and oracle zoom walks from the shared view",
+    run: runLocomoBench,
   },
   tree: {
     description:

@@ -6,6 +6,7 @@ import { openMemory, type PayloadPage } from "../memory/service.js";
 import { readStatus } from "../memory/status.js";
 import { lineAsText, viewAsText } from "../memory/views.js";
 import { startWorker } from "../memory/worker.js";
+import { importCommand } from "./import.js";
 
 const USAGE = `optchat — shared, never-ending memory for OpenCode, kept in PostgreSQL
 
@@ -23,6 +24,7 @@ Usage:
                                             snapshot, exactly as a new turn would see it
   optchat search --scope <scope> <query...> [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]
   optchat sessions --scope <scope> [--cursor C] [--json]
+  optchat import <file.jsonl> [--json]      import sessions and turns from a JSONL file (docs/import.md)
   optchat audit [--json]                    check publications, snapshots, views and reachability; exit 1 on a violation
   optchat help
 
@@ -62,6 +64,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         return await scopedCommand(command, rest, resolveConfig({ env }), output);
       case "audit":
         return await auditCommand(rest, resolveConfig({ env }), output);
+      case "import":
+        return await importCommand(rest, resolveConfig({ env }), output);
       case undefined:
       case "help":
       case "--help":

@@ -40,10 +40,6 @@ export function refOf(node: NodeAddress): string {
   return `${startOf(node)}+${countOf(node)}`;
 }
 
-export function sameNode(a: NodeAddress, b: NodeAddress): boolean {
-  return a.level === b.level && a.index === b.index;
-}
-
 export function nodeKey(node: NodeAddress): string {
   return `${node.level}:${node.index}`;
 }

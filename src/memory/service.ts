@@ -17,7 +17,7 @@ import {
 } from "../core/payload.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
-import { MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
+import { jobQueueInstalled, MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import {
   findRecord,
@@ -30,7 +30,7 @@ import {
   sealRecords,
   stageItem,
 } from "../store/records.js";
-import { ensureScope, findSession, registerSession, type Session } from "../store/sessions.js";
+import { ensureScope, findSession, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
 import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import { type AuditReport, auditAll } from "./audit.js";
@@ -183,8 +183,7 @@ export async function openMemory(config: Config, options: { applicationName?: st
         { version, expected },
       );
     }
-    const queue = await pool.query<{ present: boolean }>("SELECT to_regclass('pgboss.job') IS NOT NULL AS present");
-    if (!queue.rows[0]?.present) {
+    if (!(await jobQueueInstalled(pool))) {
       throw new OptchatError(
         "SCHEMA_OUT_OF_DATE",
         "The job queue (pg-boss schema) is not installed: run `optchat migrate`",
@@ -343,6 +342,9 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       const sessionId = sessionIdFromRandom(randomBytes(16));
       const kind = valid.sharing === "isolated" ? "isolated" : valid.scopeId !== undefined ? "profile" : "project";
       const scopeId = kind === "isolated" ? `isolated:${sessionId}` : (valid.scopeId ?? `project:${valid.projectId}`);
+      // A known session is returned as it is (no scope is created for it again: an isolated one would leak a scope).
+      const known = await findSessionByHost(pool, valid.host, valid.hostSessionId);
+      if (known) return known;
       return await withTransaction(pool, async (client) => {
         await ensureScope(client, scopeId, kind);
         const { session } = await registerSession(client, {

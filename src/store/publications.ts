@@ -130,14 +130,6 @@ export async function findPublication(
   return result.rows[0] ? toPublication(result.rows[0]) : undefined;
 }
 
-export async function listPublications(db: Queryable, scopeId: string): Promise<Publication[]> {
-  const result = await db.query<PublicationRow>(
-    `SELECT ${COLUMNS} FROM optchat.publications WHERE scope_id = $1::text ORDER BY publication_seq`,
-    [scopeId],
-  );
-  return result.rows.map(toPublication);
-}
-
 /**
  * How far into a foreign session's current generation a snapshot may see: the end of its last publication below the
  * high-water mark (0 when none). Records and nodes past it belong to turns the snapshot does not include.

@@ -354,37 +354,6 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
   return "stale_revision";
 }
 
-export interface StagedItem {
-  readonly stageKey: string;
-  readonly turnId: string;
-  readonly kind: RecordKind;
-  readonly revision: number;
-  readonly payload: Buffer;
-  readonly updatedAt: Date;
-}
-
-export async function listStagedItems(db: Queryable, sessionId: string): Promise<StagedItem[]> {
-  const result = await db.query<{
-    stage_key: string;
-    turn_id: string;
-    kind: RecordKind;
-    revision: number;
-    content: Buffer;
-    updated_at: Date;
-  }>(
-    "SELECT stage_key, turn_id, kind, revision, content, updated_at FROM optchat.staged_items WHERE session_id = $1::text ORDER BY updated_at, stage_key",
-    [sessionId],
-  );
-  return result.rows.map((row) => ({
-    stageKey: row.stage_key,
-    turnId: row.turn_id,
-    kind: row.kind,
-    revision: row.revision,
-    payload: row.content,
-    updatedAt: row.updated_at,
-  }));
-}
-
 interface RecordRow {
   session_id: string;
   generation: number;

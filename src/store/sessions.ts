@@ -198,6 +198,19 @@ export async function registerSession(
   return { session: toSession(found), created: false };
 }
 
+export async function findSessionByHost(
+  db: Queryable,
+  host: string,
+  hostSessionId: string,
+): Promise<Session | undefined> {
+  const result = await db.query<SessionRow>(
+    `SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE host = $1::text AND host_session_id = $2::text`,
+    [host, hostSessionId],
+  );
+  const row = result.rows[0];
+  return row ? toSession(row) : undefined;
+}
+
 export async function findSession(db: Queryable, sessionId: string): Promise<Session | undefined> {
   const result = await db.query<SessionRow>(
     `SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE session_id = $1::text`,
@@ -205,16 +218,4 @@ export async function findSession(db: Queryable, sessionId: string): Promise<Ses
   );
   const row = result.rows[0];
   return row ? toSession(row) : undefined;
-}
-
-/** Current generation of each of the given sessions (absent sessions are absent from the map). */
-export async function findCurrentGenerations(
-  db: Queryable,
-  sessionIds: readonly string[],
-): Promise<Map<string, number>> {
-  const result = await db.query<{ session_id: string; current_generation: number }>(
-    "SELECT session_id, current_generation FROM optchat.sessions WHERE session_id = ANY($1::text[])",
-    [sessionIds],
-  );
-  return new Map(result.rows.map((row) => [row.session_id, row.current_generation]));
 }

@@ -1,5 +1,5 @@
 import type { Queryable } from "./db.js";
-import { readSchemaVersion } from "./migrate.js";
+import { jobQueueInstalled, readSchemaVersion } from "./migrate.js";
 
 export interface StoreStatus {
   readonly serverVersion: string;
@@ -43,8 +43,7 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
   const jobs: Record<string, number> = {};
   let failingNodes = 0;
   let pendingLeaves = 0;
-  const queue = await db.query<{ present: boolean }>("SELECT to_regclass('pgboss.job') IS NOT NULL AS present");
-  if (queue.rows[0]?.present) {
+  if (await jobQueueInstalled(db)) {
     const states = await db.query<{ state: string; n: number }>(
       "SELECT state::text, count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' GROUP BY state ORDER BY state",
     );

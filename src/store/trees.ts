@@ -77,14 +77,6 @@ export async function findSharedTreeOfScope(db: Queryable, scopeId: string): Pro
   return result.rows[0] ? toTree(result.rows[0]) : undefined;
 }
 
-export async function findTree(db: Queryable, treeId: number, lock = false): Promise<Tree | undefined> {
-  const result = await db.query<TreeRow>(
-    `SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE tree_id = $1::bigint ${lock ? "FOR UPDATE" : ""}`,
-    [treeId],
-  );
-  return result.rows[0] ? toTree(result.rows[0]) : undefined;
-}
-
 // ---------------------------------------------------------------------------------------------------------------
 // Nodes
 
@@ -193,15 +185,6 @@ export interface NodeChunk {
   readonly charStart: number;
   readonly charEnd: number;
   readonly text: string;
-}
-
-/** Is any revision of this node committed? */
-export async function nodeExists(db: Queryable, treeId: number, node: NodeAddress): Promise<boolean> {
-  const result = await db.query(
-    "SELECT 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint LIMIT 1",
-    [treeId, node.level, node.index],
-  );
-  return (result.rowCount ?? 0) > 0;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -11,7 +11,9 @@
  *     the ingest and is drained afterwards: every record summarized, every turn published, the shared tree built.
  *   The build reports its own cost per record and per publication, so the full-size build time can be extrapolated.
  *
- * Measurements, on a reader turn pinned after the build (session 0, whose own history is already summarized):
+ * Measurements, on a reader turn pinned after the build (session 0, whose own history is already summarized), once
+ * as the build left the database and once after ANALYZE (a server with autovacuum off, like the development one,
+ * never gets planner statistics for the new rows on its own):
  *   assemble-context  `assembleContext` with `waitMs: 0` (goal of the issue: p99 <= 10 ms), a 200k and a 32k window
  *   zoom              a mix of shared lines (pub:start+count, level > 0), publications (pub:i+1), session lines
  *                     (<session>:0:start+count, level > 0) and single messages (<session>:0:seq+1)
@@ -20,17 +22,18 @@
  * Latencies are measured one call at a time after a short warm-up, nearest-rank p50/p99 over CALLS calls.
  *
  * Environment:
- *   OPTCHAT_BENCH_SHARED_RECORDS        records of the scope (default 20000; the issue's target is 100000)
- *   OPTCHAT_BENCH_SHARED_SESSIONS       sessions (default 400; target 2000)
- *   OPTCHAT_BENCH_SHARED_PUBLICATIONS   published turns (default 2000; target 10000)
+ *   OPTCHAT_BENCH_SHARED_RECORDS        records of the scope (default 10000; the issue's target is 100000)
+ *   OPTCHAT_BENCH_SHARED_SESSIONS       sessions (default 200; target 2000)
+ *   OPTCHAT_BENCH_SHARED_PUBLICATIONS   published turns (default 1000; target 10000)
  *   OPTCHAT_BENCH_SHARED_CALLS          measured calls per case (default 200)
  *   OPTCHAT_BENCH_SHARED_BATCH          records per ingestMany call (default 1000)
  *   OPTCHAT_BENCH_SHARED_CONCURRENCY    compactor worker concurrency (default 8, the product default)
  *   OPTCHAT_BENCH_SHARED_DRAIN_SECONDS  longest wait for the compactor after the ingest (default 600)
  *   OPTCHAT_BENCH_SHARED_SEED           seed of the synthetic texts and of the sampled refs and queries (default 1)
- * Defaults are a fifth of the target so that the build stays within about three minutes on a 2-core machine (the
- * compactor builds every node through pg-boss); the `build` case gives the per-record and per-publication cost and an
- * extrapolated build time for the target.
+ * The defaults are a tenth of the target in every dimension: on a 2-core machine the real path builds about 40-60
+ * records/s and 4-6 publications/s (every node is a pg-boss job; a scope's publications serialize on its row), so the
+ * target would take 30-40 minutes and the default about 3 minutes. The `build` case reports the cost per record and
+ * per publication and an extrapolated build time for the target; every case says which sizes it measured.
  */
 import { NODE_QUEUE, PUBLISH_QUEUE } from "../../src/compactor/queue.js";
 import { type Config, resolveConfig } from "../../src/memory/config.js";
@@ -71,9 +74,9 @@ interface Settings {
 
 function readSettings(): Settings {
   const settings = {
-    records: envNumber("OPTCHAT_BENCH_SHARED_RECORDS", 20_000, { min: 1, integer: true }),
-    sessions: envNumber("OPTCHAT_BENCH_SHARED_SESSIONS", 400, { min: 1, integer: true }),
-    publications: envNumber("OPTCHAT_BENCH_SHARED_PUBLICATIONS", 2000, { min: 1, integer: true }),
+    records: envNumber("OPTCHAT_BENCH_SHARED_RECORDS", 10_000, { min: 1, integer: true }),
+    sessions: envNumber("OPTCHAT_BENCH_SHARED_SESSIONS", 200, { min: 1, integer: true }),
+    publications: envNumber("OPTCHAT_BENCH_SHARED_PUBLICATIONS", 1000, { min: 1, integer: true }),
     calls: envNumber("OPTCHAT_BENCH_SHARED_CALLS", 200, { min: 1, integer: true }),
     batch: envNumber("OPTCHAT_BENCH_SHARED_BATCH", 1000, { min: 1, integer: true }),
     concurrency: envNumber("OPTCHAT_BENCH_SHARED_CONCURRENCY", 8, { min: 1, integer: true }),
@@ -166,6 +169,14 @@ export async function buildState(memory: Memory): Promise<BuildState> {
   };
 }
 
+export interface DrainResult {
+  readonly state: BuildState;
+  /** performance.now() when every record of every session had its leaf summary (null: never seen). */
+  readonly recordsSummarizedAt: number | null;
+  /** performance.now() when everything was published and both queues were empty. */
+  readonly doneAt: number;
+}
+
 /**
  * Waits until `publications` turns are published and both queues are empty (every node of every tree built, the
  * shared trees included); progress on stderr every 10 s; throws after `deadline` (a performance.now() time).
@@ -176,12 +187,17 @@ export async function waitForCompactor(
   deadline: number,
   signal: AbortSignal,
   label: string,
-): Promise<BuildState> {
+): Promise<DrainResult> {
   let lastNote = performance.now();
+  let recordsSummarizedAt: number | null = null;
   for (;;) {
     const state = await buildState(memory);
-    if (state.publications >= publications && state.openNodeJobs === 0 && state.openPublishJobs === 0) return state;
-    if (signal.aborted) return state;
+    if (state.unbuiltLeaves === 0) recordsSummarizedAt ??= performance.now();
+    if (
+      (state.publications >= publications && state.openNodeJobs === 0 && state.openPublishJobs === 0) ||
+      signal.aborted
+    )
+      return { state, recordsSummarizedAt, doneAt: performance.now() };
     if (performance.now() > deadline) {
       throw new Error(
         `${label}: compactor not done at the drain timeout: ${state.publications}/${publications} published, ` +
@@ -196,6 +212,22 @@ export async function waitForCompactor(
     }
     await sleep(100);
   }
+}
+
+/** The server's autovacuum setting and whether the big tables have planner statistics yet. */
+export async function statisticsState(memory: Memory): Promise<Record<string, unknown>> {
+  const result = await memory.pool.query<{ autovacuum: string; analyzed: string[]; unanalyzed: string[] }>(
+    `SELECT current_setting('autovacuum') AS autovacuum,
+            coalesce(array_agg(relname ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NOT NULL), '{}') AS analyzed,
+            coalesce(array_agg(relname ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NULL), '{}') AS unanalyzed
+       FROM pg_stat_user_tables WHERE schemaname = 'optchat' AND relname IN ('records', 'nodes', 'sessions', 'publications', 'trees')`,
+  );
+  const row = result.rows[0];
+  return {
+    autovacuum: row?.autovacuum ?? "unknown",
+    analyzed: row?.analyzed ?? [],
+    notAnalyzed: row?.unanalyzed ?? [],
+  };
 }
 
 export interface TreeCounts {
@@ -396,6 +428,8 @@ interface BuiltScope {
   readonly openSeconds: number;
   readonly ingestSeconds: number;
   readonly drainSeconds: number;
+  /** Seconds from the first ingest until every record had its leaf summary. */
+  readonly recordsSummarizedSeconds: number | null;
   readonly ingestCalls: { admit: number[]; ingestMany: number[]; finish: number[] };
   readonly compactor: ReturnType<typeof compactorRecorder>;
 }
@@ -498,14 +532,14 @@ async function buildScope(
     const ingestSeconds = (performance.now() - ingestStart) / 1000;
     if (signal.aborted) return undefined;
     note(`shared: ingest done in ${ingestSeconds.toFixed(1)} s; draining the compactor`);
-    await waitForCompactor(
+    const drained = await waitForCompactor(
       memory,
       settings.publications,
       performance.now() + settings.drainSeconds * 1000,
       signal,
       "shared",
     );
-    const drainSeconds = (performance.now() - ingestStart) / 1000 - ingestSeconds;
+    const drainSeconds = (drained.doneAt - ingestStart) / 1000 - ingestSeconds;
     await worker.stop(10_000);
     worker = undefined;
     return {
@@ -518,6 +552,8 @@ async function buildScope(
       openSeconds,
       ingestSeconds,
       drainSeconds,
+      recordsSummarizedSeconds:
+        drained.recordsSummarizedAt === null ? null : (drained.recordsSummarizedAt - ingestStart) / 1000,
       ingestCalls: { admit: admitMs, ingestMany: ingestMs, finish: finishMs },
       compactor: recorder,
     };
@@ -604,13 +640,15 @@ function searchQueries(built: BuiltScope, calls: number, seed: number, random: (
   return out;
 }
 
-async function measure(
-  memory: Memory,
-  built: BuiltScope,
-  settings: Settings,
-  sizes: Record<string, unknown>,
-  signal: AbortSignal,
-): Promise<void> {
+interface Prepared {
+  readonly ctx: TurnContext;
+  readonly pinned: Record<string, number | null>;
+  readonly targets: readonly ZoomTarget[];
+  readonly queries: readonly SearchQuery[];
+}
+
+/** Admits the reader turn (session 0, own history summarized) and samples the zoom refs and search queries once. */
+async function prepare(memory: Memory, built: BuiltScope, settings: Settings): Promise<Prepared> {
   const reader = built.sessions[0] as BuiltScope["sessions"][number];
   const ctx: TurnContext = { sessionId: reader.sessionId, turnId: "bench-reader" };
   const turn = await memory.admitTurn({ ...ctx, query: "continue the refactoring of the session cache" });
@@ -621,7 +659,25 @@ async function measure(
   };
   note(`shared: reader turn pinned at ${JSON.stringify(pinned)}`);
   const random = seededRandom(settings.seed * 7 + 3);
+  const assembled = await memory.assembleContext(ctx, { ...WINDOW_200K, waitMs: 0 });
+  const sharedBlock = assembled.blocks.find((b) => b.name === "shared_memory")?.text ?? "";
+  const targets = await zoomTargets(memory, ctx, sharedBlock, built, settings.calls, random);
+  const queries = searchQueries(built, settings.calls, settings.seed, random);
+  return { ctx, pinned, targets, queries };
+}
+
+/** One pass of every measurement; `statistics` labels the planner statistics it ran with. */
+async function measure(
+  memory: Memory,
+  prepared: Prepared,
+  settings: Settings,
+  sizes: Record<string, unknown>,
+  statistics: Record<string, unknown>,
+  signal: AbortSignal,
+): Promise<void> {
+  const { ctx, pinned, targets, queries } = prepared;
   const warmup = Math.min(10, settings.calls);
+  const common = { statistics, ...sizes, pinnedSnapshot: pinned };
 
   for (const [name, window] of [
     ["200k", WINDOW_200K],
@@ -635,8 +691,7 @@ async function measure(
     emit(BENCH, "assemble-context", {
       window: name,
       options,
-      ...sizes,
-      pinnedSnapshot: pinned,
+      ...common,
       blocks: sample.blocks.map((b) => ({ name: b.name, lines: b.lines, tokens: b.tokens })),
       tokens: sample.tokens,
       omitted: sample.omitted,
@@ -647,60 +702,47 @@ async function measure(
   }
   if (signal.aborted) return;
 
-  const assembled = await memory.assembleContext(ctx, { ...WINDOW_200K, waitMs: 0 });
-  const sharedBlock = assembled.blocks.find((b) => b.name === "shared_memory")?.text ?? "";
-  const targets = await zoomTargets(memory, ctx, sharedBlock, built, settings.calls, random);
+  // Warm-up: the first calls of the list, unmeasured; then every call measured and filed under its kind.
+  for (const target of targets.slice(0, warmup)) await memory.zoom(ctx, target.ref);
   const byZoomKind = new Map<string, number[]>();
+  const zoomLatencies: number[] = [];
   let zoomErrors = 0;
-  const zoomLatencies = await timeCalls(
-    targets.length,
-    Math.min(warmup, targets.length),
-    async (i) => {
-      const target = targets[i] as ZoomTarget;
-      const start = performance.now();
-      const answer = await memory.zoom(ctx, target.ref).catch(() => undefined);
-      if (!answer) zoomErrors += 1;
-      const list = byZoomKind.get(target.kind) ?? [];
-      list.push(performance.now() - start);
-      byZoomKind.set(target.kind, list);
-    },
-    signal,
-  );
-  if (signal.aborted) return;
+  for (const target of targets) {
+    if (signal.aborted) return;
+    const start = performance.now();
+    const answer = await memory.zoom(ctx, target.ref).catch(() => undefined);
+    const ms = performance.now() - start;
+    if (!answer) zoomErrors += 1;
+    zoomLatencies.push(ms);
+    byZoomKind.set(target.kind, [...(byZoomKind.get(target.kind) ?? []), ms]);
+  }
   emit(BENCH, "zoom", {
-    ...sizes,
-    pinnedSnapshot: pinned,
-    mix: Object.fromEntries([...byZoomKind].map(([kind, list]) => [kind, list.length])),
+    ...common,
     errors: zoomErrors,
     ...withPercentiles(zoomLatencies),
-    // Per kind: the warm-up calls are included here (they are the first calls of the same list).
     byKind: Object.fromEntries([...byZoomKind].map(([kind, list]) => [kind, withPercentiles(list)])),
   });
 
-  const queries = searchQueries(built, settings.calls, settings.seed, random);
+  for (const query of queries.slice(0, warmup)) await memory.search(ctx, { query: query.query });
   const byQueryKind = new Map<string, { ms: number[]; hits: number[] }>();
-  const searchLatencies = await timeCalls(
-    queries.length,
-    Math.min(warmup, queries.length),
-    async (i) => {
-      const query = queries[i] as SearchQuery;
-      const start = performance.now();
-      const answer = await memory.search(ctx, { query: query.query });
-      const entry = byQueryKind.get(query.kind) ?? { ms: [], hits: [] };
-      entry.ms.push(performance.now() - start);
-      entry.hits.push(answer.hits.length);
-      byQueryKind.set(query.kind, entry);
-    },
-    signal,
-  );
-  if (signal.aborted) return;
+  const searchLatencies: number[] = [];
+  for (const query of queries) {
+    if (signal.aborted) return;
+    const start = performance.now();
+    const answer = await memory.search(ctx, { query: query.query });
+    const ms = performance.now() - start;
+    searchLatencies.push(ms);
+    const entry = byQueryKind.get(query.kind) ?? { ms: [], hits: [] };
+    entry.ms.push(ms);
+    entry.hits.push(answer.hits.length);
+    byQueryKind.set(query.kind, entry);
+  }
   emit(BENCH, "search", {
-    ...sizes,
-    pinnedSnapshot: pinned,
+    ...common,
     limit: 10,
     queries: {
       common: "one of: test, error, function, 'the session cache', input, passed, 'all tests pass' (in most records)",
-      rare: "a unique 9-character hash that occurs in exactly one record",
+      rare: "a unique 9-character hash that occurs in exactly one record (and the summaries that kept it)",
       "rare+common": "that hash and 'test'",
       module: "one of 600 module names (each in about records/600 records, plus summaries)",
     },
@@ -773,6 +815,10 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
       ingestSeconds: round(built.ingestSeconds, 2),
       drainAfterIngestSeconds: round(built.drainSeconds, 2),
       buildSeconds: round(buildSeconds, 2),
+      allRecordsSummarizedAfterSeconds:
+        built.recordsSummarizedSeconds === null ? null : round(built.recordsSummarizedSeconds, 2),
+      publicationTailSeconds:
+        built.recordsSummarizedSeconds === null ? null : round(buildSeconds - built.recordsSummarizedSeconds, 2),
       recordsPerSec: round(built.records / buildSeconds, 1),
       publicationsPerSec: round(built.turns / buildSeconds, 1),
       nodesPerSec: round((counts.sessionNodes + counts.sharedNodes) / buildSeconds, 1),
@@ -790,7 +836,21 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
       compactorEvents: built.compactor.events,
       ...(built.compactor.first() ? { firstProblem: built.compactor.first() } : {}),
     });
-    await measure(memory, built, settings, sizes, context.signal);
+    const prepared = await prepare(memory, built, settings);
+    // First as the build left the database (this server's autovacuum setting decides whether the planner has
+    // statistics yet), then after an explicit ANALYZE, as a server with autovacuum would have them soon.
+    const before = await statisticsState(memory);
+    await measure(memory, prepared, settings, sizes, { phase: "as built", ...before }, context.signal);
+    if (context.signal.aborted) return;
+    await memory.pool.query("ANALYZE");
+    await measure(
+      memory,
+      prepared,
+      settings,
+      sizes,
+      { phase: "after ANALYZE", ...(await statisticsState(memory)) },
+      context.signal,
+    );
   } finally {
     await memory?.close().catch(() => {});
     await dropDatabase(context.serverUrl, name).catch((error) =>

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
 import type { FoldParams } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
-import { freeLeafText, freeParentText, PROMPT_VERSION } from "../core/summary.js";
+import { freeLeafText, freeParentText, leafSourceText, PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
@@ -210,12 +210,11 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   }
   const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index);
   if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  const { record, payload } = found;
-  let text = payloadAsText(payload);
-  if (record.kind === "tool_call" && record.toolName) text = `${record.toolName} ${text}`;
-  if (record.hostTruncated)
-    text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
-  return { kind: record.kind, text, hash: record.payloadHash };
+  return {
+    kind: found.record.kind,
+    text: leafSourceText(found.record, payloadAsText(found.payload)),
+    hash: found.record.payloadHash,
+  };
 }
 
 /** Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options. */

@@ -1,4 +1,4 @@
-import { dyadicCover, endOf, type NodeAddress, startOf } from "./tree.js";
+import { dyadicCover, endOf, type NodeAddress, pow2, startOf } from "./tree.js";
 
 /**
  * The view fold (seed 002 §5.2, seed 000 §6). A view is an ordered list of parts (tree nodes) tiling [0, leafCount).
@@ -41,9 +41,15 @@ export function partBytes(node: NodeAddress, bytesOf: NodeBytes): number {
   return (bytesOf(node) ?? PLACEHOLDER_BYTES) + lineOverheadBytes(node);
 }
 
-/** `start+count|` and the trailing newline. */
+/** `start+count|` and the trailing newline (digits counted arithmetically: this runs for every part on every event). */
 export function lineOverheadBytes(node: NodeAddress): number {
-  return `${startOf(node)}+${2 ** node.level}|`.length + 1;
+  return decimalDigits(startOf(node)) + decimalDigits(pow2(node.level)) + 3;
+}
+
+function decimalDigits(n: number): number {
+  let digits = 1;
+  for (let rest = n; rest >= 10; rest = Math.floor(rest / 10)) digits += 1;
+  return digits;
 }
 
 export function viewBytes(parts: readonly NodeAddress[], bytesOf: NodeBytes): number {
@@ -54,7 +60,7 @@ export function viewBytes(parts: readonly NodeAddress[], bytesOf: NodeBytes): nu
 
 /** Higher is more due. Exact in floating point: a division by a power of two. */
 export function dueOf(node: NodeAddress, leafCount: number): number {
-  return (leafCount - startOf(node)) / 2 ** (node.level + 2);
+  return (leafCount - startOf(node)) / pow2(node.level + 2);
 }
 
 function isSiblingPair(a: NodeAddress, b: NodeAddress): boolean {
@@ -71,21 +77,37 @@ export function mostDuePair(
   bytesOf: NodeBytes,
   requireReduction: boolean,
 ): number {
+  return mostDuePairSized(
+    parts,
+    parts.map((part) => partBytes(part, bytesOf)),
+    leafCount,
+    bytesOf,
+    requireReduction,
+  );
+}
+
+/** mostDuePair with the parts' rendered sizes already measured (`sizes[k]` is the size of `parts[k]`). */
+function mostDuePairSized(
+  parts: readonly NodeAddress[],
+  sizes: readonly number[],
+  leafCount: number,
+  bytesOf: NodeBytes,
+  requireReduction: boolean,
+): number {
   let best = -1;
   let bestDue = Number.NEGATIVE_INFINITY;
   for (let k = 0; k + 1 < parts.length; k++) {
     const a = parts[k] as NodeAddress;
     const b = parts[k + 1] as NodeAddress;
     if (!isSiblingPair(a, b)) continue;
+    const due = dueOf(a, leafCount);
+    // Strictly greater: on a tie the earlier start (found first) wins. Checked first: it is the cheap test.
+    if (due <= bestDue) continue;
     const parent = { level: a.level + 1, index: a.index / 2 };
     if (bytesOf(parent) === undefined) continue;
-    if (requireReduction && partBytes(parent, bytesOf) >= partBytes(a, bytesOf) + partBytes(b, bytesOf)) continue;
-    const due = dueOf(a, leafCount);
-    // Strictly greater: on a tie the earlier start (found first) wins.
-    if (due > bestDue) {
-      best = k;
-      bestDue = due;
-    }
+    if (requireReduction && partBytes(parent, bytesOf) >= (sizes[k] as number) + (sizes[k + 1] as number)) continue;
+    best = k;
+    bestDue = due;
   }
   return best;
 }
@@ -118,20 +140,26 @@ export function applyFoldEvent(state: FoldState, event: FoldEvent, bytesOf: Node
 }
 
 export function fitView(state: FoldState, bytesOf: NodeBytes, params: FoldParams): FitResult {
+  // Each part's rendered size is measured once per fit; merges update the array alongside the parts.
   let parts: NodeAddress[] | undefined;
-  let size = viewBytes(state.parts, bytesOf);
+  let sizes = state.parts.map((part) => partBytes(part, bytesOf));
+  let size = 0;
+  for (const bytes of sizes) size += bytes;
   let shrinking = state.shrinking || size > params.upperBytes;
   const merged: NodeAddress[] = [];
   while (shrinking && size > params.lowerBytes) {
     const current = parts ?? state.parts;
-    const k = mostDuePair(current, state.leafCount, bytesOf, true);
+    const k = mostDuePairSized(current, sizes, state.leafCount, bytesOf, true);
     if (k < 0) break; // wait for a parent to be built; stay in shrinking mode
-    parts ??= [...state.parts];
-    const a = parts[k] as NodeAddress;
-    const b = parts[k + 1] as NodeAddress;
-    const before = partBytes(a, bytesOf) + partBytes(b, bytesOf);
+    if (!parts) {
+      parts = [...state.parts];
+      sizes = [...sizes];
+    }
+    const before = (sizes[k] as number) + (sizes[k + 1] as number);
     const parent = mergeAt(parts, k);
-    size += partBytes(parent, bytesOf) - before;
+    const after = partBytes(parent, bytesOf);
+    sizes.splice(k, 2, after);
+    size += after - before;
     merged.push(parent);
   }
   if (size <= params.lowerBytes) shrinking = false;
@@ -203,8 +231,8 @@ export function minimalCover(
     const first = parts[k] as NodeAddress;
     let level = first.level;
     const start = startOf(first);
-    while (start % 2 ** (level + 1) === 0 && start + 2 ** (level + 1) <= end) level += 1;
-    const block = { level, index: start / 2 ** level };
+    while (start % pow2(level + 1) === 0 && start + pow2(level + 1) <= end) level += 1;
+    const block = { level, index: start / pow2(level) };
     const blockEnd = endOf(block);
     let j = k;
     while (j < parts.length && endOf(parts[j] as NodeAddress) <= blockEnd) j += 1;
@@ -225,7 +253,7 @@ function solveBlock(
   if (parts.length === 1 && only.level === block.level && only.index === block.index) {
     return { parts: [only], bytes: partBytes(only, bytesOf) };
   }
-  const mid = startOf(block) + 2 ** (block.level - 1);
+  const mid = startOf(block) + pow2(block.level - 1);
   const left = parts.filter((p) => startOf(p) < mid);
   const right = parts.filter((p) => startOf(p) >= mid);
   const a = solveBlock({ level: block.level - 1, index: block.index * 2 }, left, bytesOf);

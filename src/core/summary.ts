@@ -40,6 +40,26 @@ export function kindLabel(kind: string): string {
   return kind;
 }
 
+/**
+ * The text a leaf summarizes: the payload as text, a tool call prefixed by its tool's name, and a note when the host
+ * had already cut the output (we can only say so). Free leaves and compactor calls both start from this.
+ */
+export function leafSourceText(
+  record: {
+    readonly kind: string;
+    readonly toolName: string | null;
+    readonly hostTruncated: boolean;
+    readonly hostOriginalBytes: number | null;
+  },
+  payloadText: string,
+): string {
+  let text = record.kind === "tool_call" && record.toolName ? `${record.toolName} ${payloadText}` : payloadText;
+  if (record.hostTruncated) {
+    text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
+  }
+  return text;
+}
+
 /** A leaf whose labelled text fits is its own summary, verbatim, with no model call (seed 002 §3). */
 export function freeLeafText(kind: string, text: string, limit = NODE_BYTES): string | undefined {
   const line = `${kindLabel(kind)}: ${text}`;

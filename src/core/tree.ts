@@ -8,16 +8,23 @@ export interface NodeAddress {
   readonly index: number;
 }
 
+/** 2^level for levels 0..52 (exact in a double); a table lookup is several times cheaper than `2 ** level` here. */
+const POW2: readonly number[] = Array.from({ length: 53 }, (_, level) => 2 ** level);
+
+export function pow2(level: number): number {
+  return POW2[level] ?? 2 ** level;
+}
+
 export function startOf(node: NodeAddress): number {
-  return node.index * 2 ** node.level;
+  return node.index * pow2(node.level);
 }
 
 export function countOf(node: NodeAddress): number {
-  return 2 ** node.level;
+  return pow2(node.level);
 }
 
 export function endOf(node: NodeAddress): number {
-  return (node.index + 1) * 2 ** node.level;
+  return (node.index + 1) * pow2(node.level);
 }
 
 export function parentOf(node: NodeAddress): NodeAddress {
@@ -40,8 +47,9 @@ export function refOf(node: NodeAddress): string {
   return `${startOf(node)}+${countOf(node)}`;
 }
 
-export function nodeKey(node: NodeAddress): string {
-  return `${node.level}:${node.index}`;
+/** A number identifying (level, index) within one tree, for Map keys (numbers hash far faster than strings). */
+export function nodeKey(node: NodeAddress): number {
+  return node.index * 64 + node.level;
 }
 
 /**

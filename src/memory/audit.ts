@@ -22,7 +22,7 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
     listViewRevisions(db, treeId),
   ]);
   const problems: TreeAuditProblem[] = [];
-  const current = new Map<string, number>();
+  const current = new Map<number, number>();
   let nextSize = 0;
   let state: FoldState = EMPTY_FOLD;
   let r = 0;

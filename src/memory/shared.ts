@@ -433,7 +433,7 @@ async function fitTokens(
   tokens: number,
   render: (lines: readonly MemoryLine[]) => string,
 ): Promise<{ text: string; tokens: number; lines: number; fits: boolean }> {
-  const known = new Map<string, { bytes: number; text: string } | undefined>();
+  const known = new Map<number, { bytes: number; text: string } | undefined>();
   const load = async (addresses: readonly NodeAddress[]) => {
     const missing = addresses.filter((a) => !known.has(nodeKey(a)));
     if (missing.length === 0) return;

@@ -111,7 +111,7 @@ async function projectRevision(
 ): Promise<{ parts: readonly NodeAddress[]; fits: boolean; bytes: number }> {
   const cached = await findProjection(db, revision.treeId, revision.revision, budget);
   if (cached) return cached;
-  const known = new Map<string, number | undefined>();
+  const known = new Map<number, number | undefined>();
   const load = async (addresses: readonly NodeAddress[]) => {
     const found = await findNodes(db, revision.treeId, addresses, revision.eventNo);
     for (const a of addresses) known.set(nodeKey(a), found.get(nodeKey(a))?.byteLength);

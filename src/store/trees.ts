@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import {
   applyFoldEvent,
   EMPTY_FOLD,
@@ -7,10 +8,22 @@ import {
   type NodeBytes,
   viewBytes,
 } from "../core/fold.js";
+import { payloadAsText } from "../core/payload.js";
+import { freeLeafText, freeParentText, leafSourceText } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
-import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "../core/tree.js";
+import {
+  childrenOf,
+  endOf,
+  leafReady,
+  type NodeAddress,
+  nodeKey,
+  parentOf,
+  parentReady,
+  siblingOf,
+} from "../core/tree.js";
 import type { Queryable } from "./db.js";
 import { TREE_CHANNEL } from "./notifications.js";
+import { readRecordWithPayload } from "./records.js";
 
 export type TreeKind = "session" | "shared";
 
@@ -117,7 +130,7 @@ export async function findNodes(
   treeId: number,
   addresses: readonly NodeAddress[],
   atEvent?: number,
-): Promise<Map<string, NodeRecord>> {
+): Promise<Map<number, NodeRecord>> {
   if (addresses.length === 0) return new Map();
   const result = await db.query<NodeRow>(
     `SELECT DISTINCT ON (n.level, n.idx) n.level, n.idx, n.revision, n.text, n.byte_length, n.summarizer,
@@ -153,7 +166,7 @@ export async function findNodeSizes(
   db: Queryable,
   treeId: number,
   addresses: readonly NodeAddress[],
-): Promise<Map<string, number>> {
+): Promise<Map<number, number>> {
   if (addresses.length === 0) return new Map();
   const result = await db.query<{ level: number; idx: number; byte_length: number }>(
     `SELECT DISTINCT ON (n.level, n.idx) n.level, n.idx, n.byte_length
@@ -407,9 +420,21 @@ export async function applyTreeChanges(
   const events: { eventNo: number; event: FoldEvent }[] = [];
   // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
   // a whole batch of appends.
-  const known = new Map<string, number | undefined>();
+  const known = new Map<number, number | undefined>();
 
-  for (const change of changes) {
+  // Explicit changes first; then every node that became ready and is free (a short message, or two children that fit
+  // together) is built here, in the same transaction, with no job and no model call. Only nodes that need the
+  // summarizer are left for the compactor, so a session of short messages does not wait for one job hop per message.
+  const pending: TreeChange[] = [...changes];
+  const builtHere = new Set<number>();
+  const checkedForFree = new Set<number>();
+  for (;;) {
+    let change = pending.shift();
+    if (!change) {
+      const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree);
+      if (!free) break;
+      change = { type: "built", node: free };
+    }
     eventNo += 1;
     let event: FoldEvent;
     if (change.type === "append") {
@@ -424,6 +449,7 @@ export async function applyTreeChanges(
     } else {
       const node = { level: change.node.level, index: change.node.index };
       await insertNode(db, tree.treeId, change.node, eventNo);
+      builtHere.add(nodeKey(node));
       known.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
       event = { type: "built", node };
       if (node.level === 0) {
@@ -448,10 +474,7 @@ export async function applyTreeChanges(
     if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
   }
 
-  // A node built later in the same call (a publication leaf appended and built at once) is not waiting for a job.
-  const builtHere = new Set(
-    changes.flatMap((c) => (c.type === "built" ? [nodeKey({ level: c.node.level, index: c.node.index })] : [])),
-  );
+  // Nodes built in this call (explicitly, or inline because free) are not waiting for a job.
   const stillReady = ready.filter((node) => !builtHere.has(nodeKey(node)));
   const newRevision = changedView || !latest;
   const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
@@ -494,10 +517,65 @@ export async function applyTreeChanges(
   return { tree: toTree(updated.rows[0] as TreeRow), ready: stillReady, viewRevision: revisionNo };
 }
 
+/**
+ * The first ready node (in readiness order) that is free and not built yet, with its free text; undefined when none.
+ * A session leaf is free when `kind: text` of its record fits; a parent when its two children joined by a newline fit.
+ * Shared leaves are built by their publication, never here.
+ */
+async function nextFreeNode(
+  db: Queryable,
+  tree: Tree,
+  ready: readonly NodeAddress[],
+  builtHere: ReadonlySet<number>,
+  checked: Set<number>,
+): Promise<NewNode | undefined> {
+  for (const node of ready) {
+    const key = nodeKey(node);
+    if (builtHere.has(key) || checked.has(key)) continue;
+    checked.add(key);
+    if (node.level === 0) {
+      if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) continue;
+      const found = await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index);
+      if (!found) continue;
+      const text = freeLeafText(found.record.kind, leafSourceText(found.record, payloadAsText(found.payload)));
+      if (text !== undefined) return freeNode(node, text, [found.record.payloadHash]);
+    } else {
+      const [left, right] = childrenOf(node);
+      const children = await findNodes(db, tree.treeId, [left, right]);
+      const a = children.get(nodeKey(left));
+      const b = children.get(nodeKey(right));
+      if (!a || !b) continue;
+      const text = freeParentText(a.text, b.text);
+      if (text !== undefined) return freeNode(node, text, [sha256(a.text), sha256(b.text)]);
+    }
+  }
+  return undefined;
+}
+
+function freeNode(node: NodeAddress, text: string, inputHashes: Buffer[]): NewNode {
+  return {
+    level: node.level,
+    index: node.index,
+    text,
+    inputHashes,
+    summarizer: "free",
+    promptVersion: null,
+    attempts: 0,
+    overshoot: false,
+    jobId: null,
+    jobAttempt: null,
+    chunks: [],
+  };
+}
+
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text, "utf8").digest();
+}
+
 async function loadSizes(
   db: Queryable,
   treeId: number,
-  known: Map<string, number | undefined>,
+  known: Map<number, number | undefined>,
   addresses: readonly NodeAddress[],
 ): Promise<void> {
   const missing = addresses.filter((address) => !known.has(nodeKey(address)));
@@ -512,7 +590,7 @@ async function foldWithLoadedSizes(
   state: FoldState,
   event: FoldEvent,
   params: FoldParams,
-  known: Map<string, number | undefined>,
+  known: Map<number, number | undefined>,
   alsoLoad: readonly NodeAddress[],
 ) {
   const load = (addresses: readonly NodeAddress[]) => loadSizes(db, treeId, known, addresses);

@@ -81,6 +81,13 @@ describe("context assembly", () => {
   });
 
   it("fits a small window by projecting the view, and refuses a tiny one explicitly", async () => {
+    // An isolated session: no shared block, so the whole budget is the session's own (the split is tested elsewhere).
+    session = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "ctx-solo",
+      projectId: "prj_ctx",
+      sharing: "isolated",
+    });
     const worker = await startWorker(db.memory, db.config, () => {});
     try {
       for (let t = 3; t < 12; t++) {

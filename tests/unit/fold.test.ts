@@ -12,7 +12,9 @@ import {
   tilingProblem,
   viewBytes,
 } from "../../src/core/fold.js";
-import { endOf, type NodeAddress, nodeKey, startOf } from "../../src/core/tree.js";
+import { endOf, type NodeAddress, startOf } from "../../src/core/tree.js";
+
+const key = (node: NodeAddress): string => `${node.level}:${node.index}`;
 
 /** A random history: leaves appended in order and nodes built once both children exist, with summary sizes. */
 interface History {
@@ -66,8 +68,8 @@ const historyArb = fc
                     (shrink[s++ % shrink.length] as number),
                 ),
               );
-        bytes.set(nodeKey(node), Math.min(size, 600));
-        built.add(nodeKey(node));
+        bytes.set(key(node), Math.min(size, 600));
+        built.add(key(node));
         events.push({ type: "built", node });
       }
     }
@@ -77,8 +79,8 @@ const historyArb = fc
 /** Node sizes as they were when event `upTo` had been applied. */
 function sizesAt(history: History, upTo: number): NodeBytes {
   const built = new Set<string>();
-  for (const event of history.events.slice(0, upTo + 1)) if (event.type === "built") built.add(nodeKey(event.node));
-  return (node) => (built.has(nodeKey(node)) ? history.bytes.get(nodeKey(node)) : undefined);
+  for (const event of history.events.slice(0, upTo + 1)) if (event.type === "built") built.add(key(event.node));
+  return (node) => (built.has(key(node)) ? history.bytes.get(key(node)) : undefined);
 }
 
 /** The fold written straight from seed 002 §5.2, recomputing everything: the reference for the real one. */
@@ -173,7 +175,7 @@ describe("view fold (property tests)", () => {
         // Build every remaining node bottom-up (children first), as the compactor eventually does.
         const complete: History = { ...history, events: [...history.events], bytes: new Map(history.bytes) };
         const leafCount = history.events.filter((e) => e.type === "append").length;
-        const built = new Set(history.events.flatMap((e) => (e.type === "built" ? [nodeKey(e.node)] : [])));
+        const built = new Set(history.events.flatMap((e) => (e.type === "built" ? [key(e.node)] : [])));
         for (let level = 0; 2 ** level <= leafCount; level++) {
           for (let index = 0; (index + 1) * 2 ** level <= leafCount; index++) {
             const key = `${level}:${index}`;
@@ -208,7 +210,7 @@ describe("view fold (property tests)", () => {
 /** Every cover of the parts' range made of the parts and their built ancestors (small cases only). */
 function allCovers(parts: readonly NodeAddress[], bytesOf: NodeBytes): NodeAddress[][] {
   let covers: NodeAddress[][] = [[...parts]];
-  const seen = new Set(covers.map((c) => c.map(nodeKey).join(",")));
+  const seen = new Set(covers.map((c) => c.map(key).join(",")));
   for (let i = 0; i < covers.length; i++) {
     const cover = covers[i] as NodeAddress[];
     for (let k = 0; k + 1 < cover.length; k++) {
@@ -218,9 +220,9 @@ function allCovers(parts: readonly NodeAddress[], bytesOf: NodeBytes): NodeAddre
       const parent = { level: a.level + 1, index: a.index / 2 };
       if (bytesOf(parent) === undefined) continue;
       const next = [...cover.slice(0, k), parent, ...cover.slice(k + 2)];
-      const key = next.map(nodeKey).join(",");
-      if (!seen.has(key)) {
-        seen.add(key);
+      const coverKey = next.map(key).join(",");
+      if (!seen.has(coverKey)) {
+        seen.add(coverKey);
         covers = [...covers, next];
       }
     }
@@ -239,7 +241,7 @@ describe("projection (property tests)", () => {
         expect(tilingProblem(projection.parts, state.leafCount)).toBeUndefined();
         for (const part of state.parts) expect(projection.parts.some((p) => contains(p, part))).toBe(true);
         for (const part of projection.parts) {
-          const isOriginal = state.parts.some((p) => nodeKey(p) === nodeKey(part));
+          const isOriginal = state.parts.some((p) => key(p) === key(part));
           expect(isOriginal || bytesOf(part) !== undefined).toBe(true);
         }
         const covers = state.parts.length <= 14 ? allCovers(state.parts, bytesOf) : undefined;

@@ -197,12 +197,18 @@ export interface WorkerProcess {
 }
 
 /** Polls `check` until it returns a value (not undefined) or `timeoutMs` passes. */
-export async function eventually<T>(check: () => Promise<T | undefined>, timeoutMs: number, what: string): Promise<T> {
+export async function eventually<T>(
+  check: () => Promise<T | undefined>,
+  timeoutMs: number,
+  what: string | (() => string),
+): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
     if (value !== undefined) return value;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    if (Date.now() > deadline) {
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${typeof what === "string" ? what : what()}`);
+    }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }

@@ -447,13 +447,23 @@ interface Variant {
   readonly overall: Tally;
   readonly byCategory: Map<number, Tally>;
   readonly ms: number[];
+  /** Hits returned (top 10) by source: message, summary, shared summary. */
+  readonly sources: Record<string, number>;
   skipped: number;
 }
 
 async function score(memory: Memory, built: readonly BuiltConversation[], signal: AbortSignal): Promise<void> {
   const variants: Variant[] = [
-    { name: "question", query: (q) => q, overall: newTally(), byCategory: new Map(), ms: [], skipped: 0 },
-    { name: "keywords", query: keywordQuery, overall: newTally(), byCategory: new Map(), ms: [], skipped: 0 },
+    { name: "question", query: (q) => q, overall: newTally(), byCategory: new Map(), ms: [], sources: {}, skipped: 0 },
+    {
+      name: "keywords",
+      query: keywordQuery,
+      overall: newTally(),
+      byCategory: new Map(),
+      ms: [],
+      sources: {},
+      skipped: 0,
+    },
   ];
   const scored = { questions: 0 };
   const zoomMs: number[] = [];
@@ -524,6 +534,7 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
         const start = performance.now();
         const answer = await memory.search(ctx, { query, limit: 10 });
         variant.ms.push(performance.now() - start);
+        for (const hit of answer.hits) variant.sources[hit.source] = (variant.sources[hit.source] ?? 0) + 1;
         for (const tally of [variant.overall, category]) {
           tally.questions += 1;
           if (answer.hits.length === 0) bump(tally, "zeroHits");
@@ -580,10 +591,11 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
             "words (as a model writing a keyword query might), limit 10",
       definitions,
       questionsInData: totalQuestions,
-      questionsWithEvidence: scored.questions,
+      questionsScored: scored.questions,
       leftOut: { noEvidence, evidenceNamesNoTurn: unresolved, malformedEvidenceEntries: malformedIds },
       ...(variant.skipped > 0 ? { noKeywordsLeft: variant.skipped } : {}),
       ...recallOf(variant.overall),
+      hitsBySource: variant.sources,
       byCategory: Object.fromEntries(
         [...variant.byCategory]
           .sort(([a], [b]) => a - b)

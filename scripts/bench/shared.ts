@@ -218,8 +218,8 @@ export async function waitForCompactor(
 export async function statisticsState(memory: Memory): Promise<Record<string, unknown>> {
   const result = await memory.pool.query<{ autovacuum: string; analyzed: string[]; unanalyzed: string[] }>(
     `SELECT current_setting('autovacuum') AS autovacuum,
-            coalesce(array_agg(relname ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NOT NULL), '{}') AS analyzed,
-            coalesce(array_agg(relname ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NULL), '{}') AS unanalyzed
+            coalesce(array_agg(relname::text ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NOT NULL), '{}') AS analyzed,
+            coalesce(array_agg(relname::text ORDER BY relname) FILTER (WHERE coalesce(last_analyze, last_autoanalyze) IS NULL), '{}') AS unanalyzed
        FROM pg_stat_user_tables WHERE schemaname = 'optchat' AND relname IN ('records', 'nodes', 'sessions', 'publications', 'trees')`,
   );
   const row = result.rows[0];

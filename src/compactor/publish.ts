@@ -121,6 +121,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
           },
         ],
         deps.fold,
+        { buildFreeInline: true },
       );
       await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
       deps.report({ type: "built", treeId: sharedTree.treeId, ref: `pub:${refOf(leaf)}`, level: 0, calls, overshoot });

@@ -150,6 +150,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
         },
       ],
       deps.fold,
+      { buildFreeInline: true },
     );
     await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
     if (state.failing) await clearNodeFailure(tx, tree.treeId, node);

@@ -408,6 +408,7 @@ export async function applyTreeChanges(
   { tree, latest }: LockedTree,
   changes: readonly TreeChange[],
   params: FoldParams,
+  options: { buildFreeInline?: boolean } = {},
 ): Promise<AppliedChanges> {
   let state: FoldState = latest
     ? { parts: latest.parts, leafCount: latest.leafCount, shrinking: latest.shrinking }
@@ -422,15 +423,18 @@ export async function applyTreeChanges(
   // a whole batch of appends.
   const known = new Map<number, number | undefined>();
 
-  // Explicit changes first; then every node that became ready and is free (a short message, or two children that fit
-  // together) is built here, in the same transaction, with no job and no model call. Only nodes that need the
-  // summarizer are left for the compactor, so a session of short messages does not wait for one job hop per message.
+  // Explicit changes first; then, with `buildFreeInline` (the compactor's commits), every node that became ready and is
+  // free (a short message, or two children that fit together) is built here, in the same transaction, with no job and
+  // no model call. A backlog of short messages then takes one job, not one job hop per message (~100 ms each,
+  // measured). Ingestion does not do it: it would put that work on the host's hot path (measured: a batch of 100
+  // records went from ~5,000 to ~300 records/s).
   const pending: TreeChange[] = [...changes];
   const builtHere = new Set<number>();
   const checkedForFree = new Set<number>();
   for (;;) {
     let change = pending.shift();
     if (!change) {
+      if (!options.buildFreeInline) break;
       const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree);
       if (!free) break;
       change = { type: "built", node: free };

@@ -76,7 +76,8 @@ describe("compactor leases", () => {
 
   it("does not let a worker that was paused past its lease commit (fencing)", async () => {
     for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
-    const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=4000" });
+    // The summary takes 8 s, so the SIGSTOP below lands inside it even on a loaded machine.
+    const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=8000" });
     const sessionId = await ingestLong("paused");
     const job = await activeJob();
     paused.child.kill("SIGSTOP"); // no heartbeats from here on: the claim expires
@@ -104,5 +105,5 @@ describe("compactor leases", () => {
     paused.child.kill("SIGTERM");
     other.child.kill("SIGTERM");
     expect(await paused.exited).toMatchObject({ code: 0 });
-  }, 90_000);
+  }, 120_000);
 });

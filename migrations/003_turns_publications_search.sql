@@ -44,6 +44,18 @@ CREATE TABLE optchat.publications (
 );
 CREATE INDEX publications_session_idx ON optchat.publications (session_id, generation, end_seq_exclusive);
 
+-- Publications whose summary keeps failing; cleared when the turn is published. Retried forever after a fixed delay.
+CREATE TABLE optchat.publication_failures (
+  session_id       text NOT NULL,
+  generation       integer NOT NULL,
+  turn_id          text NOT NULL,
+  failures         integer NOT NULL,
+  first_failed_at  timestamptz NOT NULL DEFAULT now(),
+  last_failed_at   timestamptz NOT NULL DEFAULT now(),
+  last_error       text NOT NULL,
+  PRIMARY KEY (session_id, generation, turn_id)
+);
+
 -- Full-text search over our own tokens (src/core/tokenize.ts): Latin words, CJK bigrams. Stored as tsvector literals
 -- built by the application, never by to_tsvector, whose parsers return one token per CJK run.
 ALTER TABLE optchat.records ADD COLUMN search tsvector;

@@ -274,7 +274,7 @@ async function statusCommand(args: readonly string[], config: Config, output: Ou
       .map(([state, n]) => `${state} ${n}`)
       .join(", ");
     output.out(
-      `compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}`,
+      `compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}; failing publications: ${status.failingPublications}`,
     );
     const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
     for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { dyadicCover, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { withTransaction } from "../store/db.js";
-import { insertPublication } from "../store/publications.js";
+import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
 import {
   applyTreeChanges,
@@ -23,10 +23,10 @@ export interface PublishJob {
   readonly data: PublishJobData;
 }
 
-export type PublishOutcome = "published" | "duplicate" | "not_published" | "waiting" | "lease_lost";
+export type PublishOutcome = "published" | "duplicate" | "not_published" | "waiting" | "lease_lost" | "failed";
 
-/** How long a publication waits before looking again for its source cover to be summarized. */
-const COVER_WAIT_SECONDS = 1;
+/** The longest wait between two looks at a source cover that is not summarized yet. */
+const MAX_COVER_WAIT_SECONDS = 30;
 
 /**
  * Publishes a finished turn (seed 000 §5). Waits (by rescheduling itself) until the turn's records are summarized
@@ -53,9 +53,13 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   const cover = dyadicCover(range.start, range.end);
   const nodes = await findNodes(deps.pool, sessionTree.treeId, cover);
   if (cover.some((node) => !nodes.has(nodeKey(node)))) {
+    // Wait 1 s, then 2 s, … up to 30 s between looks: the cover is usually ready within seconds, but a cover node
+    // that keeps failing must not make this job poll every second for days.
+    const waits = (job.data.waits ?? 0) + 1;
     await withTransaction(deps.pool, async (tx) => {
-      if (await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))
-        await enqueuePublication(deps.boss, tx, job.data, COVER_WAIT_SECONDS);
+      if (await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE)) {
+        await enqueuePublication(deps.boss, tx, { ...job.data, waits }, Math.min(MAX_COVER_WAIT_SECONDS, waits));
+      }
     });
     return "waiting";
   }
@@ -70,16 +74,25 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     const shared = await findNodes(deps.pool, sharedTree.treeId, parts);
     const context = parts.flatMap((part) => shared.get(nodeKey(part))?.text ?? []);
     const limit = NODE_BYTES - utf8Bytes(tag) - 1;
-    const result = await runStep(deps.summarizer, context, { type: "compress", kind: "turn", text: coverText }, limit);
-    text = `${tag} ${result.text.replace(/^turn:\s*/, "")}`;
-    calls = result.calls;
-    overshoot = result.overshoot;
+    try {
+      const result = await runStep(
+        deps.summarizer,
+        context,
+        { type: "compress", kind: "turn", text: coverText },
+        limit,
+      );
+      text = `${tag} ${result.text.replace(/^turn:\s*/, "")}`;
+      calls = result.calls;
+      overshoot = result.overshoot;
+    } catch (error) {
+      return await publicationFailed(deps, job, turn.snapshot.scopeId, error);
+    }
   }
 
-  return await withTransaction(
+  const outcome = await withTransaction(
     deps.pool,
     async (tx) => {
-      if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return "lease_lost" as const;
+      if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
       const publication = await insertPublication(tx, {
         scopeId: scope.scopeId,
         sessionId,
@@ -91,7 +104,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
         completedAt: turn.finishedAt ?? range.lastAt,
         sourceCover: cover,
       });
-      if (!publication) return "duplicate" as const;
+      if (!publication) return { status: "duplicate" as const, seq: -1 };
       const locked = await lockTree(tx, { treeId: sharedTree.treeId });
       if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
       const leaf: NodeAddress = { level: 0, index: publication.publicationSeq };
@@ -124,9 +137,57 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
         { buildFreeInline: true },
       );
       await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
-      deps.report({ type: "built", treeId: sharedTree.treeId, ref: `pub:${refOf(leaf)}`, level: 0, calls, overshoot });
-      return "published" as const;
+      await clearPublicationFailure(tx, job.data);
+      return { status: "published" as const, seq: publication.publicationSeq };
     },
-    { isolation: "serializable" },
+    // Publications of one scope conflict on the scope row; each conflict retries the whole transaction.
+    { isolation: "serializable", attempts: 30 },
   );
+  // Reported after the commit: the transaction may run more than once (serialization retries).
+  if (outcome.status === "published") {
+    deps.report({
+      type: "built",
+      treeId: sharedTree.treeId,
+      ref: `pub:${refOf({ level: 0, index: outcome.seq })}`,
+      level: 0,
+      calls,
+      overshoot,
+    });
+  }
+  return outcome.status;
+}
+
+/**
+ * The publication's summary failed: the turn stays unpublished, the failure is counted where `optchat status` sees it
+ * (reported the first time), and a fresh job tries again after the fixed failure delay, forever (no backoff).
+ */
+async function publicationFailed(
+  deps: CompactorDeps,
+  job: PublishJob,
+  scopeId: string,
+  error: unknown,
+): Promise<PublishOutcome> {
+  const message = error instanceof Error ? error.message : String(error);
+  const failures = await withTransaction(deps.pool, async (tx) => {
+    if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return 0;
+    const count = await recordPublicationFailure(tx, job.data, message);
+    await enqueuePublication(
+      deps.boss,
+      tx,
+      { sessionId: job.data.sessionId, generation: job.data.generation, turnId: job.data.turnId },
+      deps.failureRetrySeconds,
+    );
+    return count;
+  });
+  if (failures === 0) return "lease_lost";
+  if (failures === 1)
+    deps.report({
+      type: "failure",
+      treeId: -1,
+      ref: `turn ${job.data.turnId} of ${job.data.sessionId} (scope ${scopeId})`,
+      level: 0,
+      failures,
+      error: message,
+    });
+  return "failed";
 }

@@ -11,6 +11,8 @@ export interface PublishJobData {
   readonly sessionId: string;
   readonly generation: number;
   readonly turnId: string;
+  /** How many times this publication has already waited for its source cover (drives the wait's backoff). */
+  readonly waits?: number;
 }
 
 export interface NodeJobData {
@@ -21,14 +23,16 @@ export interface NodeJobData {
 
 /**
  * Queue settings, from postgres-stack-facts and issue #3:
- * - retryDelay 0: a job whose worker died (heartbeat lost) runs again at once. Summarizer failures do not use pg-boss
- *   retries: the handler completes the job and schedules a fresh one after the fixed failure delay (no backoff).
+ * - retryDelay 1 s: a job whose worker died (heartbeat lost), or whose handler hit an unexpected error, runs again
+ *   almost at once, and an error that repeats does not spin. Summarizer failures do not use pg-boss retries: the
+ *   handler completes the job and schedules a fresh one after the fixed failure delay (no backoff). The retry limit
+ *   is effectively unbounded: scheduling is event-driven, so a job given up would never be scheduled again.
  * - heartbeatSeconds 10 (pg-boss's minimum) with a 1 s supervisor: a SIGKILLed worker's job is re-run in ~11 s.
  * - notify: workers are woken by NOTIFY when a job is created, instead of one job per polling interval.
  */
 export const NODE_QUEUE_OPTIONS = {
-  retryLimit: 1000,
-  retryDelay: 0,
+  retryLimit: 1_000_000,
+  retryDelay: 1,
   retryBackoff: false,
   heartbeatSeconds: 10,
   expireInSeconds: 3600,

@@ -121,13 +121,10 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
     return await recordFailure(deps, tree, node, job, error);
   }
 
-  return await withTransaction(deps.pool, async (tx) => {
+  const committed = await withTransaction(deps.pool, async (tx) => {
     const locked = await lockTree(tx, { treeId: tree.treeId });
     if (!locked) throw new Error(`tree ${tree.treeId} disappeared`);
-    if (!(await completeFenced(deps.boss, tx, job))) {
-      deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
-      return "lease_lost";
-    }
+    if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost" as const;
     const applied = await applyTreeChanges(
       tx,
       locked,
@@ -154,6 +151,10 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
     );
     await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
     if (state.failing) await clearNodeFailure(tx, tree.treeId, node);
+    return "built" as const;
+  });
+  // Reported after the commit: withTransaction may run the transaction more than once.
+  if (committed === "built") {
     deps.report({
       type: "built",
       treeId: tree.treeId,
@@ -162,8 +163,10 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       calls: outcome.calls,
       overshoot: outcome.overshoot,
     });
-    return "built";
-  });
+  } else {
+    deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
+  }
+  return committed;
 }
 
 /**
@@ -179,22 +182,24 @@ async function recordFailure(
   error: unknown,
 ): Promise<JobOutcome> {
   const message = error instanceof Error ? error.message : String(error);
-  return await withTransaction(deps.pool, async (tx) => {
-    if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost";
+  const failures = await withTransaction(deps.pool, async (tx) => {
+    if (!(await completeFenced(deps.boss, tx, job))) return 0;
     const { failures } = await recordNodeFailure(tx, tree.treeId, node, message);
     await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], deps.failureRetrySeconds);
     await notifyTreeChanged(tx, tree.treeId);
-    if (failures === 1)
-      deps.report({
-        type: "failure",
-        treeId: tree.treeId,
-        ref: refOf(node),
-        level: node.level,
-        failures,
-        error: message,
-      });
-    return "failed";
+    return failures;
   });
+  if (failures === 0) return "lease_lost";
+  if (failures === 1)
+    deps.report({
+      type: "failure",
+      treeId: tree.treeId,
+      ref: refOf(node),
+      level: node.level,
+      failures,
+      error: message,
+    });
+  return "failed";
 }
 
 function freeOutcome(text: string): SummaryOutcome {
@@ -276,23 +281,28 @@ export async function startCompactor(
     pollingIntervalSeconds: 1,
     notifyPollingIntervalSeconds: 1,
   } as const;
-  const runAll = <T>(
+  // Every job of a batch runs to its end before the batch settles: with Promise.all, the first failure would make
+  // pg-boss fail (and re-run elsewhere) siblings that are still in the middle of their model calls.
+  const runAll = async <T>(
     jobs: readonly { id: string; retryCount: number; data: T }[],
     run: (job: { id: string; retryCount: number; data: T }) => Promise<unknown>,
     what: string,
-  ) =>
-    Promise.all(
+  ) => {
+    const results = await Promise.allSettled(
       jobs.map(async (job) => {
         try {
           await run({ id: job.id, retryCount: job.retryCount, data: job.data });
         } catch (error) {
-          // A database error while committing: report it; pg-boss retries the attempt (retryDelay 0). Jobs of the
-          // batch that already completed are not affected: pg-boss's own settle is fenced like ours.
+          // A database error while committing: report it; pg-boss retries the batch's unsettled jobs (retryDelay
+          // 1 s). Jobs of the batch that already completed are not affected: pg-boss's own settle is fenced like ours.
           report({ type: "error", error: `${what} job ${job.id}: ${(error as Error).message}` });
           throw error;
         }
       }),
     );
+    const failed = results.find((result) => result.status === "rejected");
+    if (failed) throw failed.reason;
+  };
   await boss.work<NodeJobData>(NODE_QUEUE, options, (jobs) => runAll(jobs, (job) => buildNodeJob(deps, job), "node"));
   await boss.work<PublishJobData>(PUBLISH_QUEUE, { ...options, localConcurrency: 1 }, (jobs) =>
     runAll(jobs, (job) => publishTurnJob(deps, job), "publication"),

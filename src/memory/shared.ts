@@ -19,7 +19,7 @@ import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
-import { findPublication, publicationTimeSpan, visibleForeignPrefix } from "../store/publications.js";
+import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
@@ -32,6 +32,7 @@ import {
   pinOwnViewRevision,
   type Turn,
   type TurnOutcome,
+  turnRecordRange,
 } from "../store/turns.js";
 import type { Config } from "./config.js";
 import { settleTree } from "./views.js";
@@ -159,12 +160,26 @@ async function resolveSessionRef(pool: Pool, turn: Turn, ref: MemoryRef): Promis
   const tree = await findSessionTree(pool, session.sessionId, generation);
   if (!tree) return undefined;
   const own = session.sessionId === turn.sessionId;
-  // Own session: everything recorded so far (its live turn is already in the transcript). Another session: only what
-  // its publications below the snapshot's high-water mark cover.
-  const bound = own
-    ? tree.leafCount
-    : await visibleForeignPrefix(pool, turn.snapshot.scopeId, session.sessionId, turn.snapshot.publicationHighWater);
-  if (endOf(ref.node) > bound) return undefined;
+  // Own session: its history before the turn's boundary, and the turn's own records (already in the transcript), as
+  // of this turn: a later turn's records are not visible from an earlier turn. Another session: only ranges inside
+  // one of its publications below the snapshot's high-water mark.
+  if (own) {
+    const current = await turnRecordRange(pool, session.sessionId, generation, turn.turnId);
+    const inHistory = endOf(ref.node) <= turn.snapshot.ownBoundary;
+    const inTurn = current !== undefined && startOf(ref.node) >= current.start && endOf(ref.node) <= current.end;
+    if (!inHistory && !inTurn) return undefined;
+  } else if (
+    !(await foreignRangeVisible(
+      pool,
+      turn.snapshot.scopeId,
+      session.sessionId,
+      startOf(ref.node),
+      endOf(ref.node),
+      turn.snapshot.publicationHighWater,
+    ))
+  ) {
+    return undefined;
+  }
   return { session, tree, node: ref.node, own };
 }
 
@@ -347,13 +362,13 @@ export async function sessionsFor(
   options: { cursor?: string; limit?: number },
 ): Promise<{ sessions: readonly Record<string, unknown>[]; nextCursor: string | null; snapshot: ServedSnapshot }> {
   const turn = await turnOrThrow(deps.pool, ctx);
-  let after: { createdAt: Date; sessionId: string } | undefined;
+  let after: { cursorTime: string; sessionId: string } | undefined;
   if (options.cursor) {
-    const [iso, sessionId] = Buffer.from(options.cursor, "base64url").toString("utf8").split("|");
-    const createdAt = new Date(iso ?? "");
-    if (!sessionId || Number.isNaN(createdAt.getTime()))
+    const [cursorTime, sessionId] = Buffer.from(options.cursor, "base64url").toString("utf8").split("|");
+    if (!sessionId || !cursorTime || Number.isNaN(new Date(cursorTime).getTime())) {
       throw new InputInvalidError("sessions", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
-    after = { createdAt, sessionId };
+    }
+    after = { cursorTime, sessionId };
   }
   const limit = Math.min(50, Math.max(1, options.limit ?? 20));
   const rows = await listScopeSessions(
@@ -376,9 +391,7 @@ export async function sessionsFor(
       lastAt: s.lastAt?.toISOString() ?? null,
     })),
     nextCursor:
-      rows.length > limit && last
-        ? Buffer.from(`${last.createdAt.toISOString()}|${last.sessionId}`).toString("base64url")
-        : null,
+      rows.length > limit && last ? Buffer.from(`${last.cursorTime}|${last.sessionId}`).toString("base64url") : null,
     snapshot: served(turn),
   };
 }
@@ -420,6 +433,7 @@ interface TreeLines {
   readonly leafCount: number;
   readonly atEvent: number | undefined;
   readonly name: (node: NodeAddress) => string;
+  readonly cache: Map<number, { bytes: number; text: string } | undefined>;
 }
 
 /**
@@ -433,7 +447,9 @@ async function fitTokens(
   tokens: number,
   render: (lines: readonly MemoryLine[]) => string,
 ): Promise<{ text: string; tokens: number; lines: number; fits: boolean }> {
-  const known = new Map<number, { bytes: number; text: string } | undefined>();
+  // Node texts are shared by every fitting of the same tree in one assembly (the full-size measure, then the fit):
+  // they never change for a pinned revision, so the view is read once, not once per fitting.
+  const known = lines.cache;
   const load = async (addresses: readonly NodeAddress[]) => {
     const missing = addresses.filter((a) => !known.has(nodeKey(a)));
     if (missing.length === 0) return;
@@ -524,6 +540,7 @@ export async function assembleContext(
     leafCount: turn.snapshot.ownBoundary,
     atEvent: undefined,
     name: refOf,
+    cache: new Map(),
   };
 
   const sharedView =
@@ -537,6 +554,7 @@ export async function assembleContext(
         leafCount: sharedView.leafCount,
         atEvent: sharedView.eventNo,
         name: sharedRef,
+        cache: new Map(),
       }
     : undefined;
 

@@ -73,6 +73,15 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
               OR (tu.shared_view_revision IS NOT NULL AND (v.revision IS NULL OR v.leaf_count > tu.publication_high_water))`,
   },
   {
+    audit: "snapshot_visibility",
+    problem: "a turn's own boundary lies beyond its generation's records, or its shared tree belongs to another scope",
+    sql: `SELECT tu.session_id || ':' || tu.generation || ':' || tu.turn_id AS subject FROM optchat.turns tu
+            JOIN optchat.generations g ON g.session_id = tu.session_id AND g.generation = tu.generation
+            LEFT JOIN optchat.trees st ON st.tree_id = tu.shared_tree_id
+           WHERE tu.own_boundary > g.next_seq
+              OR (tu.shared_tree_id IS NOT NULL AND (st.kind <> 'shared' OR st.scope_id <> tu.scope_id))`,
+  },
+  {
     audit: "reachability",
     problem: "a session leaf has no retained source record or payload",
     sql: `SELECT t.session_id || ':' || t.generation || ':' || n.idx || '+1' AS subject FROM optchat.nodes n

@@ -131,22 +131,25 @@ export async function findPublication(
 }
 
 /**
- * How far into a foreign session's current generation a snapshot may see: the end of its last publication below the
- * high-water mark (0 when none). Records and nodes past it belong to turns the snapshot does not include.
+ * Whether records [start, end) of another session's current generation lie inside one of its publications below the
+ * high-water mark: only published turns are shared, and only those the snapshot includes.
  */
-export async function visibleForeignPrefix(
+export async function foreignRangeVisible(
   db: Queryable,
   scopeId: string,
   sessionId: string,
+  start: number,
+  end: number,
   highWater: number,
-): Promise<number> {
-  const result = await db.query<{ end: number | null }>(
-    `SELECT max(p.end_seq_exclusive) AS end
-       FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
-      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $3::bigint`,
-    [scopeId, sessionId, highWater],
+): Promise<boolean> {
+  const result = await db.query(
+    `SELECT 1 FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $5::bigint
+        AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
+      LIMIT 1`,
+    [scopeId, sessionId, start, end, highWater],
   );
-  return Number(result.rows[0]?.end ?? 0);
+  return (result.rowCount ?? 0) > 0;
 }
 
 /** Earliest and latest host timestamps of the records that publications [start, end) of a scope cover. */
@@ -166,4 +169,31 @@ export async function publicationTimeSpan(
   );
   const row = result.rows[0];
   return row?.first && row.last ? { first: row.first, last: row.last } : undefined;
+}
+
+/** Counts a failed attempt to publish a turn (its summary failed); returns how many in a row. */
+export async function recordPublicationFailure(
+  db: Queryable,
+  turn: { sessionId: string; generation: number; turnId: string },
+  error: string,
+): Promise<number> {
+  const result = await db.query<{ failures: number }>(
+    `INSERT INTO optchat.publication_failures (session_id, generation, turn_id, failures, last_error)
+     VALUES ($1::text, $2::int, $3::text, 1, $4::text)
+     ON CONFLICT (session_id, generation, turn_id) DO UPDATE
+       SET failures = optchat.publication_failures.failures + 1, last_failed_at = now(), last_error = excluded.last_error
+     RETURNING failures`,
+    [turn.sessionId, turn.generation, turn.turnId, error.slice(0, 2000)],
+  );
+  return result.rows[0]?.failures ?? 1;
+}
+
+export async function clearPublicationFailure(
+  db: Queryable,
+  turn: { sessionId: string; generation: number; turnId: string },
+): Promise<void> {
+  await db.query(
+    "DELETE FROM optchat.publication_failures WHERE session_id = $1::text AND generation = $2::int AND turn_id = $3::text",
+    [turn.sessionId, turn.generation, turn.turnId],
+  );
 }

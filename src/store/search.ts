@@ -36,8 +36,8 @@ export interface SearchHit {
  * Full-text search over records and summary nodes with our own tokens (a tsquery literal from src/core/tokenize.ts).
  * Visibility is part of the WHERE clause, so rows outside the snapshot are never read, ranked or excerpted:
  * - records and session nodes of the caller's own session below its boundary;
- * - records and session nodes of other sessions of the scope, current generation, inside the prefix their
- *   publications below the high-water mark cover;
+ * - records and session nodes of other sessions of the scope, current generation, inside the range of one of their
+ *   publications below the high-water mark;
  * - shared-tree nodes whose whole range is below the high-water mark.
  * Ordered by rank, then recency; `offset`/`limit` page it (the caller encodes them in its cursor).
  */
@@ -63,22 +63,26 @@ export async function searchVisible(
     valid_utf8: boolean;
   }>(
     `WITH q AS (SELECT $2::tsquery AS query),
+     -- The record ranges the snapshot may see: the caller's own history before its boundary, and exactly the ranges
+     -- of other sessions' publications below the high-water mark (not everything before the last one: an unpublished
+     -- or later-published turn in between stays invisible).
      visible AS (
-       SELECT s.session_id, s.current_generation AS generation,
-              CASE WHEN s.session_id = $4::text THEN $6::bigint
-                   ELSE coalesce((SELECT max(p.end_seq_exclusive) FROM optchat.publications p
-                                   WHERE p.scope_id = $1::text AND p.session_id = s.session_id
-                                     AND p.generation = s.current_generation AND p.publication_seq < $3::bigint), 0)
-              END AS bound
-         FROM optchat.sessions s
-        WHERE s.scope_id = $1::text AND ($8::text IS NULL OR s.session_id = $8::text)
-          AND (s.session_id <> $4::text OR s.current_generation = $5::int)
+       SELECT $4::text AS session_id, $5::int AS generation, 0::bigint AS start_seq, $6::bigint AS end_seq
+        WHERE ($8::text IS NULL OR $8::text = $4::text)
+          AND EXISTS (SELECT 1 FROM optchat.sessions s WHERE s.session_id = $4::text AND s.scope_id = $1::text)
+       UNION ALL
+       SELECT p.session_id, p.generation, p.start_seq, p.end_seq_exclusive
+         FROM optchat.publications p
+         JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+        WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
+          AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
      hits AS (
        SELECT 'record'::text AS source, r.session_id, r.generation, 0 AS level, r.seq AS idx, r.kind, r.occurred_at,
               ts_rank(r.search, q.query) AS rank, NULL::text AS node_text, r.payload_hash
          FROM visible v CROSS JOIN q
-         JOIN optchat.records r ON r.session_id = v.session_id AND r.generation = v.generation AND r.seq < v.bound
+         JOIN optchat.records r ON r.session_id = v.session_id AND r.generation = v.generation
+          AND r.seq >= v.start_seq AND r.seq < v.end_seq
         WHERE r.search @@ q.query
           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
@@ -86,7 +90,8 @@ export async function searchVisible(
        SELECT 'session_node', v.session_id, v.generation, n.level, n.idx, NULL, NULL, ts_rank(n.search, q.query), n.text, NULL
          FROM visible v CROSS JOIN q
          JOIN optchat.trees t ON t.kind = 'session' AND t.session_id = v.session_id AND t.generation = v.generation
-         JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0 AND (n.idx + 1) * (1::bigint << n.level) <= v.bound
+         JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0
+          AND n.idx * (1::bigint << n.level) >= v.start_seq AND (n.idx + 1) * (1::bigint << n.level) <= v.end_seq
         WHERE n.search @@ q.query AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
        UNION ALL
        SELECT 'shared_node', NULL, NULL, n.level, n.idx, NULL, NULL, ts_rank(n.search, q.query), n.text, NULL

@@ -86,6 +86,8 @@ export async function findScope(db: Queryable, scopeId: string): Promise<Scope |
 }
 
 export interface SessionListing {
+  /** The exact creation time as Postgres prints it (microseconds), for page cursors: a JS Date would drop them. */
+  readonly cursorTime: string;
   readonly sessionId: string;
   readonly title: string | null;
   readonly projectId: string | null;
@@ -106,11 +108,12 @@ export async function listScopeSessions(
   scopeId: string,
   publicationHighWater: number,
   ownSessionId: string,
-  after: { createdAt: Date; sessionId: string } | undefined,
+  after: { cursorTime: string; sessionId: string } | undefined,
   limit: number,
 ): Promise<SessionListing[]> {
   const result = await db.query<{
     session_id: string;
+    cursor_time: string;
     title: string | null;
     project_id: string | null;
     created_at: Date;
@@ -119,7 +122,7 @@ export async function listScopeSessions(
     first_at: Date | null;
     last_at: Date | null;
   }>(
-    `SELECT s.session_id, s.title, s.project_id, s.created_at,
+    `SELECT s.session_id, s.created_at::text AS cursor_time, s.title, s.project_id, s.created_at,
             coalesce(max(p.end_seq_exclusive), 0)::bigint AS records, count(p.publication_seq)::int AS publications,
             min(p.completed_at) AS first_at, max(p.completed_at) AS last_at
        FROM optchat.sessions s
@@ -132,9 +135,10 @@ export async function listScopeSessions(
      HAVING count(p.publication_seq) > 0 OR s.session_id = $3::text
       ORDER BY s.created_at, s.session_id
       LIMIT $6::int`,
-    [scopeId, publicationHighWater, ownSessionId, after?.createdAt ?? null, after?.sessionId ?? null, limit],
+    [scopeId, publicationHighWater, ownSessionId, after?.cursorTime ?? null, after?.sessionId ?? null, limit],
   );
   return result.rows.map((r) => ({
+    cursorTime: r.cursor_time,
     sessionId: r.session_id,
     title: r.title,
     projectId: r.project_id,

@@ -7,10 +7,12 @@ export interface StoreStatus {
   readonly schemaVersion: number;
   /** Row counts of every table in the optchat schema (the migrations bookkeeping table excluded). */
   readonly tables: Readonly<Record<string, number>>;
-  /** Compactor jobs by pg-boss state (absent when the queue is not installed). */
+  /** Compactor jobs by queue and pg-boss state, e.g. `node:created`, `publish:completed` (empty without the queue). */
   readonly jobs: Readonly<Record<string, number>>;
-  /** Nodes whose summary keeps failing, with the first and last error time. */
+  /** Nodes whose summary keeps failing. */
   readonly failingNodes: number;
+  /** Finished turns whose publication keeps failing. */
+  readonly failingPublications: number;
   /** Messages sealed but not summarized yet, over all session trees. */
   readonly pendingLeaves: number;
 }
@@ -42,12 +44,18 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
   }
   const jobs: Record<string, number> = {};
   let failingNodes = 0;
+  let failingPublications = 0;
   let pendingLeaves = 0;
   if (await jobQueueInstalled(db)) {
     const states = await db.query<{ state: string; n: number }>(
-      "SELECT state::text, count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-node' GROUP BY state ORDER BY state",
+      `SELECT replace(name, 'optchat-', '') || ':' || state::text AS state, count(*)::int AS n FROM pgboss.job
+        WHERE name IN ('optchat-node', 'optchat-publish') GROUP BY 1 ORDER BY 1`,
     );
     for (const row of states.rows) jobs[row.state] = row.n;
+  }
+  if (schemaVersion >= 3) {
+    const failing = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.publication_failures");
+    failingPublications = failing.rows[0]?.n ?? 0;
   }
   if (schemaVersion >= 2) {
     const health = await db.query<{ failing: number; pending: number }>(
@@ -64,6 +72,7 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
     tables,
     jobs,
     failingNodes,
+    failingPublications,
     pendingLeaves,
   };
 }

@@ -331,6 +331,9 @@ export interface AppliedChanges {
   readonly viewRevision: number;
 }
 
+/** How many free nodes one compactor commit builds inline at most (see applyTreeChanges). */
+const MAX_INLINE_BUILDS = 64;
+
 /** A tree locked for change in the caller's transaction, with its latest view revision. */
 export interface LockedTree {
   readonly tree: Tree;
@@ -431,12 +434,16 @@ export async function applyTreeChanges(
   const pending: TreeChange[] = [...changes];
   const builtHere = new Set<number>();
   const checkedForFree = new Set<number>();
+  let inlineBuilds = 0;
   for (;;) {
     let change = pending.shift();
     if (!change) {
-      if (!options.buildFreeInline) break;
+      // At most MAX_INLINE_BUILDS per commit: the tree row stays locked meanwhile, and ingestion into this session
+      // waits for it. Whatever is still ready afterwards becomes jobs, which continue the cascade.
+      if (!options.buildFreeInline || inlineBuilds >= MAX_INLINE_BUILDS) break;
       const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree);
       if (!free) break;
+      inlineBuilds += 1;
       change = { type: "built", node: free };
     }
     eventNo += 1;

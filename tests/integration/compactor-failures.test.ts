@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { NODE_BYTES, SIZE_TRIES } from "../../src/core/summary.js";
+import { readStatus } from "../../src/memory/status.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
 import { eventually, useTestMemory } from "../helpers.js";
 
@@ -95,6 +96,69 @@ describe("compactor failures", () => {
       expect(await leafRow(session.sessionId)).toHaveLength(1);
       const { rows } = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.node_failures");
       expect(rows[0].n).toBe(0);
+    } finally {
+      await healthy.stop();
+    }
+  });
+
+  it("keeps retrying a publication whose summary fails, visibly, and publishes it once the summarizer works", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "pub-fail", projectId: "prj_pub_fail" });
+    const ctx = { sessionId: session.sessionId, turnId: "t1" };
+    await db.memory.admitTurn(ctx);
+    // Three messages of ~240 bytes: their session nodes are free, the publication leaf needs the summarizer.
+    for (let k = 0; k < 3; k++) {
+      await db.memory.ingest({
+        sessionId: session.sessionId,
+        turnId: "t1",
+        kind: k === 0 ? "user" : "assistant",
+        finalization: { hostSessionId: "pub-fail", messageId: `m${k}` },
+        occurredAt: new Date(Date.UTC(2026, 10, 24, 7, k)).toISOString(),
+        content: `message ${k}: ${"the rollout waits for the canary to stay green for an hour. ".repeat(4)}`.slice(
+          0,
+          240,
+        ),
+      });
+    }
+    await db.memory.finishTurn(ctx, "completed");
+    const events: CompactorEvent[] = [];
+    const failing = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
+    try {
+      const row = await eventually(
+        async () => {
+          const { rows } = await db.memory.pool.query("SELECT failures, last_error FROM optchat.publication_failures");
+          return rows[0]?.failures >= 2 ? rows[0] : undefined;
+        },
+        20_000,
+        "two failed publication attempts",
+      );
+      expect(row.last_error).toMatch(/configured to fail every call/);
+      expect(events.filter((e) => e.type === "failure")).toHaveLength(1);
+      const { rows } = await db.memory.pool.query(
+        "SELECT count(*)::int AS n FROM optchat.publications WHERE turn_id = 't1' AND session_id = $1",
+        [session.sessionId],
+      );
+      expect(rows[0].n).toBe(0);
+      const status = await readStatus(db.url);
+      expect(status.failingPublications).toBe(1);
+    } finally {
+      await failing.stop();
+    }
+    const healthy = await startWorker(db.memory, db.config, () => {});
+    try {
+      await eventually(
+        async () => {
+          const { rows } = await db.memory.pool.query(
+            "SELECT count(*)::int AS n FROM optchat.publications WHERE session_id = $1",
+            [session.sessionId],
+          );
+          return rows[0].n === 1 ? true : undefined;
+        },
+        20_000,
+        "the publication",
+      );
+      expect(
+        (await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publication_failures")).rows[0].n,
+      ).toBe(0);
     } finally {
       await healthy.stop();
     }

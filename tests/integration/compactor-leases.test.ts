@@ -96,8 +96,9 @@ describe("compactor leases", () => {
     paused.child.kill("SIGCONT");
     const lost = await eventually(
       async () => paused.events.find((e) => e.type === "lease_lost"),
-      20_000,
-      "lease_lost from the paused worker",
+      40_000,
+      () =>
+        `lease_lost from the paused worker (its events: ${JSON.stringify(paused.events)}; stderr: ${paused.stderr()})`,
     );
     expect(lost).toMatchObject({ ref: "0+1", jobId: job.id });
     expect(await leafRows(sessionId)).toEqual(rows); // nothing overwritten, nothing duplicated

@@ -69,12 +69,14 @@ describe("optchat migrate", () => {
       nodes: 0,
       trees: 0,
     });
-    expect(parsed).toMatchObject({ jobs: {}, failingNodes: 0, pendingLeaves: 0 });
+    expect(parsed).toMatchObject({ jobs: {}, failingNodes: 0, failingPublications: 0, pendingLeaves: 0 });
 
     const text = await runCli(["status"], { DATABASE_URL: db.url });
     expect(text.stdout).toMatch(/schema\s+version \d+ of \d+/);
     expect(text.stdout).toMatch(/records\s+0/);
-    expect(text.stdout).toMatch(/compactor\s+0 message\(s\) not summarized yet; jobs: none; failing nodes: 0/);
+    expect(text.stdout).toMatch(
+      /compactor\s+0 message\(s\) not summarized yet; jobs: none; failing nodes: 0; failing publications: 0/,
+    );
   });
 
   it("fails at start naming the variable and the accepted values of an invalid setting", async () => {

@@ -81,7 +81,7 @@ describe("seq allocation under concurrency", () => {
       },
     });
     await isHolding;
-    const holdMs = 2000;
+    const holdMs = 3000;
     const heldAt = performance.now();
 
     const intoA = writerA.ingest(event(a.sessionId, "lock-a", 0, 0)).then(() => performance.now() - heldAt);

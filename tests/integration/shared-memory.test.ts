@@ -48,9 +48,15 @@ async function turn(
   turnId: string,
   messages: [kind: "user" | "assistant", text: string][],
   outcome: "completed" | "interrupted" | "failed" = "completed",
+  publishes = true,
 ) {
   const before = await publications();
-  const admitted = await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: messages[0]?.[1] });
+  const admitted = await db.memory.admitTurn({
+    sessionId: session.sessionId,
+    turnId,
+    query: messages[0]?.[1],
+    publishes,
+  });
   for (const [kind, text] of messages) {
     message += 1;
     await db.memory.ingest({
@@ -187,7 +193,17 @@ describe("shared memory across sessions", () => {
           "We need a persistent queue for the importer. Let's not use Redis; the existing broker should provide persistence.",
       });
     }
-    await new Promise((resolve) => setTimeout(resolve, 1500));
+    // Wait until the compactor has nothing left to do, so that a duplicate publication would have happened by now.
+    await eventually(
+      async () => {
+        const { rows } = await db.memory.pool.query(
+          "SELECT count(*)::int AS n FROM pgboss.job WHERE name IN ('optchat-node', 'optchat-publish') AND state IN ('created', 'retry', 'active')",
+        );
+        return rows[0].n === 0 ? true : undefined;
+      },
+      30_000,
+      "an idle compactor",
+    );
     expect((await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.records")).rows[0].n).toBe(records);
     expect(await publications()).toBe(published);
   });
@@ -207,6 +223,32 @@ describe("shared memory across sessions", () => {
     expect((await db.memory.sessions(ctx)).sessions.map((s) => s.sessionId)).toEqual([other.sessionId]);
     const context = await db.memory.assembleContext(ctx, WINDOW);
     expect(context.blocks.find((block) => block.name === "shared_memory")?.text).not.toContain("Redis");
+  });
+
+  it("never shows another session's unpublished turn, even when a later turn of that session is published", async () => {
+    await turn(
+      a,
+      "a-private",
+      [["user", "private zebrafish notes that this turn does not publish"]],
+      "completed",
+      false,
+    );
+    await turn(a, "a-after", [["user", "a published turn after the private one"]]);
+    const ctx = { sessionId: b.sessionId, turnId: "b-private-check" };
+    await db.memory.admitTurn(ctx);
+    expect((await db.memory.search(ctx, { query: "zebrafish" })).hits).toEqual([]);
+    const { rows } = await db.memory.pool.query(
+      "SELECT seq FROM optchat.records WHERE session_id = $1 AND turn_id = 'a-private'",
+      [a.sessionId],
+    );
+    const privateRef = `${a.sessionId}:0:${rows[0].seq}+1`;
+    await expect(db.memory.zoom(ctx, privateRef)).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
+    await expect(db.memory.date(ctx, privateRef)).rejects.toMatchObject({ code: "REF_NOT_FOUND" });
+    const { rows: after } = await db.memory.pool.query(
+      "SELECT seq FROM optchat.records WHERE session_id = $1 AND turn_id = 'a-after'",
+      [a.sessionId],
+    );
+    expect(await db.memory.zoom(ctx, `${a.sessionId}:0:${after[0].seq}+1`)).toMatchObject({ kind: "message" });
   });
 
   it("lets an isolated session neither publish nor read shared memory", async () => {

@@ -11,11 +11,14 @@
  * shrinks memory; underestimating would overflow the window.
  */
 export function estimateTokens(text: string): number {
+  // One pass over UTF-16 code units (this runs over whole memory blocks on every model step): a surrogate pair is
+  // one code point, counted once at its high half.
   let ascii = 0;
   let other = 0;
-  for (const char of text) {
-    if ((char.codePointAt(0) as number) < 0x80) ascii += 1;
-    else other += 1;
+  for (let i = 0; i < text.length; i++) {
+    const unit = text.charCodeAt(i);
+    if (unit < 0x80) ascii += 1;
+    else if (unit < 0xdc00 || unit > 0xdfff) other += 1;
   }
   return Math.ceil(ascii / 3) + other * 2;
 }

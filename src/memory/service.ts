@@ -60,6 +60,7 @@ import {
   assembleContext,
   dateFor,
   finishTurn,
+  PinnedNodeCache,
   type SearchAnswer,
   type SearchOptions,
   type ServedSnapshot,
@@ -326,7 +327,7 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
     return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
   }
 
-  const shared: SharedDeps = { pool, boss, listener, config };
+  const shared: SharedDeps = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
   const reader = (ctx: TurnContext | Turn, where: string): TurnContext | Turn =>
     "snapshot" in ctx ? ctx : parseInput(turnContextSchema, ctx, where);
   const memory: Memory = {

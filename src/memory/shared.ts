@@ -47,6 +47,46 @@ export interface SharedDeps {
   readonly boss: PgBoss;
   readonly listener: TreeListener;
   readonly config: Config;
+  /** Node texts as of a tree event, which never change: every model step of every turn reuses them. */
+  readonly pinnedNodes: PinnedNodeCache;
+}
+
+/**
+ * Texts of nodes as a view revision pinned at a tree event sees them. Immutable (a rebuild is a new revision with a
+ * later event), so they can be kept for the life of the process; the transform runs on every model step, and without
+ * this each step would read the whole shared view again. Bounded: past `limit` entries the cache starts over.
+ */
+export class PinnedNodeCache {
+  private readonly entries = new Map<string, { bytes: number; text: string } | undefined>();
+  constructor(private readonly limit = 50_000) {}
+
+  async load(
+    pool: Pool,
+    treeId: number,
+    atEvent: number,
+    addresses: readonly NodeAddress[],
+  ): Promise<Map<number, { bytes: number; text: string } | undefined>> {
+    const out = new Map<number, { bytes: number; text: string } | undefined>();
+    const missing: NodeAddress[] = [];
+    for (const a of addresses) {
+      const key = `${treeId}:${atEvent}:${nodeKey(a)}`;
+      if (this.entries.has(key)) out.set(nodeKey(a), this.entries.get(key));
+      else missing.push(a);
+    }
+    if (missing.length > 0) {
+      const found = await findNodes(pool, treeId, missing, atEvent);
+      if (this.entries.size + missing.length > this.limit) this.entries.clear();
+      for (const a of missing) {
+        const node = found.get(nodeKey(a));
+        const value = node ? { bytes: node.byteLength, text: node.text } : undefined;
+        // Absent nodes are not cached: a node committed later at an earlier event number cannot exist, but keeping
+        // the cache to built nodes is simpler to reason about.
+        if (value) this.entries.set(`${treeId}:${atEvent}:${nodeKey(a)}`, value);
+        out.set(nodeKey(a), value);
+      }
+    }
+    return out;
+  }
 }
 
 /** What every retrieval response says about the snapshot it was served from. */
@@ -434,6 +474,8 @@ interface TreeLines {
   readonly atEvent: number | undefined;
   readonly name: (node: NodeAddress) => string;
   readonly cache: Map<number, { bytes: number; text: string } | undefined>;
+  /** For trees read at a pinned event: the process-wide cache of immutable node texts. */
+  readonly pinned?: PinnedNodeCache;
 }
 
 /**
@@ -453,6 +495,11 @@ async function fitTokens(
   const load = async (addresses: readonly NodeAddress[]) => {
     const missing = addresses.filter((a) => !known.has(nodeKey(a)));
     if (missing.length === 0) return;
+    if (lines.atEvent !== undefined && lines.pinned) {
+      for (const [key, value] of await lines.pinned.load(pool, lines.treeId, lines.atEvent, missing))
+        known.set(key, value);
+      return;
+    }
     const found = await findNodes(pool, lines.treeId, missing, lines.atEvent);
     for (const a of missing) {
       const node = found.get(nodeKey(a));
@@ -555,6 +602,7 @@ export async function assembleContext(
         atEvent: sharedView.eventNo,
         name: sharedRef,
         cache: new Map(),
+        pinned: deps.pinnedNodes,
       }
     : undefined;
 

@@ -8,6 +8,7 @@
 import { cpus, loadavg, totalmem } from "node:os";
 import pg from "pg";
 import { redactUrl } from "../../src/memory/config.js";
+import type { CompactorEvent } from "../../src/memory/worker.js";
 
 /** Everything a benchmark module gets from the dispatcher. */
 export interface BenchContext {
@@ -169,4 +170,22 @@ export function ratio(numerator: number | null | undefined, denominator: number 
 
 export function errorMessage(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
+}
+
+/** Counts compactor events; keeps the first error or failure for the report. */
+export function compactorRecorder(): {
+  report: (event: CompactorEvent) => void;
+  events: Record<string, number>;
+  first: () => string | undefined;
+} {
+  const events: Record<string, number> = { built: 0, lease_lost: 0, failure: 0, error: 0 };
+  let first: string | undefined;
+  return {
+    events,
+    first: () => first,
+    report(event) {
+      events[event.type] = (events[event.type] ?? 0) + 1;
+      if (event.type === "error" || event.type === "failure") first ??= `${event.type}: ${event.error}`;
+    },
+  };
 }

@@ -55,6 +55,7 @@ import type { AssembleOptions, SearchAnswer, TurnContext } from "../../src/memor
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import {
   type BenchContext,
+  compactorRecorder,
   dropDatabase,
   emit,
   envNumber,
@@ -68,7 +69,6 @@ import {
 import {
   blockRefs,
   buildState,
-  compactorRecorder,
   databaseBytes,
   mapLimit,
   rangeOf,

@@ -41,9 +41,10 @@ import { migrateAll } from "../../src/memory/migrate.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { AssembleOptions, TurnContext } from "../../src/memory/shared.js";
-import { type CompactorEvent, type RunningCompactor, startWorker } from "../../src/memory/worker.js";
+import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import {
   type BenchContext,
+  compactorRecorder,
   dropDatabase,
   emit,
   envNumber,
@@ -124,24 +125,6 @@ export async function mapLimit<T, R>(
   };
   await Promise.all(Array.from({ length: Math.min(limit, items.length) }, loop));
   return out;
-}
-
-/** Counts compactor events; keeps the first error or failure for the report. */
-export function compactorRecorder(): {
-  report: (event: CompactorEvent) => void;
-  events: Record<string, number>;
-  first: () => string | undefined;
-} {
-  const events: Record<string, number> = { built: 0, lease_lost: 0, failure: 0, error: 0 };
-  let first: string | undefined;
-  return {
-    events,
-    first: () => first,
-    report(event) {
-      events[event.type] = (events[event.type] ?? 0) + 1;
-      if (event.type === "error" || event.type === "failure") first ??= `${event.type}: ${event.error}`;
-    },
-  };
 }
 
 export interface BuildState {

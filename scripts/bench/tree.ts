@@ -38,7 +38,7 @@
 import type { PgBoss } from "pg-boss";
 import { createBoss, NODE_QUEUE, NODE_QUEUE_OPTIONS } from "../../src/compactor/queue.js";
 import { createFakeSummarizer, type Summarizer } from "../../src/compactor/summarizer.js";
-import { type CompactorEvent, type RunningCompactor, startCompactor } from "../../src/compactor/worker.js";
+import { type RunningCompactor, startCompactor } from "../../src/compactor/worker.js";
 import { applyFoldEvent, EMPTY_FOLD, type FoldParams, type FoldState, type NodeBytes } from "../../src/core/fold.js";
 import { COMPACT_SYSTEM_PROMPT, NODE_BYTES } from "../../src/core/summary.js";
 import { type NodeAddress, refOf } from "../../src/core/tree.js";
@@ -49,6 +49,7 @@ import { type Memory, openMemory } from "../../src/memory/service.js";
 import { lineAsText } from "../../src/memory/views.js";
 import {
   type BenchContext,
+  compactorRecorder,
   dropDatabase,
   emit,
   envNumber,
@@ -782,23 +783,6 @@ async function jobTimings(memory: Memory, sessions: readonly BenchSession[], sin
   return { jobs: row?.jobs ?? 0, waitMs: ms(row?.wait), runMs: ms(row?.run) };
 }
 
-function eventRecorder(): {
-  report: (event: CompactorEvent) => void;
-  events: Record<string, number>;
-  first: () => string | undefined;
-} {
-  const events: Record<string, number> = { built: 0, lease_lost: 0, failure: 0, error: 0 };
-  let first: string | undefined;
-  return {
-    events,
-    first: () => first,
-    report(event) {
-      events[event.type] = (events[event.type] ?? 0) + 1;
-      if (event.type === "error" || event.type === "failure") first ??= `${event.type}: ${event.error}`;
-    },
-  };
-}
-
 async function runPhase(
   memory: Memory,
   phase: "live" | "backlog",
@@ -814,7 +798,7 @@ async function runPhase(
     0,
   );
   const { summarizer, stats } = countingSummarizer(createFakeSummarizer());
-  const recorder = eventRecorder();
+  const recorder = compactorRecorder();
   const compactorSettings = {
     databaseUrl,
     concurrency: settings.concurrency,

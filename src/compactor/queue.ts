@@ -113,7 +113,13 @@ export async function enqueuePublication(
 ): Promise<void> {
   await boss.insert(
     PUBLISH_QUEUE,
-    [{ data, ...(startAfterSeconds > 0 ? { startAfter: new Date(Date.now() + startAfterSeconds * 1000) } : {}) }],
+    [
+      {
+        data,
+        singletonKey: `${data.sessionId}:${data.generation}:${data.turnId}`,
+        ...(startAfterSeconds > 0 ? { startAfter: new Date(Date.now() + startAfterSeconds * 1000) } : {}),
+      },
+    ],
     { db: inTransaction(db) },
   );
 }

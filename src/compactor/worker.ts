@@ -11,16 +11,19 @@ import {
   applyTreeChanges,
   clearNodeFailure,
   findNodes,
+  findReadyUnbuiltNodes,
   inspectNodeJob,
   lockTree,
   recordNodeFailure,
   type Tree,
 } from "../store/trees.js";
+import { findUnpublishedFinishedTurns } from "../store/turns.js";
 import { publishTurnJob } from "./publish.js";
 import {
   completeFenced,
   createBoss,
   enqueueNodeJobs,
+  enqueuePublication,
   NODE_QUEUE,
   type NodeJobData,
   PUBLISH_QUEUE,
@@ -53,6 +56,7 @@ export type CompactorEvent =
       readonly failures: number;
       readonly error: string;
     }
+  | { readonly type: "rescheduled"; readonly nodes: number; readonly publications: number }
   | { readonly type: "error"; readonly error: string };
 
 export interface CompactorDeps {
@@ -237,6 +241,25 @@ export function summarizerFromSetting(setting: string): Summarizer {
   return createFakeSummarizer(options);
 }
 
+/**
+ * Schedules again what is ready but has no job (a job deleted by an operator, or one that gave up): ready unbuilt
+ * nodes and finished turns without their publication. A duplicate of a job that does exist is harmless: the node is
+ * found built, the publication found published.
+ */
+export async function sweepLostWork(deps: CompactorDeps): Promise<{ nodes: number; publications: number }> {
+  const nodes = await findReadyUnbuiltNodes(deps.pool, 10_000);
+  const turns = await findUnpublishedFinishedTurns(deps.pool, 10_000);
+  const byTree = new Map<number, NodeAddress[]>();
+  for (const { treeId, node } of nodes) byTree.set(treeId, [...(byTree.get(treeId) ?? []), node]);
+  await withTransaction(deps.pool, async (tx) => {
+    for (const [treeId, ready] of byTree) await enqueueNodeJobs(deps.boss, tx, treeId, ready);
+    for (const turn of turns) await enqueuePublication(deps.boss, tx, turn);
+  });
+  if (nodes.length + turns.length > 0)
+    deps.report({ type: "rescheduled", nodes: nodes.length, publications: turns.length });
+  return { nodes: nodes.length, publications: turns.length };
+}
+
 export interface CompactorSettings {
   readonly databaseUrl: string;
   readonly concurrency: number;
@@ -304,6 +327,9 @@ export async function startCompactor(
     if (failed) throw failed.reason;
   };
   await boss.work<NodeJobData>(NODE_QUEUE, options, (jobs) => runAll(jobs, (job) => buildNodeJob(deps, job), "node"));
+  await sweepLostWork(deps).catch((error) =>
+    report({ type: "error", error: `start-up sweep: ${(error as Error).message}` }),
+  );
   await boss.work<PublishJobData>(PUBLISH_QUEUE, { ...options, localConcurrency: 1 }, (jobs) =>
     runAll(jobs, (job) => publishTurnJob(deps, job), "publication"),
   );

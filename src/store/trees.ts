@@ -772,3 +772,42 @@ export async function listNodeSizes(
     treeEvent: r.tree_event,
   }));
 }
+
+/**
+ * Nodes that are ready but not built, over all trees: the next leaf of every session tree behind its records, and
+ * every parent whose two children exist and whose end is within the built prefix. Scheduling is event-driven, so a
+ * ready node is normally in the queue; this finds the ones whose job was lost (an operator deleted jobs, a job gave
+ * up) so that a starting worker can schedule them again. Reads indexes only; run once per worker start.
+ */
+export async function findReadyUnbuiltNodes(
+  db: Queryable,
+  limit: number,
+): Promise<{ treeId: number; node: NodeAddress }[]> {
+  // Open jobs are recognised by pg-boss's singleton_key column (our node jobs carry "<tree>:<level>:<index>",
+  // src/compactor/queue.ts), in pg-boss's own table: the one place our SQL reads pg-boss's schema.
+  const result = await db.query<{ tree_id: number; level: number; idx: number }>(
+    `WITH ready AS (
+       SELECT t.tree_id, 0 AS level, t.built_leaves AS idx
+         FROM optchat.trees t
+        WHERE t.kind = 'session' AND t.built_leaves < t.leaf_count
+       UNION ALL
+       SELECT c.tree_id, c.level + 1, c.idx / 2
+         FROM optchat.nodes c
+         JOIN optchat.trees t ON t.tree_id = c.tree_id
+        WHERE c.idx % 2 = 0 AND c.revision = 0
+          AND (c.idx + 2) * (1::bigint << c.level) <= t.built_leaves
+          AND EXISTS (SELECT 1 FROM optchat.nodes d WHERE d.tree_id = c.tree_id AND d.level = c.level AND d.idx = c.idx + 1)
+          AND NOT EXISTS (SELECT 1 FROM optchat.nodes p WHERE p.tree_id = c.tree_id AND p.level = c.level + 1 AND p.idx = c.idx / 2)
+     )
+     SELECT r.tree_id, r.level, r.idx FROM ready r
+      WHERE NOT EXISTS (SELECT 1 FROM pgboss.job j
+                         WHERE j.name = 'optchat-node' AND j.state < 'completed'
+                           AND j.singleton_key = r.tree_id || ':' || r.level || ':' || r.idx)
+      LIMIT $1::int`,
+    [limit],
+  );
+  return result.rows.map((row) => ({
+    treeId: Number(row.tree_id),
+    node: { level: row.level, index: Number(row.idx) },
+  }));
+}

@@ -203,3 +203,25 @@ export async function findPreviousTurn(db: Queryable, turn: Turn): Promise<Turn 
   );
   return result.rows[0] ? toTurn(result.rows[0]) : undefined;
 }
+
+/** Finished turns that should be published and are not, with no failure row either: their job may have been lost. */
+export async function findUnpublishedFinishedTurns(
+  db: Queryable,
+  limit: number,
+): Promise<{ sessionId: string; generation: number; turnId: string }[]> {
+  const result = await db.query<{ session_id: string; generation: number; turn_id: string }>(
+    `SELECT t.session_id, t.generation, t.turn_id FROM optchat.turns t
+      WHERE t.state <> 'active' AND t.publishes
+        AND NOT EXISTS (SELECT 1 FROM optchat.publications p
+                         WHERE p.session_id = t.session_id AND p.generation = t.generation AND p.turn_id = t.turn_id)
+        AND EXISTS (SELECT 1 FROM optchat.records r
+                     WHERE r.session_id = t.session_id AND r.generation = t.generation AND r.turn_id = t.turn_id)
+        -- pg-boss's table: publication jobs carry "<session>:<generation>:<turn>" as singleton_key (compactor/queue.ts)
+        AND NOT EXISTS (SELECT 1 FROM pgboss.job j
+                         WHERE j.name = 'optchat-publish' AND j.state < 'completed'
+                           AND j.singleton_key = t.session_id || ':' || t.generation || ':' || t.turn_id)
+      LIMIT $1::int`,
+    [limit],
+  );
+  return result.rows.map((row) => ({ sessionId: row.session_id, generation: row.generation, turnId: row.turn_id }));
+}

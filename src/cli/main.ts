@@ -152,8 +152,8 @@ async function workerCommand(args: readonly string[], config: Config, output: Ou
     memory,
     config,
     (event) => {
-      // Built nodes are routine: printed only in --json mode, where a program reads them.
-      if (event.type !== "built" || output.json) print({ ...event });
+      // Built and started nodes are routine: printed only in --json mode, where a program reads them.
+      if ((event.type !== "built" && event.type !== "summarizing") || output.json) print({ ...event });
     },
     { concurrency },
   );

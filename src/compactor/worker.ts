@@ -57,6 +57,13 @@ export type CompactorEvent =
       readonly error: string;
     }
   | { readonly type: "rescheduled"; readonly nodes: number; readonly publications: number }
+  | {
+      readonly type: "summarizing";
+      readonly treeId: number;
+      readonly ref: string;
+      readonly level: number;
+      readonly jobId: string;
+    }
   | { readonly type: "error"; readonly error: string };
 
 export interface CompactorDeps {
@@ -86,7 +93,17 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
   const node = { level: job.data.level, index: job.data.index };
   const state = await inspectNodeJob(deps.pool, job.data.treeId, node);
   if (!state || state.built) {
-    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
+    const held = await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
+    if (!held && state) {
+      deps.report({
+        type: "lease_lost",
+        treeId: state.tree.treeId,
+        ref: refOf(node),
+        level: node.level,
+        jobId: job.id,
+      });
+      return "lease_lost";
+    }
     return state ? "already_built" : "gone";
   }
   const { tree } = state;
@@ -105,6 +122,8 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       const leaf = await leafInput(deps.pool, tree, node.index);
       inputHashes = [leaf.hash];
       const free = freeLeafText(leaf.kind, leaf.text);
+      if (free === undefined)
+        deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       outcome =
         free !== undefined
           ? freeOutcome(free)
@@ -116,6 +135,8 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
       inputHashes = [sha256(a.text), sha256(b.text)];
       const free = freeParentText(a.text, b.text);
+      if (free === undefined)
+        deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       outcome =
         free !== undefined
           ? freeOutcome(free)

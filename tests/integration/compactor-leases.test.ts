@@ -80,6 +80,12 @@ describe("compactor leases", () => {
     const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=8000" });
     const sessionId = await ingestLong("paused");
     const job = await activeJob();
+    // Stop it only once it is inside the model call, so that it resumes with a summary in hand and tries to commit.
+    await eventually(
+      async () => paused.events.find((e) => e.type === "summarizing"),
+      30_000,
+      "the paused worker's model call",
+    );
     paused.child.kill("SIGSTOP"); // no heartbeats from here on: the claim expires
     const other = await start();
     const rows = await eventually(

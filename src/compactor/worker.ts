@@ -118,16 +118,19 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       const texts = await findNodes(deps.pool, tree.treeId, parts);
       return parts.flatMap((part) => texts.get(nodeKey(part))?.text ?? []);
     };
+    // A node that is not free needs the model: say so (a worker busy in a long call must not look dead), then call it.
+    const withModel = async (summarize: (context: string[]) => Promise<SummaryOutcome>) => {
+      deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
+      return await summarize(await context());
+    };
     if (node.level === 0) {
       const leaf = await leafInput(deps.pool, tree, node.index);
       inputHashes = [leaf.hash];
       const free = freeLeafText(leaf.kind, leaf.text);
-      if (free === undefined)
-        deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await summarizeLeaf(deps.summarizer, await context(), leaf.kind, leaf.text, signal);
+          : await withModel((context) => summarizeLeaf(deps.summarizer, context, leaf.kind, leaf.text, signal));
     } else {
       const children = childrenOf(node);
       const nodes = await findNodes(deps.pool, tree.treeId, children);
@@ -135,12 +138,10 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
       inputHashes = [sha256(a.text), sha256(b.text)];
       const free = freeParentText(a.text, b.text);
-      if (free === undefined)
-        deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await summarizeParent(deps.summarizer, await context(), a.text, b.text, signal);
+          : await withModel((context) => summarizeParent(deps.summarizer, context, a.text, b.text, signal));
     }
   } catch (error) {
     return await recordFailure(deps, tree, node, job, error);

@@ -35,6 +35,7 @@ import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
+import { createHostSupport, type HostSupport } from "./host.js";
 import {
   admitTurnSchema,
   assembleSchema,
@@ -118,6 +119,8 @@ export interface IngestOptions {
 
 export interface Memory {
   readonly pool: Pool;
+  /** Leases, injection records and health for host adapters (the OpenCode plugin). */
+  readonly host: HostSupport;
   openSession(input: OpenSessionInput): Promise<Session>;
   getSession(sessionId: string): Promise<Session>;
   /** Ingests one event; throws INGEST_CONFLICT (after recording it) when the key is sealed with other content. */
@@ -332,6 +335,7 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
     "snapshot" in ctx ? ctx : parseInput(turnContextSchema, ctx, where);
   const memory: Memory = {
     pool,
+    host: createHostSupport(pool),
     getSession,
     ingest,
     ingestMany: (events, options) => ingestMany(events, "ingestMany", options),

@@ -518,3 +518,21 @@ export async function readTurnMessages(
   );
   return result.rows.map((row) => ({ seq: Number(row.seq), kind: row.kind, payload: row.content }));
 }
+
+/**
+ * The highest sealed seq of each host message of a session's generation, from the `hostMessageId` attribute the host
+ * adapter stores on every record (it decides which native messages the memory blocks may replace).
+ */
+export async function hostMessageSeqs(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+): Promise<Map<string, number>> {
+  const result = await db.query<{ message_id: string; max_seq: number }>(
+    `SELECT attributes->>'hostMessageId' AS message_id, max(seq) AS max_seq FROM optchat.records
+      WHERE session_id = $1::text AND generation = $2::int AND attributes ? 'hostMessageId'
+      GROUP BY 1`,
+    [sessionId, generation],
+  );
+  return new Map(result.rows.map((row) => [row.message_id, Number(row.max_seq)]));
+}

@@ -76,3 +76,141 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
     pendingLeaves,
   };
 }
+
+/** The health of one session, for `memory_inspect` and `optchat inspect`: what was stored, built, published, and failed. */
+export interface SessionHealth {
+  readonly records: number;
+  readonly lastSealedAt: Date | null;
+  readonly leaves: number;
+  readonly builtLeaves: number;
+  readonly failingNodes: number;
+  readonly lastNodeError: string | null;
+  readonly turns: {
+    readonly active: number;
+    readonly completed: number;
+    readonly interrupted: number;
+    readonly failed: number;
+  };
+  readonly lastTurn: {
+    readonly turnId: string;
+    readonly state: string;
+    readonly admittedAt: Date;
+    readonly finishedAt: Date | null;
+  } | null;
+  readonly publications: number;
+  readonly lastPublication: { readonly seq: number; readonly outcome: string; readonly publishedAt: Date } | null;
+  /** Finished turns that publish and are not published yet (waiting for summaries or failing). */
+  readonly unpublishedTurns: number;
+  readonly failingPublications: number;
+  readonly lastPublicationError: string | null;
+  readonly lease: {
+    readonly holder: string;
+    readonly fence: number;
+    readonly expiresAt: Date;
+    readonly live: boolean;
+  } | null;
+  /** Compactor jobs of every session waiting or running, by queue (the queue is shared). */
+  readonly queuedJobs: { readonly node: number; readonly publish: number };
+}
+
+export async function readSessionHealth(db: Queryable, sessionId: string): Promise<SessionHealth> {
+  const result = await db.query<{
+    records: number;
+    last_sealed_at: Date | null;
+    leaves: number | null;
+    built_leaves: number | null;
+    failing_nodes: number;
+    last_node_error: string | null;
+    turns: Record<string, number> | null;
+    last_turn: { turn_id: string; state: string; admitted_at: string; finished_at: string | null } | null;
+    publications: number;
+    last_publication: { seq: number; outcome: string; published_at: string } | null;
+    unpublished: number;
+    failing_publications: number;
+    last_publication_error: string | null;
+    lease: { holder: string; fence: number; expires_at: string; live: boolean } | null;
+  }>(
+    `WITH s AS (SELECT session_id, current_generation AS generation FROM optchat.sessions WHERE session_id = $1::text),
+          t AS (SELECT tr.* FROM optchat.trees tr JOIN s ON tr.kind = 'session' AND tr.session_id = s.session_id
+                                                       AND tr.generation = s.generation)
+     SELECT (SELECT count(*)::int FROM optchat.records r JOIN s USING (session_id, generation)) AS records,
+            (SELECT max(sealed_at) FROM optchat.records r JOIN s USING (session_id, generation)) AS last_sealed_at,
+            (SELECT leaf_count FROM t) AS leaves,
+            (SELECT built_leaves FROM t) AS built_leaves,
+            (SELECT count(*)::int FROM optchat.node_failures f JOIN t USING (tree_id)) AS failing_nodes,
+            (SELECT f.last_error FROM optchat.node_failures f JOIN t USING (tree_id)
+              ORDER BY f.last_failed_at DESC LIMIT 1) AS last_node_error,
+            (SELECT jsonb_object_agg(state, n) FROM (SELECT state, count(*)::int AS n FROM optchat.turns
+              WHERE session_id = $1::text GROUP BY state) x) AS turns,
+            (SELECT jsonb_build_object('turn_id', turn_id, 'state', state, 'admitted_at', admitted_at,
+                                       'finished_at', finished_at)
+               FROM optchat.turns WHERE session_id = $1::text ORDER BY admitted_at DESC LIMIT 1) AS last_turn,
+            (SELECT count(*)::int FROM optchat.publications WHERE session_id = $1::text) AS publications,
+            (SELECT jsonb_build_object('seq', publication_seq, 'outcome', outcome, 'published_at', published_at)
+               FROM optchat.publications WHERE session_id = $1::text
+              ORDER BY published_at DESC LIMIT 1) AS last_publication,
+            (SELECT count(*)::int FROM optchat.turns tu WHERE tu.session_id = $1::text AND tu.state <> 'active'
+                AND tu.publishes AND NOT EXISTS (SELECT 1 FROM optchat.publications p WHERE p.session_id = tu.session_id
+                  AND p.generation = tu.generation AND p.turn_id = tu.turn_id)) AS unpublished,
+            (SELECT count(*)::int FROM optchat.publication_failures WHERE session_id = $1::text) AS failing_publications,
+            (SELECT last_error FROM optchat.publication_failures WHERE session_id = $1::text
+              ORDER BY last_failed_at DESC LIMIT 1) AS last_publication_error,
+            (SELECT jsonb_build_object('holder', holder, 'fence', fence, 'expires_at', expires_at,
+                                       'live', expires_at > now())
+               FROM optchat.session_leases WHERE session_id = $1::text) AS lease`,
+    [sessionId],
+  );
+  const row = result.rows[0];
+  if (!row) throw new Error("readSessionHealth returned no row");
+  const jobs = { node: 0, publish: 0 };
+  if (await jobQueueInstalled(db)) {
+    const queued = await db.query<{ name: string; n: number }>(
+      `SELECT name, count(*)::int AS n FROM pgboss.job
+        WHERE name IN ('optchat-node', 'optchat-publish') AND state < 'completed' GROUP BY name`,
+    );
+    for (const q of queued.rows) jobs[q.name === "optchat-node" ? "node" : "publish"] = q.n;
+  }
+  const turns = row.turns ?? {};
+  return {
+    records: row.records,
+    lastSealedAt: row.last_sealed_at,
+    leaves: Number(row.leaves ?? 0),
+    builtLeaves: Number(row.built_leaves ?? 0),
+    failingNodes: row.failing_nodes,
+    lastNodeError: row.last_node_error,
+    turns: {
+      active: turns.active ?? 0,
+      completed: turns.completed ?? 0,
+      interrupted: turns.interrupted ?? 0,
+      failed: turns.failed ?? 0,
+    },
+    lastTurn: row.last_turn
+      ? {
+          turnId: row.last_turn.turn_id,
+          state: row.last_turn.state,
+          admittedAt: new Date(row.last_turn.admitted_at),
+          finishedAt: row.last_turn.finished_at ? new Date(row.last_turn.finished_at) : null,
+        }
+      : null,
+    publications: row.publications,
+    lastPublication: row.last_publication
+      ? {
+          seq: Number(row.last_publication.seq),
+          outcome: row.last_publication.outcome,
+          publishedAt: new Date(row.last_publication.published_at),
+        }
+      : null,
+    unpublishedTurns: row.unpublished,
+    failingPublications: row.failing_publications,
+    lastPublicationError: row.last_publication_error,
+    lease: row.lease
+      ? {
+          holder: row.lease.holder,
+          fence: Number(row.lease.fence),
+          expiresAt: new Date(row.lease.expires_at),
+          live: row.lease.live,
+        }
+      : null,
+    queuedJobs: jobs,
+  };
+}

@@ -225,3 +225,15 @@ export async function findUnpublishedFinishedTurns(
   );
   return result.rows.map((row) => ({ sessionId: row.session_id, generation: row.generation, turnId: row.turn_id }));
 }
+
+/** The session's turns that have no outcome yet, oldest first (reconciliation after a killed process). */
+export async function listActiveTurns(db: Queryable, sessionId: string): Promise<Turn[]> {
+  const result = await db.query<TurnRow>(
+    `SELECT ${TURN_COLUMNS} FROM optchat.turns t
+      WHERE t.session_id = $1::text AND t.state = 'active'
+        AND t.generation = (SELECT current_generation FROM optchat.sessions WHERE session_id = $1::text)
+      ORDER BY t.admitted_at`,
+    [sessionId],
+  );
+  return result.rows.map(toTurn);
+}

@@ -1,0 +1,179 @@
+import { z } from "zod";
+import { type Config, OptchatError, resolveConfig, SETTINGS, type SettingName } from "../src/memory/index.js";
+
+/**
+ * The plugin's own settings, each with its environment variable and its plugin option (the second element of the
+ * `["/path/to/optchat/plugin/index.ts", { ... }]` entry in opencode.json). Plugin options win over the environment.
+ * README "Configuration" lists the same table.
+ */
+export const PLUGIN_SETTINGS = {
+  mode: {
+    env: "OPTCHAT_MODE",
+    default: "replace",
+    accepted:
+      "'replace' (older native history is replaced by the memory blocks) or 'augment' (native history is kept and only the shared memory block is added)",
+  },
+  scope: {
+    env: "OPTCHAT_SCOPE",
+    default: "project",
+    accepted:
+      "'project' (share with every session of the same OpenCode project), 'profile:<name>' (share across projects that use the same profile) or 'isolated' (neither publish nor read shared memory)",
+  },
+  readiness: {
+    env: "OPTCHAT_READINESS",
+    default: "strict",
+    accepted:
+      "'strict' (stop the request with an actionable error when memory is not ready in time) or 'partial' (continue and say in the memory block what is missing)",
+  },
+  readinessWaitMs: {
+    env: "OPTCHAT_READINESS_WAIT_MS",
+    default: 15_000,
+    accepted:
+      "an integer from 0 to 600000: how long a model request waits for the compactor before the readiness policy applies",
+  },
+  previousExchange: {
+    env: "OPTCHAT_PREVIOUS_EXCHANGE",
+    default: "on",
+    accepted: "'on' or 'off': include the previous exchange verbatim when it fits",
+  },
+  embeddedWorker: {
+    env: "OPTCHAT_EMBEDDED_WORKER",
+    default: "on",
+    accepted: "'on' or 'off': run a compactor worker inside each OpenCode process (besides any `optchat worker`)",
+  },
+  embeddedWorkerConcurrency: {
+    env: "OPTCHAT_EMBEDDED_WORKER_CONCURRENCY",
+    default: 2,
+    accepted: "an integer from 1 to 64: compactor jobs the embedded worker runs at once",
+  },
+  windowTokens: {
+    env: "OPTCHAT_WINDOW_TOKENS",
+    default: 0,
+    accepted:
+      "0 (use the model's context limit from OpenCode's provider configuration) or an integer from 1000 to 10000000: the window assumed when the model's limit is unknown",
+  },
+  outputTokens: {
+    env: "OPTCHAT_OUTPUT_TOKENS",
+    default: 0,
+    accepted:
+      "0 (use the model's output limit, else 4096) or an integer from 1 to 1000000: tokens reserved for the answer",
+  },
+  toolsTokens: {
+    env: "OPTCHAT_TOOLS_TOKENS",
+    default: 10_000,
+    accepted:
+      "an integer from 0 to 1000000: tokens charged for tool definitions, which a plugin cannot see (the system prompt is measured)",
+  },
+  reserveTokens: {
+    env: "OPTCHAT_RESERVE_TOKENS",
+    default: 2_048,
+    accepted: "an integer from 0 to 1000000: safety reserve R of the budget (seed 000 §7)",
+  },
+  leaseSeconds: {
+    env: "OPTCHAT_LEASE_SECONDS",
+    default: 30,
+    accepted:
+      "an integer from 5 to 3600: how long a process's claim on a session lasts without renewal (renewed every third of it while a turn runs)",
+  },
+} as const;
+
+export type PluginSettingName = keyof typeof PLUGIN_SETTINGS;
+
+const onOff = z.union([z.boolean(), z.enum(["on", "off", "true", "false", "1", "0"])]).transform((v) => {
+  if (typeof v === "boolean") return v;
+  return v === "on" || v === "true" || v === "1";
+});
+const integerFrom = (min: number, max: number) =>
+  z.coerce
+    .number({ invalid_type_error: "not a number" })
+    .int("not an integer")
+    .min(min, `below ${min}`)
+    .max(max, `above ${max}`);
+
+const pluginSchema = z.object({
+  mode: z.enum(["replace", "augment"], { errorMap: () => ({ message: "not replace or augment" }) }),
+  scope: z
+    .string()
+    .regex(/^(project|isolated|profile:[A-Za-z0-9_.-]{1,100})$/, "not project, isolated or profile:<name>"),
+  readiness: z.enum(["strict", "partial"], { errorMap: () => ({ message: "not strict or partial" }) }),
+  readinessWaitMs: integerFrom(0, 600_000),
+  previousExchange: onOff,
+  embeddedWorker: onOff,
+  embeddedWorkerConcurrency: integerFrom(1, 64),
+  windowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1000, "below 1000"),
+  outputTokens: integerFrom(0, 1_000_000),
+  toolsTokens: integerFrom(0, 1_000_000),
+  reserveTokens: integerFrom(0, 1_000_000),
+  leaseSeconds: integerFrom(5, 3600),
+});
+
+export type PluginSettings = Readonly<z.infer<typeof pluginSchema>>;
+
+export interface ResolvedPluginConfig {
+  /** The memory service's settings (database, compactor, views). */
+  readonly core: Config;
+  readonly plugin: PluginSettings;
+}
+
+/**
+ * Resolves the plugin's configuration once, from plugin options and the environment, into frozen objects. Unknown
+ * option names are refused (a typo would otherwise silently fall back to a default). Errors name the option and the
+ * environment variable of every bad setting.
+ */
+export function resolvePluginConfig(
+  options: Readonly<Record<string, unknown>> | undefined,
+  env: Readonly<Record<string, string | undefined>>,
+): ResolvedPluginConfig {
+  const given = options ?? {};
+  const unknown = Object.keys(given).filter((key) => !(key in PLUGIN_SETTINGS) && !(key in SETTINGS));
+  if (unknown.length > 0) {
+    const known = [...Object.keys(PLUGIN_SETTINGS), ...Object.keys(SETTINGS)].sort().join(", ");
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `optchat plugin: unknown option(s) ${unknown.join(", ")} in opencode.json; known options: ${known}`,
+      { options: unknown },
+    );
+  }
+  const coreOverrides: Partial<Record<SettingName, string | number>> = {};
+  for (const name of Object.keys(SETTINGS) as SettingName[]) {
+    const value = given[name];
+    if (typeof value === "string" || typeof value === "number") coreOverrides[name] = value;
+  }
+  const core = resolveConfig({ env, overrides: coreOverrides });
+
+  const raw: Record<string, unknown> = {};
+  const sources: Record<string, string> = {};
+  for (const [name, setting] of Object.entries(PLUGIN_SETTINGS) as [
+    PluginSettingName,
+    (typeof PLUGIN_SETTINGS)[PluginSettingName],
+  ][]) {
+    const fromOption = given[name];
+    const fromEnv = env[setting.env];
+    if (fromOption !== undefined) {
+      raw[name] = fromOption;
+      sources[name] = `plugin option ${name}`;
+    } else if (fromEnv !== undefined && fromEnv !== "") {
+      raw[name] = fromEnv;
+      sources[name] = `environment variable ${setting.env}`;
+    } else {
+      raw[name] = setting.default;
+      sources[name] = "default";
+    }
+  }
+  const parsed = pluginSchema.safeParse(raw);
+  if (!parsed.success) {
+    const bySetting = new Map<PluginSettingName, string[]>();
+    for (const issue of parsed.error.issues) {
+      const name = String(issue.path[0]) as PluginSettingName;
+      bySetting.set(name, [...(bySetting.get(name) ?? []), issue.message]);
+    }
+    const problems = [...bySetting].map(([name, messages]) => {
+      const setting = PLUGIN_SETTINGS[name];
+      return `${setting.env} / option ${name} (${sources[name]}): ${messages.join(", ")}; accepted: ${setting.accepted}`;
+    });
+    throw new OptchatError("CONFIG_INVALID", `Invalid optchat plugin configuration: ${problems.join("; ")}`, {
+      settings: [...bySetting.keys()].map((name) => PLUGIN_SETTINGS[name].env),
+    });
+  }
+  return Object.freeze({ core, plugin: Object.freeze(parsed.data) });
+}

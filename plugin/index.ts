@@ -1,0 +1,179 @@
+import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
+import { openMemory, redactUrl, startWorker } from "../src/memory/index.js";
+import { type HostLookups, OpencodeAdapter, PromptRefused } from "./adapter.js";
+import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
+import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
+import { memoryTools } from "./tools.js";
+
+/** How long a hook waits for one OpenCode client lookup before going on without it. */
+const LOOKUP_TIMEOUT_MS = 2_000;
+
+/**
+ * The optchat plugin for OpenCode 1.18.33. Add it to opencode.json as
+ * `"plugin": [["/absolute/path/to/optchat/plugin/index.ts", { "databaseUrl": "postgres://…" }]]`
+ * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
+ */
+export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
+  const log = (level: "info" | "warn" | "error", message: string) => {
+    // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.
+    if (level !== "info" || process.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
+  };
+  let config: ResolvedPluginConfig;
+  try {
+    config = resolvePluginConfig(options, process.env);
+  } catch (error) {
+    // Every prompt is refused with the configuration error: running silently without memory would hide it.
+    const message = error instanceof Error ? error.message : String(error);
+    log("error", message);
+    return {
+      "chat.message": async () => {
+        throw new PromptRefused(message);
+      },
+    };
+  }
+
+  const lookups = clientLookups(input);
+  // The database is opened in the background so OpenCode starts at once; the first prompt waits for it.
+  const ready: Promise<OpencodeAdapter> = (async () => {
+    const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
+    const adapter = new OpencodeAdapter(
+      memory,
+      config,
+      { id: input.project.id, worktree: input.worktree },
+      lookups,
+      log,
+    );
+    void adapter.startWorker(() =>
+      startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
+        concurrency: config.plugin.embeddedWorkerConcurrency,
+      }),
+    );
+    return adapter;
+  })();
+  let unavailable: string | undefined;
+  ready.catch((error: unknown) => {
+    unavailable = `optchat: memory is unavailable: ${error instanceof Error ? error.message : String(error)} (database ${redactUrl(config.core.databaseUrl)}; setting DATABASE_URL or plugin option databaseUrl)`;
+    log("error", unavailable);
+  });
+  const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
+    ready.then(work, () => undefined).catch((error) => log("error", `optchat: ${String(error)}`));
+
+  return {
+    "chat.message": async (hookInput, output) => {
+      let adapter: OpencodeAdapter;
+      try {
+        adapter = await ready;
+      } catch {
+        // Strict readiness: say why memory is missing instead of answering without it; partial: run natively.
+        if (config.plugin.readiness === "strict")
+          throw new PromptRefused(`${unavailable} (or set OPTCHAT_READINESS=partial to continue without memory)`);
+        return;
+      }
+      try {
+        await adapter.admit(
+          hookInput.sessionID,
+          output.message as unknown as HostMessageInfo,
+          output.parts as unknown as HostPart[],
+        );
+      } catch (error) {
+        if (error instanceof PromptRefused) {
+          // OpenCode 1.18.33 reports a chat.message throw only as "Unexpected server error" (the prompt is not
+          // stored, which is the point): the reason goes to stderr, and to adapter_problems for memory_inspect.
+          await adapter.problem("lease", hookInput.sessionID, error);
+          throw error;
+        }
+        await adapter.problem("admit", hookInput.sessionID, error);
+      }
+    },
+
+    event: async ({ event }) => {
+      await withAdapter((adapter) =>
+        adapter.onEvent(event as unknown as { type?: string; properties?: Record<string, unknown> }),
+      );
+    },
+
+    "experimental.chat.messages.transform": async (_hookInput, output) => {
+      // Never throws (a throw kills the turn in OpenCode 1.18.33): the adapter catches and records everything.
+      await withAdapter((adapter) => adapter.transform(output.messages as unknown as HostMessage[]));
+    },
+
+    "experimental.chat.system.transform": async (hookInput, output) => {
+      await withAdapter((adapter) => {
+        if (hookInput.sessionID) adapter.noteSystemPrompt(hookInput.sessionID, output.system);
+      });
+    },
+
+    "chat.params": async (hookInput) => {
+      let adapter: OpencodeAdapter | undefined;
+      try {
+        adapter = await ready;
+      } catch {
+        return;
+      }
+      try {
+        // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
+        const model = hookInput.model as unknown as {
+          id?: string;
+          providerID?: string;
+          limit?: { context?: number; output?: number };
+        };
+        if (model?.providerID && model.id) adapter.noteModelLimits(model.providerID, model.id, model.limit);
+      } catch (error) {
+        await adapter.problem("params", hookInput.sessionID, error);
+      }
+      // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
+      // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
+      if (hookInput.agent !== "title") {
+        const pending = adapter.takePendingError(hookInput.sessionID);
+        if (pending) throw new PromptRefused(pending);
+      }
+    },
+
+    "experimental.session.compacting": async (hookInput) => {
+      await withAdapter((adapter) => adapter.noteCompacting(hookInput.sessionID));
+    },
+
+    tool: memoryTools(() => ready),
+
+    dispose: async () => {
+      await withAdapter((adapter) => adapter.close());
+    },
+  };
+};
+
+function clientLookups(input: PluginInput): HostLookups {
+  const client = input.client;
+  let providers: Promise<unknown> | undefined;
+  return {
+    async parentOf(hostSessionId) {
+      const result = await withTimeout(client.session.get({ path: { id: hostSessionId } }));
+      const info = (result as { data?: { parentID?: string } } | undefined)?.data;
+      return info?.parentID;
+    },
+    async modelLimits(providerId, modelId) {
+      providers ??= withTimeout(client.config.providers());
+      const result = (await providers) as
+        | {
+            data?: {
+              providers?: { id: string; models?: Record<string, { limit?: { context?: number; output?: number } }> }[];
+            };
+          }
+        | undefined;
+      const provider = result?.data?.providers?.find((p) => p.id === providerId);
+      const limit = provider?.models?.[modelId]?.limit;
+      return limit?.context ? { context: limit.context, output: limit.output ?? 4096 } : undefined;
+    },
+  };
+}
+
+async function withTimeout<T>(promise: Promise<T>): Promise<T | undefined> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), LOOKUP_TIMEOUT_MS);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,0 +1,230 @@
+import { type ToolDefinition, tool } from "@opencode-ai/plugin";
+import { escapeMemoryText, isOptchatError, type SearchAnswer, type ZoomAnswer } from "../src/memory/index.js";
+import type { OpencodeAdapter } from "./adapter.js";
+
+/** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
+const ZOOM_PAGE_TOKENS = 6_000;
+
+/**
+ * The memory tools. Named `memory_*`: OpenCode 1.18.33 lets a plugin tool silently replace a built-in of the same name
+ * (facts §4), and seed 004 saw generic names shadow the harness's own tools. Every result is bounded and paged.
+ */
+export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<string, ToolDefinition> {
+  const z = tool.schema;
+  const run = async (what: string, work: (adapter: OpencodeAdapter) => Promise<string>): Promise<string> => {
+    try {
+      return await work(await ready());
+    } catch (error) {
+      // A thrown error becomes the tool's result text; say what failed and what to try.
+      if (isOptchatError(error)) throw new Error(`${what} failed: ${error.code}: ${error.message}`);
+      throw new Error(`${what} failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  };
+  return {
+    memory_zoom: tool({
+      description:
+        "Open a memory line by its ref (pub:24+1, 0+8, or <session>:<generation>:0+8, exactly as shown in the memory blocks): a summary opens into the two finer lines below it, a publication into its session's messages, a single message into its exact original text (paged: pass the cursor to continue).",
+      args: {
+        ref: z.string().max(300).describe("A ref from a memory block or a previous memory tool result"),
+        cursor: z.string().max(100).optional().describe("The cursor printed at the end of a long message, to read on"),
+      },
+      async execute(args, ctx) {
+        return await run("memory_zoom", async (adapter) => {
+          const turn = await adapter.toolTurn(ctx.sessionID);
+          const answer = await adapter.memory.zoom(turn, args.ref, {
+            maxTokens: ZOOM_PAGE_TOKENS,
+            ...(args.cursor ? { cursor: args.cursor } : {}),
+          });
+          return renderZoom(answer);
+        });
+      },
+    }),
+    memory_search: tool({
+      description:
+        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for words; every word must match. Returns refs with excerpts; open them with memory_zoom.",
+      args: {
+        query: z.string().min(1).max(2000).describe("Words to find (all must occur); CJK text works"),
+        session: z.string().max(200).optional().describe("Only this session (an id from memory_sessions)"),
+        before: z.string().max(40).optional().describe("ISO 8601 time: only older matches"),
+        after: z.string().max(40).optional().describe("ISO 8601 time: only newer matches"),
+        cursor: z.string().max(40).optional().describe("The cursor of a previous result page"),
+        limit: z.number().int().min(1).max(50).optional().describe("Hits per page (default 10)"),
+      },
+      async execute(args, ctx) {
+        return await run("memory_search", async (adapter) => {
+          const turn = await adapter.toolTurn(ctx.sessionID);
+          const answer = await adapter.memory.search(turn, {
+            query: args.query,
+            ...(args.session ? { sessionId: args.session } : {}),
+            ...(args.before ? { before: args.before } : {}),
+            ...(args.after ? { after: args.after } : {}),
+            ...(args.cursor ? { cursor: args.cursor } : {}),
+            limit: args.limit ?? 10,
+          });
+          return renderSearch(args.query, answer);
+        });
+      },
+    }),
+    memory_date: tool({
+      description: "When the messages under a ref happened: the first and last timestamps (ISO 8601).",
+      args: { ref: z.string().max(300).describe("A ref from a memory block or memory tool result") },
+      async execute(args, ctx) {
+        return await run("memory_date", async (adapter) => {
+          const turn = await adapter.toolTurn(ctx.sessionID);
+          const answer = await adapter.memory.date(turn, args.ref);
+          return `ref ${answer.ref}: first ${answer.first}, last ${answer.last}`;
+        });
+      },
+    }),
+    memory_sessions: tool({
+      description:
+        "List the sessions of this project's memory visible to this turn (id, title, when, turns published), newest first, paged.",
+      args: {
+        cursor: z.string().max(100).optional().describe("The cursor of a previous page"),
+        limit: z.number().int().min(1).max(50).optional().describe("Sessions per page (default 20)"),
+      },
+      async execute(args, ctx) {
+        return await run("memory_sessions", async (adapter) => {
+          const turn = await adapter.toolTurn(ctx.sessionID);
+          const answer = await adapter.memory.sessions(turn, {
+            limit: args.limit ?? 20,
+            ...(args.cursor ? { cursor: args.cursor } : {}),
+          });
+          const lines = answer.sessions.map((s) => escapeMemoryText(JSON.stringify(s)));
+          return [
+            `<memory_sessions snapshot="${answer.snapshot.publicationHighWater}">`,
+            ...lines,
+            "</memory_sessions>",
+            answer.nextCursor ? `more: call memory_sessions with cursor "${answer.nextCursor}"` : "end of list",
+          ].join("\n");
+        });
+      },
+    }),
+    memory_inspect: tool({
+      description:
+        "Health of optchat's memory for this session: the last injection (sizes, blocks, snapshot), compactor backlog and failures, the last publication, the session lease and recent errors. Use it when memory looks missing or stale.",
+      args: {},
+      async execute(_args, ctx) {
+        return await run("memory_inspect", async (adapter) =>
+          JSON.stringify(await inspectSession(adapter, ctx.sessionID), null, 2),
+        );
+      },
+    }),
+  };
+}
+
+/** Runtime health of one host session: what makes "working" and "silently dead" look different (seed 004). */
+export async function inspectSession(
+  adapter: OpencodeAdapter,
+  hostSessionId: string,
+): Promise<Record<string, unknown>> {
+  const state = adapter.sessionOf(hostSessionId);
+  const session = state?.session ?? (await adapter.memory.host.findSession("opencode", hostSessionId));
+  const process = adapter.status();
+  const report: Record<string, unknown> = {
+    process: {
+      holder: process.holder,
+      startedAt: process.startedAt.toISOString(),
+      embeddedWorker: process.worker,
+      workerLastEvent: process.workerLastEvent ?? null,
+      workerError: process.workerError ?? null,
+      problemsSinceStart: process.problems,
+      lastProblem: process.lastProblem ?? null,
+    },
+    settings: {
+      mode: adapter.config.plugin.mode,
+      scope: adapter.config.plugin.scope,
+      readiness: adapter.config.plugin.readiness,
+      readinessWaitMs: adapter.config.plugin.readinessWaitMs,
+      summarizer: adapter.config.core.summarizer,
+    },
+  };
+  if (!session) {
+    report.session = `optchat holds nothing for OpenCode session ${hostSessionId} yet (no prompt of it was admitted by the plugin)`;
+    return report;
+  }
+  report.session = { id: session.sessionId, scope: session.scopeId, generation: session.currentGeneration };
+  if (state?.disabled) report.memoryDisabled = state.disabled;
+  report.lastInjectionThisProcess = state?.lastInjection ?? null;
+  const [health, injections, problems] = await Promise.all([
+    adapter.memory.host.sessionHealth(session.sessionId),
+    adapter.memory.host.listInjections(session.sessionId, 1),
+    adapter.memory.host.listProblems("opencode", hostSessionId, 3),
+  ]);
+  report.health = {
+    ...health,
+    pendingLeaves: health.leaves - health.builtLeaves,
+    verdict:
+      health.failingNodes > 0 || health.failingPublications > 0
+        ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError)"
+        : health.leaves > health.builtLeaves || health.unpublishedTurns > 0
+          ? process.worker === "running" || health.queuedJobs.node + health.queuedJobs.publish > 0
+            ? "working: summaries or publications are pending"
+            : "stalled: work is pending and no worker runs in this process; start `optchat worker` or set OPTCHAT_EMBEDDED_WORKER=on"
+          : "up to date",
+  };
+  const last = injections[0];
+  report.lastInjection = last
+    ? {
+        at: last.createdAt.toISOString(),
+        status: last.status,
+        turn: last.turnId,
+        query: last.query,
+        error: last.error,
+        ...last.detail,
+      }
+    : null;
+  report.recentProblems = problems.map((p) => ({
+    at: p.createdAt.toISOString(),
+    operation: p.operation,
+    code: p.code,
+    message: p.message,
+  }));
+  return report;
+}
+
+/** Text made safe to sit inside a tag: `<`, `>` and `&` escaped, newlines kept (originals stay readable). */
+function escapeKeepingLines(text: string): string {
+  return text.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+}
+
+function renderZoom(answer: ZoomAnswer): string {
+  const snapshot = `snapshot="${answer.snapshot.publicationHighWater}"`;
+  switch (answer.kind) {
+    case "lines":
+      return [
+        `<memory_zoom ref="${answer.ref}" ${snapshot}>`,
+        ...answer.lines.map((line) => `${line.ref}|${escapeMemoryText(line.text)}`),
+        "</memory_zoom>",
+      ].join("\n");
+    case "publication":
+      return [
+        `<memory_publication ref="${answer.ref}" session="${answer.sessionId}" generation="${answer.generation}" outcome="${answer.outcome}" range="${answer.range}" completed="${answer.completedAt}" ${snapshot}>`,
+        "The turn's messages, as session lines (open them with memory_zoom):",
+        ...answer.cover.map((line) => `${line.ref}|${escapeMemoryText(line.text)}`),
+        "</memory_publication>",
+      ].join("\n");
+    case "message":
+      return [
+        `<original_message ref="${answer.ref}" kind="${answer.recordKind}"${answer.toolName ? ` tool="${answer.toolName}"` : ""} at="${answer.occurredAt}" bytes="${answer.offset}-${answer.offset + Buffer.byteLength(answer.text)} of ${answer.totalBytes}"${answer.hostTruncated ? ' host_truncated="true"' : ""}>`,
+        escapeKeepingLines(answer.text),
+        "</original_message>",
+        answer.nextCursor
+          ? `more: call memory_zoom with ref "${answer.ref}" and cursor "${answer.nextCursor}"`
+          : "end of message",
+      ].join("\n");
+  }
+}
+
+function renderSearch(query: string, answer: SearchAnswer): string {
+  if (answer.hits.length === 0) return `No match for "${escapeMemoryText(query)}" in memory visible to this turn.`;
+  return [
+    `<memory_search snapshot="${answer.snapshot.publicationHighWater}">`,
+    ...answer.hits.map(
+      (hit) =>
+        `${hit.ref}|${hit.source}${hit.kind ? ` ${hit.kind}` : ""}${hit.occurredAt ? ` ${hit.occurredAt}` : ""}|${escapeMemoryText(hit.excerpt)}`,
+    ),
+    "</memory_search>",
+    answer.nextCursor ? `more: call memory_search with cursor "${answer.nextCursor}"` : "end of results",
+  ].join("\n");
+}

@@ -1,0 +1,50 @@
+import type { Pool } from "../store/db.js";
+import { type Injection, listInjections, type NewInjection, recordInjection } from "../store/injections.js";
+import { claimSessionLease, type LeaseClaim, releaseSessionLease, renewSessionLease } from "../store/leases.js";
+import {
+  type AdapterProblem,
+  listAdapterProblems,
+  type NewAdapterProblem,
+  recordAdapterProblem,
+} from "../store/problems.js";
+import { hostMessageSeqs } from "../store/records.js";
+import { findSessionByHost, type Session } from "../store/sessions.js";
+import { readSessionHealth, type SessionHealth } from "../store/status.js";
+import { listActiveTurns, type Turn } from "../store/turns.js";
+
+export type { AdapterProblem, Injection, LeaseClaim, NewAdapterProblem, NewInjection, SessionHealth };
+
+/**
+ * What a host adapter (the OpenCode plugin) needs beyond the memory operations: session leases, a record of every
+ * injection and caught problem for inspection, and the mapping from host messages to sealed records.
+ */
+export interface HostSupport {
+  claimLease(input: { sessionId: string; holder: string; ttlMs: number; takeOverFrom?: string }): Promise<LeaseClaim>;
+  renewLease(input: { sessionId: string; holder: string; fence: number; ttlMs: number }): Promise<boolean>;
+  releaseLease(input: { sessionId: string; holder: string; fence: number }): Promise<boolean>;
+  recordInjection(injection: NewInjection): Promise<number>;
+  listInjections(sessionId: string, limit?: number): Promise<Injection[]>;
+  reportProblem(problem: NewAdapterProblem): Promise<void>;
+  listProblems(host: string, hostSessionId: string, limit?: number): Promise<AdapterProblem[]>;
+  sessionHealth(sessionId: string): Promise<SessionHealth>;
+  /** The highest sealed seq of each host message of the session's current generation. */
+  hostMessageSeqs(sessionId: string, generation: number): Promise<Map<string, number>>;
+  activeTurns(sessionId: string): Promise<Turn[]>;
+  findSession(host: string, hostSessionId: string): Promise<Session | undefined>;
+}
+
+export function createHostSupport(pool: Pool): HostSupport {
+  return {
+    claimLease: (input) => claimSessionLease(pool, input),
+    renewLease: (input) => renewSessionLease(pool, input),
+    releaseLease: (input) => releaseSessionLease(pool, input),
+    recordInjection: (injection) => recordInjection(pool, injection),
+    listInjections: (sessionId, limit = 5) => listInjections(pool, sessionId, limit),
+    reportProblem: (problem) => recordAdapterProblem(pool, problem),
+    listProblems: (host, hostSessionId, limit = 5) => listAdapterProblems(pool, host, hostSessionId, limit),
+    sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),
+    hostMessageSeqs: (sessionId, generation) => hostMessageSeqs(pool, sessionId, generation),
+    activeTurns: (sessionId) => listActiveTurns(pool, sessionId),
+    findSession: (host, hostSessionId) => findSessionByHost(pool, host, hostSessionId),
+  };
+}

@@ -1,0 +1,59 @@
+import type { Queryable } from "./db.js";
+
+export interface NewAdapterProblem {
+  readonly host: string;
+  readonly hostSessionId: string | null;
+  readonly holder: string;
+  /** What the adapter was doing: ingest, admit, finish, transform, lease, worker, reconcile, tool. */
+  readonly operation: string;
+  readonly code: string | null;
+  readonly message: string;
+}
+
+export interface AdapterProblem extends NewAdapterProblem {
+  readonly problemId: number;
+  readonly createdAt: Date;
+}
+
+export async function recordAdapterProblem(db: Queryable, problem: NewAdapterProblem): Promise<void> {
+  await db.query(
+    `INSERT INTO optchat.adapter_problems (host, host_session_id, holder, operation, code, message)
+     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)`,
+    [problem.host, problem.hostSessionId, problem.holder, problem.operation, problem.code, problem.message],
+  );
+}
+
+/** The latest problems of a host session (and those recorded with no session), newest first. */
+export async function listAdapterProblems(
+  db: Queryable,
+  host: string,
+  hostSessionId: string,
+  limit: number,
+): Promise<AdapterProblem[]> {
+  const result = await db.query<{
+    problem_id: number;
+    host: string;
+    host_session_id: string | null;
+    created_at: Date;
+    holder: string;
+    operation: string;
+    code: string | null;
+    message: string;
+  }>(
+    `SELECT problem_id, host, host_session_id, created_at, holder, operation, code, message
+       FROM optchat.adapter_problems
+      WHERE host = $1::text AND (host_session_id = $2::text OR host_session_id IS NULL)
+      ORDER BY problem_id DESC LIMIT $3::int`,
+    [host, hostSessionId, limit],
+  );
+  return result.rows.map((row) => ({
+    problemId: Number(row.problem_id),
+    host: row.host,
+    hostSessionId: row.host_session_id,
+    createdAt: row.created_at,
+    holder: row.holder,
+    operation: row.operation,
+    code: row.code,
+    message: row.message,
+  }));
+}

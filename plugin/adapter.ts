@@ -14,7 +14,6 @@ import {
   type HostMessage,
   type HostMessageInfo,
   type HostPart,
-  isSyntheticUserMessage,
   lastRequestIndex,
   messageText,
   type RecordDraft,

@@ -18,6 +18,7 @@ import {
   type Tree,
 } from "../store/trees.js";
 import { findUnpublishedFinishedTurns } from "../store/turns.js";
+import { createOpenAiCompatibleSummarizer } from "./openai-summarizer.js";
 import { publishTurnJob } from "./publish.js";
 import {
   completeFenced,
@@ -249,8 +250,26 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   };
 }
 
-/** Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options. */
-export function summarizerFromSetting(setting: string): Summarizer {
+export interface ProviderSettings {
+  /** OPTCHAT_SUMMARIZER_URL: base URL ending in /v1. */
+  readonly url: string;
+  /** OPTCHAT_SUMMARIZER_MODEL. */
+  readonly model: string;
+  /** OPTCHAT_SUMMARIZER_API_KEY ('' for none). */
+  readonly apiKey: string;
+}
+
+/**
+ * Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options, or
+ * 'openai-compatible', which needs the provider settings.
+ */
+export function summarizerFromSetting(setting: string, provider?: ProviderSettings): Summarizer {
+  if (setting === "openai-compatible") {
+    if (!provider?.url) {
+      throw new Error("OPTCHAT_SUMMARIZER=openai-compatible needs OPTCHAT_SUMMARIZER_URL (a base URL ending in /v1)");
+    }
+    return createOpenAiCompatibleSummarizer({ baseUrl: provider.url, model: provider.model, apiKey: provider.apiKey });
+  }
   const options: { -readonly [K in keyof FakeSummarizerOptions]: FakeSummarizerOptions[K] } = {};
   for (const option of setting.split(":")[1]?.split(",") ?? []) {
     const [name, value] = option.split("=");

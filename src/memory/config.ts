@@ -46,7 +46,23 @@ export const SETTINGS = {
     env: "OPTCHAT_SUMMARIZER",
     default: "fake",
     accepted:
-      "'fake' (the deterministic extractive summarizer), optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated); real model providers are not available yet",
+      "'fake' (the deterministic extractive summarizer), optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated); or 'openai-compatible' (a model behind OPTCHAT_SUMMARIZER_URL)",
+  },
+  summarizerUrl: {
+    env: "OPTCHAT_SUMMARIZER_URL",
+    default: "",
+    accepted:
+      "an http:// or https:// base URL ending in /v1 (e.g. http://127.0.0.1:8080/v1), required when OPTCHAT_SUMMARIZER is openai-compatible",
+  },
+  summarizerModel: {
+    env: "OPTCHAT_SUMMARIZER_MODEL",
+    default: "optchat-compactor",
+    accepted: "a non-empty model name, sent as 'model' to the OpenAI-compatible summarizer",
+  },
+  summarizerApiKey: {
+    env: "OPTCHAT_SUMMARIZER_API_KEY",
+    default: "",
+    accepted: "the OpenAI-compatible summarizer's API key, sent as a bearer token (empty: no Authorization header)",
   },
   settleTimeoutMs: {
     env: "OPTCHAT_SETTLE_TIMEOUT_MS",
@@ -76,7 +92,15 @@ const configSchema = z.object({
   viewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
   workerConcurrency: integerFrom(1, 64),
   failureRetrySeconds: integerFrom(1, 3600),
-  summarizer: z.string().regex(/^fake(:[a-z-]+(=\d+)?(,[a-z-]+(=\d+)?)*)?$/, "not a known summarizer"),
+  summarizer: z
+    .string()
+    .regex(/^(fake(:[a-z-]+(=\d+)?(,[a-z-]+(=\d+)?)*)?|openai-compatible)$/, "not a known summarizer"),
+  summarizerUrl: z
+    .string()
+    .refine((value) => value === "" || isBaseUrl(value), "not an http(s) URL ending in /v1")
+    .transform((value) => value.replace(/\/+$/, "")),
+  summarizerModel: z.string().min(1, "empty"),
+  summarizerApiKey: z.string(),
   settleTimeoutMs: integerFrom(0, 600_000),
 });
 
@@ -131,7 +155,23 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       { settings: ["OPTCHAT_VIEW_LOWER_BYTES"] },
     );
   }
+  if (data.summarizer === "openai-compatible" && data.summarizerUrl === "") {
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `Invalid configuration: OPTCHAT_SUMMARIZER (${sources.summarizer}) is openai-compatible but OPTCHAT_SUMMARIZER_URL is not set; accepted: ${SETTINGS.summarizerUrl.accepted}`,
+      { settings: ["OPTCHAT_SUMMARIZER_URL", "OPTCHAT_SUMMARIZER"] },
+    );
+  }
   return Object.freeze({ ...data, viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes });
+}
+
+function isBaseUrl(value: string): boolean {
+  try {
+    const url = new URL(value);
+    return (url.protocol === "http:" || url.protocol === "https:") && /\/v1\/?$/.test(url.pathname) && !url.search;
+  } catch {
+    return false;
+  }
 }
 
 /** The database name in a postgres URL ('' if none). */

@@ -24,7 +24,11 @@ export async function startWorker(
       fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
       failureRetrySeconds: config.failureRetrySeconds,
     },
-    summarizerFromSetting(config.summarizer),
+    summarizerFromSetting(config.summarizer, {
+      url: config.summarizerUrl,
+      model: config.summarizerModel,
+      apiKey: config.summarizerApiKey,
+    }),
     report,
   );
 }

@@ -14,6 +14,9 @@ describe("resolveConfig", () => {
       workerConcurrency: 8,
       failureRetrySeconds: 10,
       summarizer: "fake",
+      summarizerUrl: "",
+      summarizerModel: "optchat-compactor",
+      summarizerApiKey: "",
       settleTimeoutMs: 30_000,
     });
     expect(Object.isFrozen(config)).toBe(true);
@@ -37,6 +40,12 @@ describe("resolveConfig", () => {
       /above OPTCHAT_VIEW_BYTES/,
     ],
     [{ OPTCHAT_SUMMARIZER: "openai" }, "OPTCHAT_SUMMARIZER", /not a known summarizer; accepted: 'fake'/],
+    [
+      { OPTCHAT_SUMMARIZER_URL: "http://127.0.0.1:8080" },
+      "OPTCHAT_SUMMARIZER_URL",
+      /not an http\(s\) URL ending in \/v1/,
+    ],
+    [{ OPTCHAT_SUMMARIZER_URL: "ftp://host/v1" }, "OPTCHAT_SUMMARIZER_URL", /not an http\(s\) URL ending in \/v1/],
   ])("rejects %j naming %s", (env, variable, message) => {
     try {
       resolveConfig({ env });
@@ -46,6 +55,24 @@ describe("resolveConfig", () => {
       expect((error as Error).message).toContain(variable);
       expect((error as Error).message).toMatch(message);
       expect((error as { details: { settings: string[] } }).details.settings).toEqual([variable]);
+    }
+  });
+
+  it("accepts openai-compatible with a /v1 URL, and names both variables when the URL is missing", () => {
+    const config = resolveConfig({
+      env: { OPTCHAT_SUMMARIZER: "openai-compatible", OPTCHAT_SUMMARIZER_URL: "https://models.example/v1/" },
+    });
+    expect(config).toMatchObject({
+      summarizer: "openai-compatible",
+      summarizerUrl: "https://models.example/v1",
+      summarizerModel: "optchat-compactor",
+    });
+    try {
+      resolveConfig({ env: { OPTCHAT_SUMMARIZER: "openai-compatible" } });
+      expect.unreachable();
+    } catch (error) {
+      expect(isOptchatError(error, "CONFIG_INVALID")).toBe(true);
+      expect((error as Error).message).toMatch(/OPTCHAT_SUMMARIZER .*openai-compatible.*OPTCHAT_SUMMARIZER_URL/);
     }
   });
 });

@@ -44,6 +44,8 @@ export class PromptRefused extends Error {
 interface OpenTurn {
   readonly turnId: string;
   finished: boolean;
+  /** Set when a terminal step was seen; its ingestion job finishes the turn (an idle before that must not). */
+  ending: "completed" | "interrupted" | "failed" | undefined;
   /** Assistant messages seen for the turn, in progress or final. */
   readonly assistantMessages: Set<string>;
   lastStep: { messageId: string; final: boolean; terminal: boolean } | undefined;
@@ -180,6 +182,7 @@ export class OpencodeAdapter {
         state.turns.set(message.id, {
           turnId: message.id,
           finished: false,
+          ending: undefined,
           assistantMessages: new Set(),
           lastStep: undefined,
         });
@@ -263,6 +266,7 @@ export class OpencodeAdapter {
     if (state.ingested.has(info.id)) return;
     state.ingested.add(info.id);
     turn.lastStep = { messageId: info.id, final: true, terminal: step.terminal };
+    if (step.terminal) turn.ending = step.outcome;
     const parts = [...(this.messages.get(info.id)?.parts.values() ?? [])];
     this.enqueue(state, "ingest", async (session) => {
       const drafts = assistantRecordDrafts(info, parts);
@@ -295,6 +299,7 @@ export class OpencodeAdapter {
     this.enqueue(state, "idle", async (session) => {
       // OpenCode 1.18.33 emits idle before the final message on error paths: a step still in flight decides later.
       const open = [...state.turns.values()].filter((t) => !t.finished);
+      if (open.some((t) => t.ending !== undefined)) return; // a terminal step's own job finishes them
       const inFlight = open.some((t) => t.lastStep && !t.lastStep.final);
       if (inFlight) return;
       for (const turn of open) {
@@ -406,7 +411,9 @@ export class OpencodeAdapter {
       const limits = model ? await this.modelLimits(model.providerID, model.modelID) : undefined;
       const windowTokens = limits?.context ?? (this.config.plugin.windowTokens || 32_000);
       const outputTokens = this.config.plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000);
-      const instructionsTokens = (state.systemTokens ?? 4_000) + this.config.plugin.toolsTokens;
+      // The system prompt is measured at system.transform, which runs after this hook: the previous step's size, at least
+      // 4,000 tokens (1.18.33's main prompt is ~9,500 characters; the title prompt, seen first, is far smaller).
+      const instructionsTokens = Math.max(state.systemTokens ?? 0, 4_000) + this.config.plugin.toolsTokens;
       const budget = {
         windowTokens,
         instructionsTokens,
@@ -414,6 +421,14 @@ export class OpencodeAdapter {
         outputTokens,
         reserveTokens: this.config.plugin.reserveTokens,
       };
+      const fixed = instructionsTokens + activeTokens + outputTokens + this.config.plugin.reserveTokens;
+      if (fixed > windowTokens) {
+        // Nothing optchat can drop makes this fit: the instructions, tools and current turn alone exceed the window
+        // (seed 000 §7 "Long active turn": stop explicitly rather than send a request the provider must refuse).
+        const message = `instructions (~${instructionsTokens} tokens, tools included), the current turn (~${activeTokens}), the answer reservation (${outputTokens}) and the reserve (${this.config.plugin.reserveTokens}) need ${fixed} tokens; the window of ${model ? `${model.providerID}/${model.modelID}` : "the model"} is ${windowTokens}`;
+        state.pendingError = actionableError("BUDGET_EXCEEDED", message);
+        return record("budget_exceeded", { budget, model }, turnId, message);
+      }
       let context: AssembledContext;
       try {
         context = await this.memory.assembleContext(
@@ -484,7 +499,11 @@ export class OpencodeAdapter {
 
   noteSystemPrompt(hostSessionId: string, system: readonly string[]): void {
     const state = this.sessions.get(hostSessionId);
-    if (state) state.systemTokens = system.reduce((sum, s) => sum + estimateTokens(s), 0);
+    if (state)
+      state.systemTokens = Math.max(
+        state.systemTokens ?? 0,
+        system.reduce((sum, s) => sum + estimateTokens(s), 0),
+      );
   }
 
   noteModelLimits(providerId: string, modelId: string, limit: { context?: number; output?: number } | undefined): void {

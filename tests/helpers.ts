@@ -212,3 +212,18 @@ export async function eventually<T>(
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
 }
+
+/** Polls `check` until it resolves without throwing, or `timeoutMs` passes (then fails with the last error). */
+export async function retrying<T>(check: () => Promise<T>, timeoutMs: number, what: string): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    try {
+      return await check();
+    } catch (error) {
+      if (Date.now() > deadline) {
+        throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}: ${(error as Error).message}`);
+      }
+    }
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}

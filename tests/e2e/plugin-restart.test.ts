@@ -1,0 +1,188 @@
+import { join } from "node:path";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import { openMemory } from "../../src/memory/service.js";
+import { createTestDatabase, retrying, ROOT } from "../helpers.js";
+import {
+  cleanupOpencodeEnv,
+  createOpencodeEnv,
+  type OpencodeEnv,
+  type OpencodeServer,
+  runOpencode,
+  startOpencodeServer,
+} from "./harness.js";
+import { memoryText, requestsFor } from "./requests.js";
+
+/**
+ * Restarts and crashes with real OpenCode processes: a server killed mid-turn, a new process continuing the session,
+ * a model with a small context window. Assertions are on captured requests, on what the user sees, and on the rows.
+ */
+
+const PLUGIN = join(ROOT, "plugin", "index.ts");
+const WAIT = 90_000;
+
+let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let db: pg.Pool;
+let model: ModelServer;
+let env: OpencodeEnv;
+let small: OpencodeEnv;
+const servers: OpencodeServer[] = [];
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  db = new pg.Pool({ connectionString: database.url, max: 2 });
+  model = await startModelServer();
+  env = await createOpencodeEnv({
+    modelUrl: model.url,
+    pluginPath: PLUGIN,
+    pluginOptions: { databaseUrl: database.url },
+    extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000", OPTCHAT_LEASE_SECONDS: "10" },
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await Promise.allSettled(servers.map((s) => s.stop()));
+  await Promise.allSettled([env && cleanupOpencodeEnv(env), small && cleanupOpencodeEnv(small)]);
+  await model?.close();
+  await db?.end();
+  await database?.drop();
+});
+
+async function count(sql: string, params: unknown[] = []): Promise<number> {
+  return Number((await db.query(sql, params)).rows[0]?.n ?? 0);
+}
+
+async function nodeRows(): Promise<string[]> {
+  const result = await db.query<{ row: string }>(
+    "SELECT tree_id || ':' || level || ':' || idx || ':' || revision || ':' || md5(text) AS row FROM optchat.nodes ORDER BY 1",
+  );
+  return result.rows.map((r) => r.row);
+}
+
+describe("restarts with real OpenCode processes", () => {
+  it("reconciles a turn killed with its process, duplicates nothing, and serves byte-identical memory afterwards", async () => {
+    const first = await startOpencodeServer(env);
+    servers.push(first);
+    const session = await first.createSession("restart");
+    for (const marker of ["RST-1", "RST-2"]) {
+      await first.prompt(session, `${marker} remember the number ${marker.length * 7} REPLY=noted ${marker}`);
+      await first.waitIdle(session, WAIT);
+    }
+    await retrying(
+      async () => {
+        const n = await count("SELECT count(*)::int AS n FROM optchat.publications");
+        if (n < 2) throw new Error(`${n} publications`);
+      },
+      WAIT,
+      "both turns published",
+    );
+    const captured = memoryText(requestsFor(model.requests(), "RST-2").at(-1) as never) as string;
+    const turnRows = await db.query<{ session_id: string; turn_id: string }>(
+      `SELECT t.session_id, t.turn_id FROM optchat.turns t ORDER BY admitted_at`,
+    );
+    const rst2 = turnRows.rows[1] as { session_id: string; turn_id: string };
+
+    await first.prompt(session, "RST-3 SLOW=30 killed mid-answer");
+    await retrying(
+      async () => {
+        if (requestsFor(model.requests(), "RST-3").length < 1) throw new Error("not sent yet");
+      },
+      WAIT,
+      "the slow request",
+    );
+    await first.kill("SIGKILL");
+    const recordsBefore = await count("SELECT count(*)::int AS n FROM optchat.records");
+    const nodesBefore = await nodeRows();
+
+    // A new process continues the session: the killed turn ends as interrupted, nothing is sealed twice.
+    const second = await startOpencodeServer(env);
+    servers.push(second);
+    await second.prompt(session, "RST-4 after the restart REPLY=back");
+    await second.waitIdle(session, WAIT);
+    const states = await db.query<{ state: string; query: string }>(
+      "SELECT state, query FROM optchat.turns ORDER BY admitted_at",
+    );
+    expect(states.rows.map((r) => r.state)).toEqual(["completed", "completed", "interrupted", "completed"]);
+    expect(await count("SELECT count(*)::int AS n FROM optchat.sessions")).toBe(1);
+    // RST-4's user message and its answer are the only new records.
+    expect(await count("SELECT count(*)::int AS n FROM optchat.records")).toBe(recordsBefore + 2);
+    await retrying(
+      async () => {
+        const n = await count("SELECT count(*)::int AS n FROM optchat.publications");
+        if (n < 4) throw new Error(`${n} publications`);
+      },
+      WAIT,
+      "all four turns published",
+    );
+    expect(
+      await count(
+        "SELECT count(*)::int AS n FROM (SELECT turn_id FROM optchat.publications GROUP BY turn_id HAVING count(*) > 1) d",
+      ),
+    ).toBe(0);
+
+    // Restart: nodes built before keep their content, and RST-2's pinned memory renders byte for byte as captured.
+    const nodesAfter = new Set(await nodeRows());
+    for (const row of nodesBefore) expect(nodesAfter.has(row), `node ${row} unchanged`).toBe(true);
+    const injection = await db.query<{ detail: { budget: Record<string, number> } }>(
+      "SELECT detail FROM optchat.injections WHERE turn_id = $1::text AND status = 'injected' ORDER BY injection_id DESC LIMIT 1",
+      [rst2.turn_id],
+    );
+    const budget = injection.rows[0]?.detail.budget as Record<string, number>;
+    const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: database.url } }));
+    try {
+      const again = await memory.assembleContext(
+        { sessionId: rst2.session_id, turnId: rst2.turn_id },
+        {
+          windowTokens: budget.windowTokens as number,
+          instructionsTokens: budget.instructionsTokens as number,
+          activeTokens: budget.activeTokens as number,
+          outputTokens: budget.outputTokens as number,
+          reserveTokens: budget.reserveTokens as number,
+          previousExchange: true,
+        },
+      );
+      expect(again.blocks.length).toBeGreaterThan(0);
+      for (const b of again.blocks) expect(captured).toContain(b.text);
+    } finally {
+      await memory.close();
+    }
+  });
+
+  it("gives a small-window model a bounded request, and a too-small one an explicit error", async () => {
+    small = await createOpencodeEnv({
+      modelUrl: model.url,
+      pluginPath: PLUGIN,
+      pluginOptions: { databaseUrl: database.url, toolsTokens: 2000 },
+      contextLimit: 24_000,
+      outputLimit: 2_000,
+      extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000" },
+    });
+    const bounded = await runOpencode(small, "SMALL-1 what do you remember? REPLY=ok", { timeoutMs: 90_000 });
+    expect(bounded.code).toBe(0);
+    const request = requestsFor(model.requests(), "SMALL-1").at(-1) as never;
+    const bytes = Buffer.byteLength(JSON.stringify((request as { body: unknown }).body));
+    // Conservatively 1 token per 3 bytes of JSON (the estimator the plugin uses), within the window minus the answer.
+    expect(Math.ceil(bytes / 3)).toBeLessThanOrEqual(24_000 - 2_000);
+    expect(memoryText(request)).toContain("<shared_memory");
+
+    const tiny = await createOpencodeEnv({
+      modelUrl: model.url,
+      pluginPath: PLUGIN,
+      pluginOptions: { databaseUrl: database.url },
+      contextLimit: 6_000,
+      outputLimit: 1_000,
+      extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000" },
+      shareDataWith: small,
+    });
+    try {
+      const refused = await runOpencode(tiny, "TINY-1 hello", { timeoutMs: 90_000 });
+      expect(refused.code).not.toBe(0);
+      expect(refused.stdout + refused.stderr).toContain("does not fit the model's context window");
+      expect(requestsFor(model.requests(), "TINY-1").length).toBe(0);
+    } finally {
+      await cleanupOpencodeEnv(tiny);
+    }
+  });
+});

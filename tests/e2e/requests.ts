@@ -1,0 +1,96 @@
+import type { CapturedRequest } from "../../scripts/model-server.js";
+
+/** Reading the requests OpenCode sent to the scripted model: the evidence every e2e assertion is made on. */
+
+export interface ChatMessage {
+  readonly role: string;
+  readonly content?: unknown;
+  readonly tool_calls?: readonly { id: string; function: { name: string; arguments: string } }[];
+  readonly tool_call_id?: string;
+}
+
+export function messagesOf(request: CapturedRequest): ChatMessage[] {
+  return ((request.body as { messages?: ChatMessage[] }).messages ?? []) as ChatMessage[];
+}
+
+export function textOf(message: ChatMessage): string {
+  const content = message.content;
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) {
+    return content
+      .map((part) => (typeof part === "object" && part && "text" in part ? String(part.text) : ""))
+      .join("");
+  }
+  return "";
+}
+
+/** The last user message of a request: the one the scripted model answers. */
+export function lastUserText(request: CapturedRequest): string {
+  const users = messagesOf(request).filter((m) => m.role === "user");
+  return users.length > 0 ? textOf(users[users.length - 1] as ChatMessage) : "";
+}
+
+/** Main (agent) requests whose last user message contains `marker`, in order. */
+export function requestsFor(requests: readonly CapturedRequest[], marker: string): CapturedRequest[] {
+  return requests.filter((r) => r.kind === "main" && lastUserText(r).includes(marker));
+}
+
+/** The text of optchat's injected memory message in a request, or undefined. */
+export function memoryText(request: CapturedRequest): string | undefined {
+  const message = messagesOf(request).find((m) => m.role === "user" && textOf(m).startsWith("optchat memory."));
+  return message ? textOf(message) : undefined;
+}
+
+/** The whole `<name …>…</name>` block in a text, or undefined. */
+export function block(text: string | undefined, name: string): string | undefined {
+  if (!text) return undefined;
+  const start = text.indexOf(`<${name}`);
+  const end = text.indexOf(`</${name}>`, start);
+  return start >= 0 && end > start ? text.slice(start, end + name.length + 3) : undefined;
+}
+
+/** Every text a request carries outside the memory message (system prompt excluded). */
+export function textOutsideMemory(request: CapturedRequest): string {
+  return messagesOf(request)
+    .filter((m) => m.role !== "system" && !(m.role === "user" && textOf(m).startsWith("optchat memory.")))
+    .map((m) => `${textOf(m)}\n${(m.tool_calls ?? []).map((c) => c.function.arguments).join("\n")}`)
+    .join("\n");
+}
+
+/** The tool results of a request, by tool call id. */
+export function toolResults(request: CapturedRequest): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const message of messagesOf(request)) {
+    if (message.role === "tool" && message.tool_call_id) out.set(message.tool_call_id, textOf(message));
+  }
+  return out;
+}
+
+/**
+ * The provider protocol (OpenAI chat completions): every assistant tool call is answered by a tool message with its
+ * id before the next assistant or user message, and every tool message answers a call made just before it.
+ * Returns the violations (empty when the request is valid).
+ */
+export function toolProtocolViolations(request: CapturedRequest): string[] {
+  const problems: string[] = [];
+  const messages = messagesOf(request);
+  let open = new Set<string>();
+  for (const [index, message] of messages.entries()) {
+    if (message.role === "tool") {
+      if (!message.tool_call_id || !open.has(message.tool_call_id)) {
+        problems.push(
+          `request ${request.index} message ${index}: tool result ${message.tool_call_id} has no open call`,
+        );
+      } else {
+        open.delete(message.tool_call_id);
+      }
+      continue;
+    }
+    if (open.size > 0)
+      problems.push(`request ${request.index} message ${index}: calls ${[...open].join(",")} unanswered`);
+    open = new Set((message.tool_calls ?? []).map((call) => call.id));
+  }
+  // Calls of the last assistant message are what the model answers next only if it made them in this request.
+  if (open.size > 0) problems.push(`request ${request.index}: calls ${[...open].join(",")} unanswered at the end`);
+  return problems;
+}

@@ -1,13 +1,22 @@
-// `npm run demo`: two sessions share memory through the memory service, against a real PostgreSQL and the real
-// compactor (with the deterministic summarizer). The OpenCode version of this demo, with two real OpenCode processes,
-// comes with the plugin; this one shows the same mechanics without OpenCode.
+// `npm run demo`: two real OpenCode 1.18.33 processes share memory through the optchat plugin, against a reachable
+// PostgreSQL and the project's scripted OpenAI-compatible model (which also answers the compactor's calls). Session A
+// decides something; session B's first request to the model already contains the decision (no tool call), and B zooms
+// from the shared line down to A's exact words. Every request the model received is kept as evidence.
+import { mkdirSync } from "node:fs";
+import { join } from "node:path";
 import pg from "pg";
 import { isOptchatError } from "../src/core/errors.js";
-import { resolveConfig } from "../src/memory/config.js";
 import { migrateAll } from "../src/memory/migrate.js";
-import { openMemory } from "../src/memory/service.js";
-import { startWorker } from "../src/memory/worker.js";
+import { type CapturedRequest, startModelServer } from "./model-server.js";
+import {
+  cleanupOpencodeEnv,
+  createOpencodeEnv,
+  type OpencodeEnv,
+  type OpencodeServer,
+  startOpencodeServer,
+} from "./opencode-harness.js";
 
+const ROOT = new URL("..", import.meta.url).pathname;
 const say = (line = "") => process.stdout.write(`${line}\n`);
 const base = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
 const databaseName = `optchat_demo_${process.pid}`;
@@ -15,15 +24,44 @@ const adminUrl = new URL(base);
 adminUrl.pathname = "/postgres";
 const demoUrl = new URL(base);
 demoUrl.pathname = `/${databaseName}`;
+const WAIT_MS = 120_000;
 
-async function admin(sql: string): Promise<void> {
-  const client = new pg.Client({ connectionString: adminUrl.toString(), connectionTimeoutMillis: 5000 });
+async function admin<T extends pg.QueryResultRow>(sql: string, url = adminUrl.toString()): Promise<T[]> {
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
   await client.connect();
   try {
-    await client.query(sql);
+    return (await client.query<T>(sql)).rows;
   } finally {
     await client.end();
   }
+}
+
+async function until<T>(what: string, check: () => Promise<T | undefined>): Promise<T> {
+  const deadline = Date.now() + WAIT_MS;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${WAIT_MS / 1000} s waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+function lastUser(request: CapturedRequest): string {
+  const messages = (request.body as { messages?: { role: string; content?: unknown }[] }).messages ?? [];
+  const users = messages.filter((m) => m.role === "user");
+  return text(users.at(-1)?.content);
+}
+
+function text(content: unknown): string {
+  if (typeof content === "string") return content;
+  if (Array.isArray(content)) return content.map((p) => (p as { text?: string }).text ?? "").join("");
+  return "";
+}
+
+function block(source: string, name: string): string {
+  const start = source.indexOf(`<${name}`);
+  const end = source.indexOf(`</${name}>`, start);
+  return start >= 0 && end > start ? source.slice(start, end + name.length + 3) : "";
 }
 
 async function main(): Promise<void> {
@@ -31,87 +69,120 @@ async function main(): Promise<void> {
     await admin("SELECT 1");
   } catch (error) {
     process.stderr.write(
-      `No PostgreSQL at ${adminUrl.host}: ${(error as Error).message}\nStart one (docker compose up -d db, then DATABASE_URL=postgres://postgres:optchat@127.0.0.1:5432/optchat) or set DATABASE_URL to a server where you may create databases.\n`,
+      `No PostgreSQL at ${adminUrl.host}: ${(error as Error).message}\nStart one (docker compose up -d db, then export DATABASE_URL=postgres://postgres:optchat@127.0.0.1:5432/postgres) or set DATABASE_URL to a server where you may create databases.\n`,
     );
     process.exitCode = 1;
     return;
   }
-  say(
-    `optchat demo: a scratch database ${databaseName} on ${adminUrl.host}, the compactor with the deterministic summarizer.`,
-  );
+  const evidence = join(ROOT, ".demo", new Date().toISOString().replace(/[:.]/g, "-"));
+  mkdirSync(evidence, { recursive: true });
+  const requestsFile = join(evidence, "requests.jsonl");
+  say(`optchat demo: scratch database ${databaseName} on ${adminUrl.host}, OpenCode 1.18.33, a scripted local model.`);
   await migrateAll(demoUrl.toString());
-  const config = resolveConfig({ overrides: { databaseUrl: demoUrl.toString() } });
-  const memory = await openMemory(config);
-  const worker = await startWorker(memory, config, () => {});
+  const model = await startModelServer({ logFile: requestsFile });
+  const pluginOptions = { databaseUrl: demoUrl.toString() };
+  // The compactor of each OpenCode process calls the scripted model too (OpenAI-compatible, deterministic answers).
+  const extraEnv = {
+    OPTCHAT_SUMMARIZER: "openai-compatible",
+    OPTCHAT_SUMMARIZER_URL: model.url,
+    OPTCHAT_READINESS_WAIT_MS: "60000",
+  };
+  const plugin = join(ROOT, "plugin", "index.ts");
+  const envs: OpencodeEnv[] = [];
+  const servers: OpencodeServer[] = [];
   try {
-    const a = await memory.openSession({ host: "demo", hostSessionId: "A", projectId: "prj_demo", title: "session A" });
-    const b = await memory.openSession({ host: "demo", hostSessionId: "B", projectId: "prj_demo", title: "session B" });
+    const envA = await createOpencodeEnv({ modelUrl: model.url, pluginPath: plugin, pluginOptions, extraEnv });
+    envs.push(envA);
+    const envB = await createOpencodeEnv({
+      modelUrl: model.url,
+      pluginPath: plugin,
+      pluginOptions,
+      extraEnv,
+      shareDataWith: envA,
+    });
+    envs.push(envB);
+    const a = await startOpencodeServer(envA);
+    servers.push(a);
+    const b = await startOpencodeServer(envB);
+    servers.push(b);
+    say(`Two OpenCode servers on one project (pids ${a.pid} and ${b.pid}), each with the plugin and its compactor.`);
+    say("(REPLY=… and TOOLS=… in a prompt tell the scripted model what to answer; a real model decides by itself.)");
+
     const decision =
-      "We need a persistent queue for the importer. Let's not use Redis: the existing broker already persists messages.";
+      "We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY with a jobs table, because we already run Postgres.";
     say();
-    say(`1. Session A (${a.sessionId}) decides something:`);
+    say("1. Session A decides something:");
+    const sessionA = await a.createSession("A: importer queue");
+    await a.prompt(sessionA, `${decision} REPLY=Agreed: a jobs table with LISTEN/NOTIFY, no Redis.`);
+    await a.waitIdle(sessionA, WAIT_MS);
     say(`   user: ${decision}`);
-    await memory.admitTurn({ sessionId: a.sessionId, turnId: "a1", query: decision });
-    await memory.ingestMany([
-      {
-        sessionId: a.sessionId,
-        turnId: "a1",
-        kind: "user",
-        finalization: { hostSessionId: "A", messageId: "1" },
-        occurredAt: new Date().toISOString(),
-        content: decision,
-      },
-      {
-        sessionId: a.sessionId,
-        turnId: "a1",
-        kind: "assistant",
-        finalization: { hostSessionId: "A", messageId: "2" },
-        occurredAt: new Date().toISOString(),
-        content: "Agreed: the importer will use the broker's durable queue. No Redis.",
-      },
-    ]);
-    await memory.finishTurn({ sessionId: a.sessionId, turnId: "a1" }, "completed");
-    const deadline = Date.now() + 30_000;
-    while ((await memory.readScope("project:prj_demo")).snapshot.publicationHighWater < 1) {
-      if (Date.now() > deadline) throw new Error("the turn was not published within 30 s");
-      await new Promise((resolve) => setTimeout(resolve, 100));
+    say("   assistant: Agreed: a jobs table with LISTEN/NOTIFY, no Redis.");
+    const published = await until("A's turn to be published", async () => {
+      const rows = await admin<{ seq: number }>(
+        "SELECT publication_seq::int AS seq FROM optchat.publications ORDER BY 1 LIMIT 1",
+        demoUrl.toString(),
+      );
+      return rows[0];
+    });
+    say(
+      `   The compactor summarized the turn and published it as pub:${published.seq}+1 in the project's shared memory.`,
+    );
+
+    say();
+    say("2. Session B starts, in the other OpenCode process, and asks a related question.");
+    const sessionB = await b.createSession("B: retries");
+    const question = "Q: how should failed imports be retried?";
+    await b.prompt(sessionB, `${question} REPLY=I will reuse the queue design from shared memory.`);
+    await b.waitIdle(sessionB, WAIT_MS);
+    const first = model.requests().find((r) => r.kind === "main" && lastUser(r).includes(question));
+    if (!first) throw new Error("B's request never reached the model");
+    const messages = (first.body as { messages: { role: string; content?: unknown; tool_calls?: unknown[] }[] })
+      .messages;
+    const memory = messages.map((m) => text(m.content)).find((t) => t.startsWith("optchat memory.")) ?? "";
+    const shared = block(memory, "shared_memory");
+    if (!shared.includes("LISTEN/NOTIFY")) throw new Error(`B's first request lacks A's decision:\n${memory}`);
+    if (messages.some((m) => m.role === "tool" || (m.tool_calls?.length ?? 0) > 0)) {
+      throw new Error("B's first request already contains tool calls");
     }
-    say("   The compactor summarized the turn and published it to the project's shared memory.");
+    say(`   B's first model request (#${first.index}) carried, before any tool call:`);
+    for (const line of shared.split("\n")) say(`   | ${line}`);
 
     say();
-    say(`2. Session B (${b.sessionId}) starts a turn. Its memory blocks, assembled before any tool call:`);
-    await memory.admitTurn({ sessionId: b.sessionId, turnId: "b1", query: "add a persistent queue" });
-    const context = await memory.assembleContext(
-      { sessionId: b.sessionId, turnId: "b1" },
-      { windowTokens: 128_000, instructionsTokens: 4000, activeTokens: 200, outputTokens: 8000, reserveTokens: 2000 },
-    );
-    for (const block of context.blocks) for (const line of block.text.split("\n")) say(`   | ${line}`);
-    say(
-      `   (${context.tokens.used} of ${context.tokens.available} memory tokens, snapshot ${context.snapshot.publicationHighWater})`,
-    );
-
-    say();
-    say("3. B zooms from the shared line to A's original message:");
-    const ctx = { sessionId: b.sessionId, turnId: "b1" };
-    const publication = await memory.zoom(ctx, "pub:0+1");
-    if (publication.kind !== "publication") throw new Error("pub:0+1 is not a publication");
-    say(
-      `   memory_zoom pub:0+1 -> turn ${publication.turnId} of ${publication.sessionId} (${publication.outcome}), cover ${publication.cover.map((c) => c.ref).join(", ")}`,
-    );
-    const cover = await memory.zoom(ctx, publication.cover[0]?.ref as string);
-    const first = cover.kind === "lines" ? cover.lines[0]?.ref : publication.cover[0]?.ref;
-    say(
-      `   memory_zoom ${publication.cover[0]?.ref} -> ${cover.kind === "lines" ? cover.lines.map((l) => l.ref).join(", ") : cover.kind}`,
-    );
-    const original = await memory.zoom(ctx, first as string);
-    if (original.kind !== "message") throw new Error("expected a message");
-    say(`   memory_zoom ${first} -> ${original.recordKind}: ${original.text}`);
-    if (original.text !== decision) throw new Error("the original message differs from what A said");
-    say();
-    say("Done: B saw A's decision without asking, and reached A's exact words in three zooms.");
+    say("3. B zooms from the shared line to A's original message, one memory_zoom per step:");
+    let ref = `pub:${published.seq}+1`;
+    for (let step = 1; step <= 8; step++) {
+      const marker = `ZOOM-${step}`;
+      await b.prompt(sessionB, `${marker} TOOLS=[{"name":"memory_zoom","args":{"ref":"${ref}"}}] END`);
+      await b.waitIdle(sessionB, WAIT_MS);
+      const after = model
+        .requests()
+        .filter((r) => r.kind === "main" && lastUser(r).includes(marker))
+        .at(-1);
+      const result =
+        ((after?.body as { messages?: { role: string; content?: unknown }[] })?.messages ?? [])
+          .filter((m) => m.role === "tool")
+          .map((m) => text(m.content))
+          .at(-1) ?? "";
+      const lines = result.split("\n");
+      say(`   memory_zoom ${ref} -> ${lines[0]}`);
+      if (result.includes("<original_message")) {
+        for (const line of lines.slice(1, -2)) say(`   | ${line}`);
+        if (!result.includes(decision)) throw new Error("the original message differs from what A said");
+        say();
+        say(`Done: B saw A's decision without asking, and reached A's exact words in ${step} zooms.`);
+        say(`Every request the model received: ${requestsFile}`);
+        return;
+      }
+      const next = lines.slice(1).find((line) => /^[^|\s]+\|/.test(line));
+      if (!next) throw new Error(`nothing to open in:\n${result}`);
+      for (const line of lines.slice(1, -1)) say(`   | ${line}`);
+      ref = next.split("|")[0] as string;
+    }
+    throw new Error("did not reach the original message in 8 zooms");
   } finally {
-    await worker.stop();
-    await memory.close();
+    for (const server of servers.reverse()) await server.stop().catch(() => {});
+    for (const env of envs.reverse()) await cleanupOpencodeEnv(env).catch(() => {});
+    await model.close();
     await admin(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {});
   }
 }

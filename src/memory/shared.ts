@@ -352,13 +352,21 @@ export async function zoomFor(
     resolved.node.index,
     1,
   );
+  // Fields named one by one: the reader hands back a whole payload page, whose own `ref` (the record's coordinates)
+  // once overwrote the line's ref here when the page was spread.
   return {
     kind: "message",
     ref: name(resolved.node),
     recordKind: record?.kind ?? "?",
     toolName: record?.toolName ?? null,
     occurredAt: record?.occurredAt.toISOString() ?? "",
-    ...page,
+    text: page.text,
+    validUtf8: page.validUtf8,
+    hostTruncated: page.hostTruncated,
+    offset: page.offset,
+    totalBytes: page.totalBytes,
+    nextCursor: page.nextCursor,
+    complete: page.complete,
     snapshot,
   };
 }

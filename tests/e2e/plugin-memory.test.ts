@@ -3,7 +3,6 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import { createTestDatabase, retrying, ROOT } from "../helpers.js";
 import {
   cleanupOpencodeEnv,
   createOpencodeEnv,
@@ -11,7 +10,8 @@ import {
   type OpencodeServer,
   runOpencode,
   startOpencodeServer,
-} from "./harness.js";
+} from "../../scripts/opencode-harness.js";
+import { createTestDatabase, ROOT, retrying } from "../helpers.js";
 import {
   block,
   memoryText,
@@ -140,6 +140,7 @@ describe("OpenCode 1.18.33 with the optchat plugin", () => {
       const result = [...toolResults(after as never).values()].join("\n");
       expect(result, `memory_zoom ${ref} answered`).toMatch(/<memory_zoom|<memory_publication|<original_message/);
       if (result.includes("<original_message")) {
+        expect(result).toContain(`<original_message ref="${ref}" kind="user"`);
         original = result;
         break;
       }

@@ -2,9 +2,6 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import { resolveConfig } from "../../src/memory/config.js";
-import { openMemory } from "../../src/memory/service.js";
-import { createTestDatabase, retrying, ROOT } from "../helpers.js";
 import {
   cleanupOpencodeEnv,
   createOpencodeEnv,
@@ -12,7 +9,10 @@ import {
   type OpencodeServer,
   runOpencode,
   startOpencodeServer,
-} from "./harness.js";
+} from "../../scripts/opencode-harness.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import { openMemory } from "../../src/memory/service.js";
+import { createTestDatabase, ROOT, retrying } from "../helpers.js";
 import { memoryText, requestsFor } from "./requests.js";
 
 /**

@@ -11,7 +11,7 @@ import {
   type OpencodeServer,
   runOpencode,
   startOpencodeServer,
-} from "./harness.js";
+} from "../../scripts/opencode-harness.js";
 
 interface ChatRequest {
   messages: Array<{ role: string; content: unknown }>;

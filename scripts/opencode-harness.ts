@@ -20,7 +20,7 @@ import { dirname, join, parse } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 
-const REPO_ROOT = fileURLToPath(new URL("../..", import.meta.url));
+const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
 /** Absolute path of the project's `node_modules/.bin/opencode` (opencode-ai 1.18.33). */
 export const OPENCODE_BIN: string = join(REPO_ROOT, "node_modules", ".bin", "opencode");

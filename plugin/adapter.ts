@@ -1,3 +1,4 @@
+import { appendFileSync } from "node:fs";
 import { hostname } from "node:os";
 import {
   type AssembledContext,
@@ -164,6 +165,15 @@ export class OpencodeAdapter {
   // chat.message: admission (seed 000 §13 "on admitted user turn")
 
   async admit(hostSessionId: string, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
+    const started = performance.now();
+    try {
+      await this.admitTimed(hostSessionId, message, parts);
+    } finally {
+      this.timing("admit", started);
+    }
+  }
+
+  private async admitTimed(hostSessionId: string, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
     const state = this.state(hostSessionId);
     const session = await this.open(state);
     if (!session) return;
@@ -269,9 +279,11 @@ export class OpencodeAdapter {
     if (step.terminal) turn.ending = step.outcome;
     const parts = [...(this.messages.get(info.id)?.parts.values() ?? [])];
     this.enqueue(state, "ingest", async (session) => {
+      const started = performance.now();
       const drafts = assistantRecordDrafts(info, parts);
       if (drafts.length === 0) state.empty.add(info.id);
       await this.ingestDrafts(state, session, turnId, info.id, info.time?.completed, drafts);
+      this.timing("ingest", started, { records: drafts.length });
       this.messages.delete(info.id);
       if (step.terminal) await this.finish(state, session, turnId, step.outcome);
     });
@@ -363,6 +375,7 @@ export class OpencodeAdapter {
       error?: string,
     ) => {
       const summary = { status, turnId, ...detail, ms: Math.round((performance.now() - started) * 100) / 100 };
+      this.timing("transform", started, { status });
       if (state) state.lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
       const sessionId = state?.session?.sessionId;
       if (!sessionId) return;
@@ -714,6 +727,8 @@ export class OpencodeAdapter {
         projectId: safeId(this.project.id),
         attributes: { hostMessageId: messageId, hostPartId: draft.partId },
       })),
+      // The next request of the turn waits for these to be summarized (readiness): short ones need no model.
+      { buildFreeInline: true },
     );
     let max = -1;
     for (const result of results) {
@@ -743,6 +758,18 @@ export class OpencodeAdapter {
     const found = await this.lookups.modelLimits(providerId, modelId).catch(() => undefined);
     if (found) this.limits.set(key, found);
     return found;
+  }
+
+  /** One JSON line per measured operation, when OPTCHAT_TIMINGS_FILE is set (for `npm run bench -- plugin`). */
+  private timing(op: string, started: number, extra: Record<string, unknown> = {}): void {
+    const file = this.config.plugin.timingsFile;
+    if (!file) return;
+    const ms = Math.round((performance.now() - started) * 1000) / 1000;
+    try {
+      appendFileSync(file, `${JSON.stringify({ op, ms, at: Date.now(), ...extra })}\n`);
+    } catch (error) {
+      void this.problem("timings", undefined, error);
+    }
   }
 
   async problem(operation: string, hostSessionId: string | undefined, error: unknown): Promise<void> {

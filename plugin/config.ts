@@ -69,6 +69,12 @@ export const PLUGIN_SETTINGS = {
     default: 2_048,
     accepted: "an integer from 0 to 1000000: safety reserve R of the budget (seed 000 §7)",
   },
+  timingsFile: {
+    env: "OPTCHAT_TIMINGS_FILE",
+    default: "",
+    accepted:
+      "empty (off) or a file path: append one JSON line per admission, request transform and ingested message with its duration (`npm run bench -- plugin` reads it)",
+  },
   leaseSeconds: {
     env: "OPTCHAT_LEASE_SECONDS",
     default: 30,
@@ -105,6 +111,7 @@ const pluginSchema = z.object({
   toolsTokens: integerFrom(0, 1_000_000),
   reserveTokens: integerFrom(0, 1_000_000),
   leaseSeconds: integerFrom(5, 3600),
+  timingsFile: z.string().max(4096, "longer than 4096 characters"),
 });
 
 export type PluginSettings = Readonly<z.infer<typeof pluginSchema>>;

@@ -18,6 +18,7 @@ import {
 } from "./bench/common.js";
 import { runIngestBench } from "./bench/ingest.js";
 import { runLocomoBench } from "./bench/locomo.js";
+import { runPluginBench } from "./bench/plugin.js";
 import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
 
@@ -35,6 +36,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "LoCoMo-10 through the real path: search evidence recall@5/@10 and oracle zoom walks from the shared view",
     run: runLocomoBench,
+  },
+  plugin: {
+    description:
+      "time the plugin adds per model step (transform) and per finalized message (ingest) inside real OpenCode runs, next to the model's",
+    run: runPluginBench,
   },
   tree: {
     description:

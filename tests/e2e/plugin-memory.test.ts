@@ -273,7 +273,12 @@ describe("OpenCode 1.18.33 with the optchat plugin", () => {
 
   it("refuses a second process prompting a session another process is driving, and nothing loops", async () => {
     const session = await serverA.createSession("lease");
-    await serverA.prompt(session, "LEASE-1 SLOW=6 slow answer");
+    // A's turn lasts until the intruder is done: its tool waits for a flag the test writes afterwards.
+    const wait = "while [ ! -f lease.flag ]; do sleep 0.2; done; echo released";
+    await serverA.prompt(
+      session,
+      `LEASE-1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait for the flag"}}] END`,
+    );
     await retrying(
       async () => {
         if (requestsFor(model.requests(), "LEASE-1").length < 1) throw new Error("A's request not sent yet");
@@ -284,10 +289,12 @@ describe("OpenCode 1.18.33 with the optchat plugin", () => {
     const intruder = await runOpencode(envB, "LEASE-2 intruder", { session, timeoutMs: 60_000 });
     expect(intruder.code).not.toBe(0);
     expect(intruder.stdout + intruder.stderr).toContain("is being driven by another OpenCode process");
+    writeFileSync(join(envA.projectDir, "lease.flag"), "go");
     await serverA.waitIdle(session, WAIT);
     // Let a runaway loop show itself if there were one.
     await new Promise((resolve) => setTimeout(resolve, 3_000));
-    expect(requestsFor(model.requests(), "LEASE-1").length).toBe(1);
+    // A's two steps (the tool call, then the answer), and nothing answering the intruder.
+    expect(requestsFor(model.requests(), "LEASE-1").length).toBe(2);
     expect(requestsFor(model.requests(), "LEASE-2").length).toBe(0);
     const texts = (await serverA.messages(session)).flatMap((m: { parts?: { text?: string }[] }) =>
       (m.parts ?? []).map((p) => p.text ?? ""),

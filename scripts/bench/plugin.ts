@@ -1,0 +1,100 @@
+/**
+ * `bench plugin`: the time the optchat plugin adds inside real OpenCode 1.18.33 runs, next to the model-call time of the
+ * scripted server in the same run.
+ *
+ * One `opencode serve` process loads the plugin (embedded compactor on, deterministic summarizer) and drives TURNS
+ * turns in one session against scripts/model-server.ts; every other turn is a two-step tool loop (a bash call, then
+ * the answer), so the session's memory grows while the plugin replaces the native history on every step. The plugin
+ * writes one JSON line per admission, request transform and finalized assistant message (OPTCHAT_TIMINGS_FILE);
+ * the model server records how long it took to answer each request. Cases:
+ *   transform  per model step: the request transform (memory assembly + replacement), p50/p99 in ms
+ *   admit      per user message: chat.message (session lease, turn admission with its snapshot, the user record)
+ *   ingest     per finalized assistant message: its records sealed (tree leaves, view fold, search tokens, jobs)
+ *   model      per main request: the scripted model's answer time, the baseline the plugin's time compares to
+ * Environment:
+ *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40)
+ */
+import { readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { migrateAll } from "../../src/memory/migrate.js";
+import { startModelServer } from "../model-server.js";
+import { cleanupOpencodeEnv, createOpencodeEnv, startOpencodeServer } from "../opencode-harness.js";
+import {
+  type BenchContext,
+  createDatabase,
+  dropDatabase,
+  emit,
+  envNumber,
+  note,
+  ratio,
+  round,
+  scratchDatabaseName,
+  summarizeLatencies,
+  withDatabase,
+} from "./common.js";
+
+const ROOT = new URL("../..", import.meta.url).pathname;
+
+export async function runPluginBench(context: BenchContext): Promise<void> {
+  const turns = envNumber("OPTCHAT_BENCH_PLUGIN_TURNS", 40, { min: 2, integer: true });
+  const name = scratchDatabaseName("plugin");
+  await createDatabase(context.serverUrl, name);
+  const url = withDatabase(context.serverUrl, name);
+  const model = await startModelServer();
+  const timings = join(tmpdir(), `optchat-bench-plugin-${process.pid}.jsonl`);
+  const env = await createOpencodeEnv({
+    modelUrl: model.url,
+    pluginPath: join(ROOT, "plugin", "index.ts"),
+    pluginOptions: { databaseUrl: url },
+    extraEnv: { OPTCHAT_TIMINGS_FILE: timings },
+  });
+  try {
+    await migrateAll(url);
+    const server = await startOpencodeServer(env);
+    try {
+      const session = await server.createSession("bench");
+      const started = Date.now();
+      for (let turn = 0; turn < turns && !context.signal.aborted; turn++) {
+        const text =
+          turn % 2 === 0
+            ? `T${turn} note ${turn}: the build uses cache key v${turn}. REPLY=noted v${turn}`
+            : `T${turn} TOOLS=[{"name":"bash","args":{"command":"echo step ${turn}","description":"echo"}}] END`;
+        await server.prompt(session, text);
+        await server.waitIdle(session, 120_000);
+        if (turn % 10 === 9) note(`plugin: ${turn + 1}/${turns} turns, ${Math.round((Date.now() - started) / 1000)} s`);
+      }
+    } finally {
+      await server.stop();
+    }
+    const lines = readFileSync(timings, "utf8")
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as { op: string; ms: number; status?: string; records?: number });
+    const main = model.requests().filter((r) => r.kind === "main");
+    const modelMs = summarizeLatencies(main.map((r) => r.replyMs));
+    const sizes = { turns, modelRequests: main.length };
+    for (const op of ["transform", "admit", "ingest"]) {
+      const samples = lines.filter((l) => l.op === op);
+      const latency = summarizeLatencies(samples.map((l) => l.ms));
+      emit("plugin", op, {
+        ...sizes,
+        samples: samples.length,
+        ...latency,
+        ...(op === "transform"
+          ? { injected: samples.filter((s) => s.status === "injected").length }
+          : op === "ingest"
+            ? { records: samples.reduce((sum, s) => sum + (s.records ?? 0), 0) }
+            : {}),
+        p50VsModelP50: ratio(latency.p50Ms, modelMs.p50Ms),
+      });
+    }
+    emit("plugin", "model", { ...sizes, samples: main.length, ...modelMs, note: "scripted server answer time" });
+    note(`plugin: model p50 ${round(modelMs.p50Ms ?? 0)} ms over ${main.length} requests`);
+  } finally {
+    await cleanupOpencodeEnv(env).catch(() => {});
+    rmSync(timings, { force: true });
+    await model.close();
+    await dropDatabase(context.serverUrl, name);
+  }
+}

@@ -271,6 +271,42 @@ describe("OpenCode 1.18.33 with the optchat plugin", () => {
     expect(interrupted.outcome).toBe("interrupted");
   });
 
+  it("records a subagent's session without publishing it; its report reaches the parent's published turn", async () => {
+    const session = await serverA.createSession("parent");
+    await ask(
+      serverA,
+      session,
+      'SUB-1 TOOLS=[{"name":"task","args":{"description":"child probe","prompt":"CHILD-1 look around REPLY=child found the config","subagent_type":"general"}}] END',
+    );
+    const parent = await waitForPublication("SUB-1 TOOLS");
+    expect(parent.outcome).toBe("completed");
+    const child = await db.query<{ session_id: string; parent_session_id: string; publishes: boolean }>(
+      `SELECT s.session_id, s.parent_session_id, t.publishes FROM optchat.sessions s
+         JOIN optchat.turns t ON t.session_id = s.session_id
+        WHERE s.parent_session_id IS NOT NULL`,
+    );
+    expect(child.rows.length).toBe(1);
+    expect(child.rows[0]?.parent_session_id).toBe(parent.session_id);
+    expect(child.rows[0]?.publishes).toBe(false);
+    const childPublications = (await publications()).filter((p) => p.session_id === child.rows[0]?.session_id);
+    expect(childPublications).toEqual([]);
+    const report = requestsFor(model.requests(), "SUB-1").at(-1) as never;
+    expect([...toolResults(report).values()].join("\n")).toContain("child found the config");
+  });
+
+  it("answers memory_inspect with the last injection and the compactor's health", async () => {
+    const session = await serverB.createSession("inspect");
+    await ask(serverB, session, "INS-1 first turn REPLY=ok");
+    await ask(serverB, session, 'INS-2 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    const after = requestsFor(model.requests(), "INS-2").at(-1) as never;
+    const report = JSON.parse([...toolResults(after).values()][0] as string);
+    expect(report.process.embeddedWorker).toBe("running");
+    expect(report.lastInjection.status).toBe("injected");
+    expect(report.lastInjection.blocks.map((b: { name: string }) => b.name)).toContain("shared_memory");
+    expect(report.health.verdict).toMatch(/^(up to date|working)/);
+    expect(report.health.records).toBeGreaterThanOrEqual(3);
+  });
+
   it("refuses a second process prompting a session another process is driving, and nothing loops", async () => {
     const session = await serverA.createSession("lease");
     // A's turn lasts until the intruder is done: its tool waits for a flag the test writes afterwards.

@@ -13,12 +13,13 @@
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync } from "node:fs";
-import { mkdir, mkdtemp, rm, symlink, writeFile } from "node:fs/promises";
+import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, parse } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
+import { prepareOpencodeConfigDir } from "./opencode-setup.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -187,18 +188,6 @@ function dotOpencodeAncestors(dir: string): string[] {
  * Makes OpenCode's start-up install a no-op: `Npm.install(dir)` reifies only when `dir/node_modules` is missing or a
  * dependency of `package.json` (plus `@opencode-ai/plugin`) is missing from `package-lock.json`'s root package.
  */
-async function prepopulateConfigDir(dir: string): Promise<void> {
-  await mkdir(join(dir, "node_modules", "@opencode-ai"), { recursive: true });
-  const dependencies = { "@opencode-ai/plugin": "1.18.33" };
-  await writeFile(join(dir, "package.json"), `${JSON.stringify({ dependencies }, null, 2)}\n`);
-  await writeFile(
-    join(dir, "package-lock.json"),
-    `${JSON.stringify({ name: "opencode", lockfileVersion: 3, requires: true, packages: { "": { dependencies } } }, null, 2)}\n`,
-  );
-  const installed = join(REPO_ROOT, "node_modules", "@opencode-ai", "plugin");
-  if (existsSync(installed)) await symlink(installed, join(dir, "node_modules", "@opencode-ai", "plugin"), "dir");
-}
-
 function baseEnv(): NodeJS.ProcessEnv {
   const env: NodeJS.ProcessEnv = {};
   for (const [key, value] of Object.entries(process.env)) {
@@ -229,7 +218,7 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
   }
 
   const configDir = join(configHome, "opencode");
-  await prepopulateConfigDir(configDir);
+  prepareOpencodeConfigDir(configDir);
   const plugin = options.pluginPath
     ? [options.pluginOptions ? [options.pluginPath, options.pluginOptions] : options.pluginPath]
     : [];

@@ -1,0 +1,96 @@
+// `npm run opencode-setup`: prepares OpenCode's global config directory so that OpenCode 1.18.33 fetches nothing
+// when it starts with the optchat plugin, and prints the opencode.json entry to add.
+//
+// Why: at every start with a plugin configured, OpenCode installs @opencode-ai/plugin into its config directory from
+// the npm registry unless the directory already has `node_modules/` and a package-lock.json listing it; with no
+// registry it hangs (docs/opencode-notes.md "Start-up without registry access"). This links the copy that this
+// project's `npm install` already put in node_modules. Existing files are merged, never replaced.
+import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const PLUGIN_PACKAGE = "@opencode-ai/plugin";
+const PLUGIN_VERSION = "1.18.33";
+const ROOT = new URL("..", import.meta.url).pathname.replace(/\/$/, "");
+const say = (line = "") => process.stdout.write(`${line}\n`);
+
+function readJson(path: string): Record<string, unknown> {
+  if (!existsSync(path)) return {};
+  try {
+    return JSON.parse(readFileSync(path, "utf8")) as Record<string, unknown>;
+  } catch (error) {
+    throw new Error(`${path} is not valid JSON (${(error as Error).message}); fix or move it, then run this again`);
+  }
+}
+
+/**
+ * Links this checkout's @opencode-ai/plugin into `dir/node_modules` (unless one is there) and lists it in
+ * `dir/package.json` and `dir/package-lock.json`, merging with what they hold. The e2e harness uses it too, so the
+ * tests that run OpenCode with a closed registry prove it.
+ */
+export function prepareOpencodeConfigDir(dir: string): { linked: boolean; source: string; others: string[] } {
+  const source = join(ROOT, "node_modules", PLUGIN_PACKAGE);
+  if (!existsSync(source)) throw new Error(`${source} is missing: run \`npm install\` in ${ROOT} first`);
+
+  mkdirSync(join(dir, "node_modules", "@opencode-ai"), { recursive: true });
+  const target = join(dir, "node_modules", PLUGIN_PACKAGE);
+  let linked = false;
+  try {
+    lstatSync(target);
+  } catch {
+    symlinkSync(source, target, "dir");
+    linked = true;
+  }
+
+  const manifestPath = join(dir, "package.json");
+  const manifest = readJson(manifestPath);
+  const dependencies = { ...((manifest.dependencies as Record<string, string>) ?? {}) };
+  dependencies[PLUGIN_PACKAGE] ??= PLUGIN_VERSION;
+  writeFileSync(manifestPath, `${JSON.stringify({ ...manifest, dependencies }, null, 2)}\n`);
+
+  // OpenCode installs when a dependency of package.json is missing from the lock file's root entry.
+  const lockPath = join(dir, "package-lock.json");
+  const lock = readJson(lockPath);
+  const packages = { ...((lock.packages as Record<string, Record<string, unknown>>) ?? {}) };
+  const rootEntry = { ...(packages[""] ?? {}) };
+  // Only our entry: listing the user's other dependencies would tell OpenCode they are installed when they may not be.
+  rootEntry.dependencies = {
+    ...((rootEntry.dependencies as Record<string, string>) ?? {}),
+    [PLUGIN_PACKAGE]: dependencies[PLUGIN_PACKAGE] as string,
+  };
+  packages[""] = rootEntry;
+  writeFileSync(
+    lockPath,
+    `${JSON.stringify({ name: "opencode", lockfileVersion: 3, requires: true, ...lock, packages }, null, 2)}\n`,
+  );
+  return { linked, source, others: Object.keys(dependencies).filter((name) => name !== PLUGIN_PACKAGE) };
+}
+
+function main(): void {
+  const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
+  const dir = process.argv[2] ?? join(configHome, "opencode");
+  const { linked, source, others } = prepareOpencodeConfigDir(dir);
+
+  say(`OpenCode config directory: ${dir}`);
+  say(`  ${PLUGIN_PACKAGE}: ${linked ? `linked to ${source}` : "already present (left as it is)"}`);
+  say("  package.json and package-lock.json list it, so OpenCode installs nothing at start-up.");
+  if (others.length > 0) {
+    say(`  Note: package.json also lists ${others.join(", ")}; OpenCode still installs those itself at start-up.`);
+  }
+  say();
+  say("Add optchat to opencode.json (your project's, or the global one in that directory):");
+  say();
+  say(`  "plugin": [["${ROOT}/plugin/index.ts", { "databaseUrl": "postgres://postgres@127.0.0.1:5432/optchat" }]]`);
+  say();
+  say("Then run `npm run optchat -- migrate` once with the same database, and start OpenCode as usual.");
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {
+  try {
+    main();
+  } catch (error) {
+    process.stderr.write(`opencode-setup failed: ${(error as Error).message}\n`);
+    process.exitCode = 1;
+  }
+}

@@ -22,6 +22,7 @@ import {
   requestQuery,
   stepOutcome,
   userRecordDrafts,
+  withoutRetryTriggers,
 } from "./messages.js";
 
 export const HOST = "opencode";
@@ -507,7 +508,7 @@ export class OpencodeAdapter {
   takePendingError(hostSessionId: string): string | undefined {
     const state = this.sessions.get(hostSessionId);
     const message = state?.pendingError;
-    return message;
+    return message === undefined ? undefined : withoutRetryTriggers(message);
   }
 
   noteSystemPrompt(hostSessionId: string, system: readonly string[]): void {

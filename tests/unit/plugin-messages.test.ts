@@ -7,6 +7,8 @@ import {
   replaceablePrefix,
   requestQuery,
   stepOutcome,
+  withoutRetryTriggers,
+  wouldBeRetried,
 } from "../../plugin/messages.js";
 
 const part = (fields: Record<string, unknown>) =>
@@ -142,5 +144,22 @@ describe("resolvePluginConfig", () => {
       /OPTCHAT_MODE \/ option mode \(environment variable OPTCHAT_MODE\): not replace or augment/,
     );
     expect(() => resolvePluginConfig({ leaseSecond: 3 }, {})).toThrow(/unknown option\(s\) leaseSecond/);
+  });
+});
+
+describe("withoutRetryTriggers", () => {
+  it("keeps OpenCode 1.18.33 from retrying our errors, without changing what the user reads", () => {
+    const texts = [
+      "optchat: memory is not ready (waited 15000 ms; 3 nodes pending): set OPTCHAT_READINESS=partial",
+      "database unavailable: connect ECONNREFUSED 127.0.0.1:5432",
+      "summarizer said: internal server error (HTTP 502), try again later; resource exhausted",
+      "needs 4290 tokens, window 5240; request timed out",
+    ];
+    for (const text of texts) {
+      expect(wouldBeRetried(text)).toBe(true);
+      const safe = withoutRetryTriggers(text);
+      expect(wouldBeRetried(safe)).toBe(false);
+      expect(safe.replaceAll("\u2060", "")).toBe(text);
+    }
   });
 });

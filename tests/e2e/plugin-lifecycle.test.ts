@@ -1,0 +1,140 @@
+import { join } from "node:path";
+import pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
+import {
+  cleanupOpencodeEnv,
+  createOpencodeEnv,
+  type OpencodeEnv,
+  type OpencodeServer,
+  runOpencode,
+  startOpencodeServer,
+} from "../../scripts/opencode-harness.js";
+import { createTestDatabase, ROOT } from "../helpers.js";
+import { memoryText, requestsFor, textOutsideMemory } from "./requests.js";
+
+/** Session lifecycle operations of OpenCode 1.18.33 (fork, revert) and a stalled compactor, with real processes. */
+
+const PLUGIN = join(ROOT, "plugin", "index.ts");
+const WAIT = 90_000;
+
+let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let db: pg.Pool;
+let model: ModelServer;
+let env: OpencodeEnv;
+let server: OpencodeServer;
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  db = new pg.Pool({ connectionString: database.url, max: 2 });
+  model = await startModelServer();
+  env = await createOpencodeEnv({
+    modelUrl: model.url,
+    pluginPath: PLUGIN,
+    pluginOptions: { databaseUrl: database.url },
+    extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000", OPTCHAT_LEASE_SECONDS: "10" },
+  });
+  server = await startOpencodeServer(env);
+}, 120_000);
+
+afterAll(async () => {
+  await server?.stop().catch(() => {});
+  if (env) await cleanupOpencodeEnv(env);
+  await model?.close();
+  await db?.end();
+  await database?.drop();
+});
+
+async function ask(session: string, text: string) {
+  await server.prompt(session, text);
+  await server.waitIdle(session, WAIT);
+}
+
+async function post(path: string, body: unknown): Promise<unknown> {
+  const response = await fetch(`${server.url}${path}`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify(body),
+  });
+  if (!response.ok) throw new Error(`POST ${path}: ${response.status} ${await response.text()}`);
+  return await response.json();
+}
+
+describe("OpenCode lifecycle with the optchat plugin", () => {
+  it("sends a fork's copied messages verbatim, stores none of them again, and publishes only the fork's new turn", async () => {
+    const original = await server.createSession("original");
+    await ask(original, "FORK-1 the parser needs a rewrite REPLY=noted: parser rewrite");
+    const fork = (await post(`/session/${original}/fork`, {})) as { id: string };
+    await ask(fork.id, "FORK-2 continue in the fork REPLY=ok fork");
+
+    const request = requestsFor(model.requests(), "FORK-2").at(-1) as never;
+    // Memory does not hold the copies (new IDs, replayed events), so nothing of them is replaced or lost.
+    expect(textOutsideMemory(request)).toContain("FORK-1 the parser needs a rewrite");
+    expect(memoryText(request)).toBeDefined();
+    const forkRecords = await db.query<{ kind: string }>(
+      `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
+        WHERE s.host_session_id = $1::text ORDER BY r.seq`,
+      [fork.id],
+    );
+    expect(forkRecords.rows.map((r) => r.kind)).toEqual(["user", "assistant"]);
+    const turns = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
+        WHERE s.host_session_id = $1::text`,
+      [fork.id],
+    );
+    expect(turns.rows[0]?.n).toBe(1);
+  });
+
+  it("switches memory off for a session whose history a revert rewrote, and says why in memory_inspect", async () => {
+    const session = await server.createSession("revert");
+    await ask(session, "REV-1 first REPLY=one");
+    await ask(session, "REV-2 second, to be reverted REPLY=two");
+    const messages = await server.messages(session);
+    const second = messages.find(
+      (m: { info: { role: string }; parts: { text?: string }[] }) =>
+        m.info.role === "user" && m.parts.some((p) => p.text?.includes("REV-2")),
+    );
+    await post(`/session/${session}/revert`, { messageID: second.info.id });
+    await ask(session, "REV-3 after the revert REPLY=three");
+    const request = requestsFor(model.requests(), "REV-3").at(-1) as never;
+    expect(memoryText(request)).toBeUndefined();
+    expect(JSON.stringify((request as { body: unknown }).body)).not.toContain("REV-2 second");
+    await ask(session, 'REV-4 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    const inspect = requestsFor(model.requests(), "REV-4").at(-1) as never;
+    expect(JSON.stringify((inspect as { body: unknown }).body)).toContain("a revert was committed");
+  });
+
+  it("stops a request with an actionable error when memory is not ready and no compactor runs (strict)", async () => {
+    // A database of its own: the other server's embedded worker would otherwise do the work.
+    const quiet = await createTestDatabase();
+    const quietDb = new pg.Pool({ connectionString: quiet.url, max: 1 });
+    const stalled = await createOpencodeEnv({
+      modelUrl: model.url,
+      pluginPath: PLUGIN,
+      pluginOptions: { databaseUrl: quiet.url, embeddedWorker: "off", readinessWaitMs: 1500 },
+    });
+    try {
+      // Over 512 bytes: the message needs a summarizer call, which nobody runs.
+      const long = `SLOW-1 ${"the importer keeps retrying the same file; ".repeat(20)} REPLY=ok`;
+      const first = await runOpencode(stalled, long, { timeoutMs: WAIT });
+      expect(first.code).toBe(0);
+      const second = await runOpencode(stalled, "SLOW-2 and now?", {
+        session: first.sessionId as string,
+        timeoutMs: WAIT,
+      });
+      expect(second.code).not.toBe(0);
+      expect(second.errors.join("\n")).toMatch(/optchat: memory is not ready.*OPTCHAT_READINESS=partial/s);
+      expect(requestsFor(model.requests(), "SLOW-2").length).toBe(0);
+      // Nothing was dropped: the long message is stored whole, waiting for a summary.
+      const stored = await quietDb.query<{ bytes: number }>(
+        `SELECT r.payload_bytes::int AS bytes FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+          WHERE convert_from(b.content, 'UTF8') LIKE 'SLOW-1%'`,
+      );
+      expect(stored.rows[0]?.bytes).toBe(Buffer.byteLength(long));
+    } finally {
+      await cleanupOpencodeEnv(stalled);
+      await quietDb.end();
+      await quiet.drop();
+    }
+  });
+});

@@ -1,5 +1,12 @@
 import { z } from "zod";
-import { type Config, OptchatError, resolveConfig, SETTINGS, type SettingName } from "../src/memory/index.js";
+import {
+  type Config,
+  OptchatError,
+  resolveConfig,
+  resolveSettings,
+  SETTINGS,
+  type SettingName,
+} from "../src/memory/index.js";
 
 /**
  * The plugin's own settings, each with its environment variable and its plugin option (the second element of the
@@ -148,39 +155,14 @@ export function resolvePluginConfig(
   }
   const core = resolveConfig({ env, overrides: coreOverrides });
 
-  const raw: Record<string, unknown> = {};
-  const sources: Record<string, string> = {};
-  for (const [name, setting] of Object.entries(PLUGIN_SETTINGS) as [
-    PluginSettingName,
-    (typeof PLUGIN_SETTINGS)[PluginSettingName],
-  ][]) {
-    const fromOption = given[name];
-    const fromEnv = env[setting.env];
-    if (fromOption !== undefined) {
-      raw[name] = fromOption;
-      sources[name] = `plugin option ${name}`;
-    } else if (fromEnv !== undefined && fromEnv !== "") {
-      raw[name] = fromEnv;
-      sources[name] = `environment variable ${setting.env}`;
-    } else {
-      raw[name] = setting.default;
-      sources[name] = "default";
-    }
-  }
-  const parsed = pluginSchema.safeParse(raw);
-  if (!parsed.success) {
-    const bySetting = new Map<PluginSettingName, string[]>();
-    for (const issue of parsed.error.issues) {
-      const name = String(issue.path[0]) as PluginSettingName;
-      bySetting.set(name, [...(bySetting.get(name) ?? []), issue.message]);
-    }
-    const problems = [...bySetting].map(([name, messages]) => {
-      const setting = PLUGIN_SETTINGS[name];
-      return `${setting.env} / option ${name} (${sources[name]}): ${messages.join(", ")}; accepted: ${setting.accepted}`;
-    });
-    throw new OptchatError("CONFIG_INVALID", `Invalid optchat plugin configuration: ${problems.join("; ")}`, {
-      settings: [...bySetting.keys()].map((name) => PLUGIN_SETTINGS[name].env),
-    });
-  }
-  return Object.freeze({ core, plugin: Object.freeze(parsed.data) });
+  const plugin = resolveSettings({
+    table: PLUGIN_SETTINGS,
+    schema: pluginSchema,
+    explicit: given as Partial<Record<PluginSettingName, unknown>>,
+    explicitLabel: (name) => `plugin option ${name}`,
+    env,
+    describe: (name) => `${PLUGIN_SETTINGS[name].env} / option ${name}`,
+    title: "Invalid optchat plugin configuration",
+  });
+  return Object.freeze({ core, plugin: Object.freeze(plugin) });
 }

@@ -113,16 +113,35 @@ export interface ResolveConfigOptions {
   readonly overrides?: Partial<Record<SettingName, string | number | undefined>>;
 }
 
-export function resolveConfig(options: ResolveConfigOptions = {}): Config {
-  const env = options.env ?? {};
+/** One row of a settings table: its environment variable, default and the accepted values (for error messages). */
+export interface SettingSpec {
+  readonly env: string;
+  readonly default: string | number;
+  readonly accepted: string;
+}
+
+/**
+ * Resolves a settings table: for each setting, the explicit value, else its environment variable, else its default;
+ * then validates with `schema`. One CONFIG_INVALID error names every bad setting once, with its source (`describe`
+ * names it, e.g. "OPTCHAT_MODE / option mode") and the accepted values. Shared by the service and the plugin.
+ */
+export function resolveSettings<Name extends string, Schema extends z.ZodTypeAny>(input: {
+  readonly table: Readonly<Record<Name, SettingSpec>>;
+  readonly schema: Schema;
+  readonly explicit: Readonly<Partial<Record<Name, unknown>>>;
+  readonly explicitLabel: (name: Name) => string;
+  readonly env: Readonly<Record<string, string | undefined>>;
+  readonly describe: (name: Name) => string;
+  readonly title: string;
+}): z.output<Schema> {
   const raw: Record<string, unknown> = {};
   const sources: Record<string, string> = {};
-  for (const [name, setting] of Object.entries(SETTINGS) as [SettingName, (typeof SETTINGS)[SettingName]][]) {
-    const override = options.overrides?.[name];
-    const fromEnv = env[setting.env];
-    if (override !== undefined) {
-      raw[name] = override;
-      sources[name] = `option ${name}`;
+  for (const [name, setting] of Object.entries(input.table) as [Name, SettingSpec][]) {
+    const explicit = input.explicit[name];
+    const fromEnv = input.env[setting.env];
+    if (explicit !== undefined) {
+      raw[name] = explicit;
+      sources[name] = input.explicitLabel(name);
     } else if (fromEnv !== undefined && fromEnv !== "") {
       raw[name] = fromEnv;
       sources[name] = `environment variable ${setting.env}`;
@@ -131,34 +150,50 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       sources[name] = "default";
     }
   }
-  const parsed = configSchema.safeParse(raw);
-  if (!parsed.success) {
-    // One message per setting, even when a value breaks several rules.
-    const bySetting = new Map<SettingName, string[]>();
-    for (const issue of parsed.error.issues) {
-      const name = String(issue.path[0]) as SettingName;
-      bySetting.set(name, [...(bySetting.get(name) ?? []), issue.message]);
-    }
-    const problems = [...bySetting].map(([name, messages]) => {
-      const setting = SETTINGS[name];
-      return `${setting.env} (${sources[name]}): ${messages.join(", ")}; accepted: ${setting.accepted}`;
-    });
-    throw new OptchatError("CONFIG_INVALID", `Invalid configuration: ${problems.join("; ")}`, {
-      settings: [...bySetting.keys()].map((name) => SETTINGS[name].env),
-    });
+  const parsed = input.schema.safeParse(raw);
+  if (parsed.success) return parsed.data;
+  // One message per setting, even when a value breaks several rules.
+  const bySetting = new Map<Name, string[]>();
+  for (const issue of parsed.error.issues) {
+    const name = String(issue.path[0]) as Name;
+    bySetting.set(name, [...(bySetting.get(name) ?? []), issue.message]);
   }
-  const data = parsed.data;
+  const problems = [...bySetting].map(
+    ([name, messages]) =>
+      `${input.describe(name)} (${sources[name]}): ${messages.join(", ")}; accepted: ${input.table[name].accepted}`,
+  );
+  throw new OptchatError("CONFIG_INVALID", `${input.title}: ${problems.join("; ")}`, {
+    settings: [...bySetting.keys()].map((name) => input.table[name].env),
+  });
+}
+
+export function resolveConfig(options: ResolveConfigOptions = {}): Config {
+  const data = resolveSettings({
+    table: SETTINGS,
+    schema: configSchema,
+    explicit: options.overrides ?? {},
+    explicitLabel: (name) => `option ${name}`,
+    env: options.env ?? {},
+    describe: (name) => SETTINGS[name].env,
+    title: "Invalid configuration",
+  });
+  const sourceOf = (name: SettingName) =>
+    options.overrides?.[name] !== undefined
+      ? `option ${name}`
+      : options.env?.[SETTINGS[name].env]
+        ? `environment variable ${SETTINGS[name].env}`
+        : "default";
   if (data.viewLowerBytes > data.viewBytes) {
     throw new OptchatError(
       "CONFIG_INVALID",
-      `Invalid configuration: OPTCHAT_VIEW_LOWER_BYTES (${sources.viewLowerBytes}) is ${data.viewLowerBytes}, above OPTCHAT_VIEW_BYTES ${data.viewBytes}; accepted: ${SETTINGS.viewLowerBytes.accepted}`,
+      `Invalid configuration: OPTCHAT_VIEW_LOWER_BYTES (${sourceOf("viewLowerBytes")}) is ${data.viewLowerBytes}, above OPTCHAT_VIEW_BYTES ${data.viewBytes}; accepted: ${SETTINGS.viewLowerBytes.accepted}`,
       { settings: ["OPTCHAT_VIEW_LOWER_BYTES"] },
     );
   }
   if (data.summarizer === "openai-compatible" && data.summarizerUrl === "") {
     throw new OptchatError(
       "CONFIG_INVALID",
-      `Invalid configuration: OPTCHAT_SUMMARIZER (${sources.summarizer}) is openai-compatible but OPTCHAT_SUMMARIZER_URL is not set; accepted: ${SETTINGS.summarizerUrl.accepted}`,
+      `Invalid configuration: OPTCHAT_SUMMARIZER (${sourceOf("summarizer")}) is openai-compatible but OPTCHAT_SUMMARIZER_URL is not set; accepted: ${SETTINGS.summarizerUrl.accepted}`,
       { settings: ["OPTCHAT_SUMMARIZER_URL", "OPTCHAT_SUMMARIZER"] },
     );
   }

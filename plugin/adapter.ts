@@ -309,19 +309,27 @@ export class OpencodeAdapter {
   private onIdle(hostSessionId: string): void {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;
+    // Decided on the turns open when the event arrived: a stale idle (OpenCode sends two per turn, and the queue may
+    // run them late) must never end a turn admitted after it (seen under CI load: a completed turn read as
+    // interrupted). A turn with a terminal step is finished by that step's own job, queued before this one.
+    const open = [...state.turns.values()].filter((t) => !t.finished);
+    // OpenCode 1.18.33 emits idle before the final message on error paths: a step still in flight decides later.
+    if (open.some((t) => t.lastStep !== undefined && !t.lastStep.final && t.ending === undefined)) return;
+    const stopped = open.filter((t) => t.ending === undefined).map((t) => t.turnId);
+    const outcome = state.pendingError ? "failed" : "interrupted";
+    const admitted = state.turns.size;
     this.enqueue(state, "idle", async (session) => {
-      // OpenCode 1.18.33 emits idle before the final message on error paths: a step still in flight decides later.
-      const open = [...state.turns.values()].filter((t) => !t.finished);
-      if (open.some((t) => t.ending !== undefined)) return; // a terminal step's own job finishes them
-      const inFlight = open.some((t) => t.lastStep && !t.lastStep.final);
-      if (inFlight) return;
-      for (const turn of open) {
+      for (const turnId of stopped) {
+        const turn = state.turns.get(turnId);
+        if (!turn || turn.finished || turn.ending !== undefined) continue;
         // The turn stopped without a final answer: after tool calls (e.g. a rejected permission), or before any
         // model step (e.g. our own refusal of the request).
-        await this.finish(state, session, turn.turnId, state.pendingError ? "failed" : "interrupted");
+        await this.finish(state, session, turnId, outcome);
       }
-      state.pendingError = undefined;
-      state.busy = false;
+      if (state.turns.size === admitted) {
+        state.pendingError = undefined;
+        state.busy = false;
+      }
       await this.releaseLease(state);
     });
   }

@@ -4,6 +4,15 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
+import { type ModelServer, startModelServer } from "../scripts/model-server.js";
+import {
+  type CreateOpencodeEnvOptions,
+  cleanupOpencodeEnv,
+  createOpencodeEnv,
+  type OpencodeEnv,
+  type OpencodeServer,
+  startOpencodeServer,
+} from "../scripts/opencode-harness.js";
 import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 
@@ -226,4 +235,58 @@ export async function retrying<T>(check: () => Promise<T>, timeoutMs: number, wh
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/** The plugin module OpenCode loads in the e2e tests: this checkout's. */
+export const PLUGIN_PATH = `${ROOT}plugin/index.ts`;
+
+/**
+ * What an e2e test file runs OpenCode against: a fresh database, a pool on it, the scripted model, and the OpenCode
+ * environments and servers it starts (all cleaned up by `close`, newest first).
+ */
+export interface PluginWorld {
+  readonly database: { name: string; url: string; drop(): Promise<void> };
+  readonly db: pg.Pool;
+  readonly model: ModelServer;
+  /** An OpenCode environment loading the plugin on this world's database (options and env merged over defaults). */
+  env(options?: Partial<Omit<CreateOpencodeEnvOptions, "modelUrl" | "pluginPath">>): Promise<OpencodeEnv>;
+  server(env: OpencodeEnv): Promise<OpencodeServer>;
+  close(): Promise<void>;
+}
+
+export async function startPluginWorld(): Promise<PluginWorld> {
+  const database = await createTestDatabase();
+  const db = new pg.Pool({ connectionString: database.url, max: 2 });
+  const model = await startModelServer();
+  const envs: OpencodeEnv[] = [];
+  const servers: OpencodeServer[] = [];
+  return {
+    database,
+    db,
+    model,
+    async env(options = {}) {
+      const env = await createOpencodeEnv({
+        ...options,
+        modelUrl: model.url,
+        pluginPath: PLUGIN_PATH,
+        pluginOptions: { databaseUrl: database.url, ...options.pluginOptions },
+        extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000", OPTCHAT_LEASE_SECONDS: "10", ...options.extraEnv },
+      });
+      envs.push(env);
+      return env;
+    },
+    async server(env) {
+      const server = await startOpencodeServer(env);
+      servers.push(server);
+      return server;
+    },
+    async close() {
+      await Promise.allSettled(servers.map((server) => server.stop()));
+      // Environments sharing another's data dir live under its root: the newest (the sharer) goes first.
+      for (const env of envs.reverse()) await cleanupOpencodeEnv(env).catch(() => {});
+      await model.close();
+      await db.end();
+      await database.drop();
+    },
+  };
 }

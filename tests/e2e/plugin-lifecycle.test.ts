@@ -1,48 +1,27 @@
-import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencodeEnv,
-  createOpencodeEnv,
-  type OpencodeEnv,
-  type OpencodeServer,
-  runOpencode,
-  startOpencodeServer,
-} from "../../scripts/opencode-harness.js";
-import { createTestDatabase, ROOT } from "../helpers.js";
+import type { ModelServer } from "../../scripts/model-server.js";
+import { type OpencodeServer, runOpencode } from "../../scripts/opencode-harness.js";
+import { createTestDatabase, type PluginWorld, startPluginWorld } from "../helpers.js";
 import { memoryText, requestsFor, textOutsideMemory } from "./requests.js";
 
 /** Session lifecycle operations of OpenCode 1.18.33 (fork, revert) and a stalled compactor, with real processes. */
 
-const PLUGIN = join(ROOT, "plugin", "index.ts");
 const WAIT = 90_000;
 
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let world: PluginWorld;
 let db: pg.Pool;
 let model: ModelServer;
-let env: OpencodeEnv;
 let server: OpencodeServer;
 
 beforeAll(async () => {
-  database = await createTestDatabase();
-  db = new pg.Pool({ connectionString: database.url, max: 2 });
-  model = await startModelServer();
-  env = await createOpencodeEnv({
-    modelUrl: model.url,
-    pluginPath: PLUGIN,
-    pluginOptions: { databaseUrl: database.url },
-    extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000", OPTCHAT_LEASE_SECONDS: "10" },
-  });
-  server = await startOpencodeServer(env);
+  world = await startPluginWorld();
+  ({ db, model } = world);
+  server = await world.server(await world.env());
 }, 120_000);
 
 afterAll(async () => {
-  await server?.stop().catch(() => {});
-  if (env) await cleanupOpencodeEnv(env);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
+  await world?.close();
 });
 
 async function ask(session: string, text: string) {
@@ -60,7 +39,8 @@ async function post(path: string, body: unknown): Promise<unknown> {
   return await response.json();
 }
 
-describe("OpenCode lifecycle with the optchat plugin", () => {
+// Real OpenCode processes on 2 cores under a parallel suite: a test takes 2-30 s; the default 60 s is too tight.
+describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () => {
   it("sends a fork's copied messages verbatim, stores none of them again, and publishes only the fork's new turn", async () => {
     const original = await server.createSession("original");
     await ask(original, "FORK-1 the parser needs a rewrite REPLY=noted: parser rewrite");
@@ -108,9 +88,7 @@ describe("OpenCode lifecycle with the optchat plugin", () => {
     // A database of its own: the other server's embedded worker would otherwise do the work.
     const quiet = await createTestDatabase();
     const quietDb = new pg.Pool({ connectionString: quiet.url, max: 1 });
-    const stalled = await createOpencodeEnv({
-      modelUrl: model.url,
-      pluginPath: PLUGIN,
+    const stalled = await world.env({
       pluginOptions: { databaseUrl: quiet.url, embeddedWorker: "off", readinessWaitMs: 1500 },
     });
     try {
@@ -132,7 +110,6 @@ describe("OpenCode lifecycle with the optchat plugin", () => {
       );
       expect(stored.rows[0]?.bytes).toBe(Buffer.byteLength(long));
     } finally {
-      await cleanupOpencodeEnv(stalled);
       await quietDb.end();
       await quiet.drop();
     }

@@ -1,17 +1,10 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencodeEnv,
-  createOpencodeEnv,
-  type OpencodeEnv,
-  type OpencodeServer,
-  runOpencode,
-  startOpencodeServer,
-} from "../../scripts/opencode-harness.js";
-import { createTestDatabase, ROOT, retrying } from "../helpers.js";
+import type { ModelServer } from "../../scripts/model-server.js";
+import { type OpencodeEnv, type OpencodeServer, runOpencode } from "../../scripts/opencode-harness.js";
+import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 import {
   block,
   memoryText,
@@ -28,21 +21,15 @@ import {
  * the requests the model received, or on what the user sees.
  */
 
-const PLUGIN = join(ROOT, "plugin", "index.ts");
 const WAIT = 90_000;
 
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let world: PluginWorld;
 let db: pg.Pool;
 let model: ModelServer;
 let envA: OpencodeEnv;
 let envB: OpencodeEnv;
 let serverA: OpencodeServer;
 let serverB: OpencodeServer;
-
-const pluginEnv = () => ({
-  OPTCHAT_READINESS_WAIT_MS: "30000",
-  OPTCHAT_LEASE_SECONDS: "10",
-});
 
 async function publications(): Promise<{ seq: number; outcome: string; turn_id: string; session_id: string }[]> {
   const result = await db.query(
@@ -82,37 +69,21 @@ async function ask(server: OpencodeServer, session: string, text: string) {
 }
 
 beforeAll(async () => {
-  database = await createTestDatabase();
-  db = new pg.Pool({ connectionString: database.url, max: 2 });
-  model = await startModelServer();
-  const options = { databaseUrl: database.url };
-  envA = await createOpencodeEnv({
-    modelUrl: model.url,
-    pluginPath: PLUGIN,
-    pluginOptions: options,
-    extraEnv: pluginEnv(),
-  });
-  envB = await createOpencodeEnv({
-    modelUrl: model.url,
-    pluginPath: PLUGIN,
-    pluginOptions: options,
-    extraEnv: pluginEnv(),
-    shareDataWith: envA,
-  });
+  world = await startPluginWorld();
+  ({ db, model } = world);
+  envA = await world.env();
+  envB = await world.env({ shareDataWith: envA });
   // One after the other: two first starts on one fresh OpenCode database raced into "Unexpected error" once here.
-  serverA = await startOpencodeServer(envA);
-  serverB = await startOpencodeServer(envB);
+  serverA = await world.server(envA);
+  serverB = await world.server(envB);
 }, 180_000);
 
 afterAll(async () => {
-  await Promise.allSettled([serverA?.stop(), serverB?.stop()]);
-  await Promise.allSettled([envA && cleanupOpencodeEnv(envA), envB && cleanupOpencodeEnv(envB)]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
+  await world?.close();
 });
 
-describe("OpenCode 1.18.33 with the optchat plugin", () => {
+// Real OpenCode processes on 2 cores under a parallel suite: a test takes 2-30 s; the default 60 s is too tight.
+describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () => {
   const decision = "Decision: the job queue uses Postgres LISTEN/NOTIFY, not Redis, because we already run Postgres.";
   let sessionA: string;
 

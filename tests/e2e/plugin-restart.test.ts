@@ -1,18 +1,10 @@
-import { join } from "node:path";
-import pg from "pg";
+import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencodeEnv,
-  createOpencodeEnv,
-  type OpencodeEnv,
-  type OpencodeServer,
-  runOpencode,
-  startOpencodeServer,
-} from "../../scripts/opencode-harness.js";
+import type { ModelServer } from "../../scripts/model-server.js";
+import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
-import { createTestDatabase, ROOT, retrying } from "../helpers.js";
+import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 import { memoryText, requestsFor } from "./requests.js";
 
 /**
@@ -20,34 +12,22 @@ import { memoryText, requestsFor } from "./requests.js";
  * a model with a small context window. Assertions are on captured requests, on what the user sees, and on the rows.
  */
 
-const PLUGIN = join(ROOT, "plugin", "index.ts");
 const WAIT = 90_000;
 
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let world: PluginWorld;
+let database: PluginWorld["database"];
 let db: pg.Pool;
 let model: ModelServer;
 let env: OpencodeEnv;
-let small: OpencodeEnv;
-const servers: OpencodeServer[] = [];
 
 beforeAll(async () => {
-  database = await createTestDatabase();
-  db = new pg.Pool({ connectionString: database.url, max: 2 });
-  model = await startModelServer();
-  env = await createOpencodeEnv({
-    modelUrl: model.url,
-    pluginPath: PLUGIN,
-    pluginOptions: { databaseUrl: database.url },
-    extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000", OPTCHAT_LEASE_SECONDS: "10" },
-  });
+  world = await startPluginWorld();
+  ({ database, db, model } = world);
+  env = await world.env();
 }, 120_000);
 
 afterAll(async () => {
-  await Promise.allSettled(servers.map((s) => s.stop()));
-  await Promise.allSettled([env && cleanupOpencodeEnv(env), small && cleanupOpencodeEnv(small)]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
+  await world?.close();
 });
 
 async function count(sql: string, params: unknown[] = []): Promise<number> {
@@ -61,10 +41,10 @@ async function nodeRows(): Promise<string[]> {
   return result.rows.map((r) => r.row);
 }
 
-describe("restarts with real OpenCode processes", () => {
+// Real OpenCode processes on 2 cores under a parallel suite: a test takes 2-30 s; the default 60 s is too tight.
+describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
   it("reconciles a turn killed with its process, duplicates nothing, and serves byte-identical memory afterwards", async () => {
-    const first = await startOpencodeServer(env);
-    servers.push(first);
+    const first = await world.server(env);
     const session = await first.createSession("restart");
     for (const marker of ["RST-1", "RST-2"]) {
       await first.prompt(session, `${marker} remember the number ${marker.length * 7} REPLY=noted ${marker}`);
@@ -97,8 +77,7 @@ describe("restarts with real OpenCode processes", () => {
     const nodesBefore = await nodeRows();
 
     // A new process continues the session: the killed turn ends as interrupted, nothing is sealed twice.
-    const second = await startOpencodeServer(env);
-    servers.push(second);
+    const second = await world.server(env);
     await second.prompt(session, "RST-4 after the restart REPLY=back");
     await second.waitIdle(session, WAIT);
     const states = await db.query<{ state: string; query: string }>(
@@ -151,14 +130,7 @@ describe("restarts with real OpenCode processes", () => {
   });
 
   it("gives a small-window model a bounded request, and a too-small one an explicit error", async () => {
-    small = await createOpencodeEnv({
-      modelUrl: model.url,
-      pluginPath: PLUGIN,
-      pluginOptions: { databaseUrl: database.url, toolsTokens: 2000 },
-      contextLimit: 24_000,
-      outputLimit: 2_000,
-      extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000" },
-    });
+    const small = await world.env({ pluginOptions: { toolsTokens: 2000 }, contextLimit: 24_000, outputLimit: 2_000 });
     const bounded = await runOpencode(small, "SMALL-1 what do you remember? REPLY=ok", { timeoutMs: 90_000 });
     expect(bounded.code).toBe(0);
     const request = requestsFor(model.requests(), "SMALL-1").at(-1) as never;
@@ -167,22 +139,10 @@ describe("restarts with real OpenCode processes", () => {
     expect(Math.ceil(bytes / 3)).toBeLessThanOrEqual(24_000 - 2_000);
     expect(memoryText(request)).toContain("<shared_memory");
 
-    const tiny = await createOpencodeEnv({
-      modelUrl: model.url,
-      pluginPath: PLUGIN,
-      pluginOptions: { databaseUrl: database.url },
-      contextLimit: 6_000,
-      outputLimit: 1_000,
-      extraEnv: { OPTCHAT_READINESS_WAIT_MS: "30000" },
-      shareDataWith: small,
-    });
-    try {
-      const refused = await runOpencode(tiny, "TINY-1 hello", { timeoutMs: 90_000 });
-      expect(refused.code).not.toBe(0);
-      expect(refused.stdout + refused.stderr).toContain("does not fit the model's context window");
-      expect(requestsFor(model.requests(), "TINY-1").length).toBe(0);
-    } finally {
-      await cleanupOpencodeEnv(tiny);
-    }
+    const tiny = await world.env({ contextLimit: 6_000, outputLimit: 1_000, shareDataWith: small });
+    const refused = await runOpencode(tiny, "TINY-1 hello", { timeoutMs: 90_000 });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stdout + refused.stderr).toContain("does not fit the model's context window");
+    expect(requestsFor(model.requests(), "TINY-1").length).toBe(0);
   });
 });

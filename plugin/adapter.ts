@@ -181,6 +181,9 @@ export class OpencodeAdapter {
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
     await this.claimLease(state, session);
     try {
+      // Earlier events of this session first (the previous turn's last records and its outcome), so the new turn's
+      // snapshot and boundary come after them, as the user saw them.
+      await state.queue;
       await this.reconcile(state, session);
       const query = requestQuery(parts);
       const turn = await this.memory.admitTurn({

@@ -2,7 +2,7 @@ import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../scripts/model-server.js";
 import { type OpencodeServer, runOpencode } from "../../scripts/opencode-harness.js";
-import { createTestDatabase, type PluginWorld, startPluginWorld } from "../helpers.js";
+import { createTestDatabase, type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 import { memoryText, requestsFor, textOutsideMemory } from "./requests.js";
 
 /** Session lifecycle operations of OpenCode 1.18.33 (fork, revert) and a stalled compactor, with real processes. */
@@ -51,12 +51,19 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     // Memory does not hold the copies (new IDs, replayed events), so nothing of them is replaced or lost.
     expect(textOutsideMemory(request)).toContain("FORK-1 the parser needs a rewrite");
     expect(memoryText(request)).toBeDefined();
-    const forkRecords = await db.query<{ kind: string }>(
-      `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
-        WHERE s.host_session_id = $1::text ORDER BY r.seq`,
-      [fork.id],
+    // Records are sealed from OpenCode's events, just after the turn goes idle.
+    await retrying(
+      async () => {
+        const forkRecords = await db.query<{ kind: string }>(
+          `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
+            WHERE s.host_session_id = $1::text ORDER BY r.seq`,
+          [fork.id],
+        );
+        expect(forkRecords.rows.map((r) => r.kind)).toEqual(["user", "assistant"]);
+      },
+      WAIT,
+      "the fork's records",
     );
-    expect(forkRecords.rows.map((r) => r.kind)).toEqual(["user", "assistant"]);
     const turns = await db.query<{ n: number }>(
       `SELECT count(*)::int AS n FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
         WHERE s.host_session_id = $1::text`,
@@ -82,6 +89,38 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     await ask(session, 'REV-4 TOOLS=[{"name":"memory_inspect","args":{}}] END');
     const inspect = requestsFor(model.requests(), "REV-4").at(-1) as never;
     expect(JSON.stringify((inspect as { body: unknown }).body)).toContain("a revert was committed");
+  });
+
+  it("finishes queued prompts answered together, keeping each queued request verbatim in the request", async () => {
+    const session = await server.createSession("queued");
+    await server.prompt(session, "QUEUE-1 SLOW=4 a slow first answer");
+    await retrying(
+      async () => {
+        if (requestsFor(model.requests(), "QUEUE-1").length < 1) throw new Error("not streaming yet");
+      },
+      WAIT,
+      "the first request",
+    );
+    await server.prompt(session, "QUEUE-2 queued second");
+    await server.prompt(session, "QUEUE-3 queued third REPLY=both answered");
+    await retrying(
+      async () => {
+        const states = await db.query<{ state: string }>(
+          `SELECT t.state FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
+            WHERE s.host_session_id = $1::text ORDER BY t.admitted_at`,
+          [session],
+        );
+        const got = states.rows.map((r) => r.state);
+        if (got.length !== 3 || got.includes("active")) throw new Error(`turn states ${got.join(",")}`);
+        expect(got).toEqual(["completed", "completed", "completed"]);
+      },
+      WAIT,
+      "the three turns to finish",
+    );
+    const combined = requestsFor(model.requests(), "QUEUE-3").at(-1) as never;
+    const outside = textOutsideMemory(combined);
+    expect(outside).toContain("QUEUE-2 queued second");
+    expect(outside).toContain("QUEUE-3 queued third");
   });
 
   it("stops a request with an actionable error when memory is not ready and no compactor runs (strict)", async () => {

@@ -413,7 +413,8 @@ export class OpencodeAdapter {
         // Native compaction summarizes OpenCode's own transcript, never our synthetic view (seed 000 §13).
         return record("skipped", { reason: "native compaction request: history passed through unchanged" });
       }
-      await state.queue;
+      // No wait for this session's pending ingestion: admission already waited for the earlier turns, and the current
+      // turn's own messages are never replaced (they are at or after its boundary), sealed yet or not.
       const requestIndex = lastRequestIndex(messages);
       const request = requestIndex >= 0 ? (messages[requestIndex] as HostMessage) : undefined;
       const turnId = (request && state.turnOfMessage.get(request.info.id)) ?? [...state.turns.values()].at(-1)?.turnId;

@@ -380,6 +380,7 @@ export class OpencodeAdapter {
     if (!hostSessionId) return;
     const state = this.sessions.get(hostSessionId);
     const started = performance.now();
+    let assembleMs: number | undefined;
     const record = (
       status: "injected" | "not_ready" | "budget_exceeded" | "failed" | "skipped",
       detail: Record<string, unknown>,
@@ -387,7 +388,7 @@ export class OpencodeAdapter {
       error?: string,
     ) => {
       const summary = { status, turnId, ...detail, ms: Math.round((performance.now() - started) * 100) / 100 };
-      this.timing("transform", started, { status });
+      this.timing("transform", started, { status, assembleMs });
       if (state) state.lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
       const sessionId = state?.session?.sessionId;
       if (!sessionId) return;
@@ -456,6 +457,7 @@ export class OpencodeAdapter {
         return record("budget_exceeded", { budget, model }, turnId, message);
       }
       let context: AssembledContext;
+      const assembling = performance.now();
       try {
         context = await this.memory.assembleContext(
           { sessionId: state.session.sessionId, turnId },
@@ -479,6 +481,7 @@ export class OpencodeAdapter {
         }
         throw error;
       }
+      assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
       const blocks =
         this.config.plugin.mode === "augment"
           ? context.blocks.filter((b) => b.name === "shared_memory")

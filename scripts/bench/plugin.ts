@@ -70,7 +70,10 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     const lines = readFileSync(timings, "utf8")
       .split("\n")
       .filter(Boolean)
-      .map((line) => JSON.parse(line) as { op: string; ms: number; status?: string; records?: number });
+      .map(
+        (line) =>
+          JSON.parse(line) as { op: string; ms: number; status?: string; records?: number; assembleMs?: number },
+      );
     const main = model.requests().filter((r) => r.kind === "main");
     const modelMs = summarizeLatencies(main.map((r) => r.replyMs));
     const sizes = { turns, modelRequests: main.length };
@@ -82,7 +85,12 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
         samples: samples.length,
         ...latency,
         ...(op === "transform"
-          ? { injected: samples.filter((s) => s.status === "injected").length }
+          ? {
+              injected: samples.filter((s) => s.status === "injected").length,
+              assembleContext: summarizeLatencies(
+                samples.flatMap((s) => (s.assembleMs === undefined ? [] : [s.assembleMs])),
+              ),
+            }
           : op === "ingest"
             ? { records: samples.reduce((sum, s) => sum + (s.records ?? 0), 0) }
             : {}),

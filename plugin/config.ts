@@ -1,6 +1,7 @@
 import { z } from "zod";
 import {
   type Config,
+  integerFrom,
   OptchatError,
   resolveConfig,
   resolveSettings,
@@ -96,12 +97,6 @@ const onOff = z.union([z.boolean(), z.enum(["on", "off", "true", "false", "1", "
   if (typeof v === "boolean") return v;
   return v === "on" || v === "true" || v === "1";
 });
-const integerFrom = (min: number, max: number) =>
-  z.coerce
-    .number({ invalid_type_error: "not a number" })
-    .int("not an integer")
-    .min(min, `below ${min}`)
-    .max(max, `above ${max}`);
 
 const pluginSchema = z.object({
   mode: z.enum(["replace", "augment"], { errorMap: () => ({ message: "not replace or augment" }) }),

@@ -73,7 +73,8 @@ export const SETTINGS = {
 
 export type SettingName = keyof typeof SETTINGS;
 
-const integerFrom = (min: number, max: number) =>
+/** An integer setting within [min, max], from a number or a numeric string (environment values are strings). */
+export const integerFrom = (min: number, max: number) =>
   z.coerce
     .number({ invalid_type_error: "not a number" })
     .int("not an integer")

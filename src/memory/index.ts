@@ -3,7 +3,15 @@ export { escapeMemoryText, estimateTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
-export { type Config, redactUrl, resolveConfig, resolveSettings, SETTINGS, type SettingName } from "./config.js";
+export {
+  type Config,
+  integerFrom,
+  redactUrl,
+  resolveConfig,
+  resolveSettings,
+  SETTINGS,
+  type SettingName,
+} from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export { type Memory, openMemory } from "./service.js";
 export type { AssembledContext, SearchAnswer, ZoomAnswer } from "./shared.js";

@@ -1,3 +1,4 @@
+import { createHash } from "node:crypto";
 import { appendFileSync } from "node:fs";
 import { hostname } from "node:os";
 import {
@@ -111,7 +112,7 @@ export class OpencodeAdapter {
   constructor(
     readonly memory: Memory,
     readonly config: ResolvedPluginConfig,
-    private readonly project: { id: string; worktree: string },
+    private readonly project: { id: string; worktree: string; directory: string },
     private readonly lookups: HostLookups,
     private readonly log: (level: "info" | "warn" | "error", message: string) => void,
   ) {}
@@ -614,7 +615,7 @@ export class OpencodeAdapter {
         const session = await this.memory.openSession({
           host: HOST,
           hostSessionId: state.hostSessionId,
-          projectId: safeId(this.project.id),
+          projectId: projectScopeId(this.project),
           ...(scope.startsWith("profile:") ? { scopeId: scope } : {}),
           ...(scope === "isolated" ? { sharing: "isolated" as const } : {}),
           ...(parent ? { parentSessionId: parent.sessionId } : {}),
@@ -740,7 +741,7 @@ export class OpencodeAdapter {
         ...(draft.toolCallId ? { toolCallId: draft.toolCallId } : {}),
         ...(draft.toolName ? { toolName: draft.toolName } : {}),
         ...(draft.hostTruncated ? { hostTruncated: {} } : {}),
-        projectId: safeId(this.project.id),
+        projectId: projectScopeId(this.project),
         attributes: { hostMessageId: messageId, hostPartId: draft.partId },
       })),
       // The next request of the turn waits for these to be summarized (readiness): short ones need no model.
@@ -820,6 +821,17 @@ function safeId(value: string): string {
     .replace(/^[.-]+/, "")
     .slice(0, 200);
   return cleaned || "global";
+}
+
+/**
+ * The project a session's memory is shared in: OpenCode's project id (the repository's root commit), except for
+ * directories outside git, which OpenCode all files under one project "global": those share by directory instead, so
+ * unrelated scratch directories do not see each other's memory.
+ */
+export function projectScopeId(project: { id: string; worktree: string; directory?: string }): string {
+  if (project.id !== "global") return safeId(project.id);
+  const where = project.directory ?? project.worktree;
+  return `global-${createHash("sha256").update(where).digest("hex").slice(0, 16)}`;
 }
 
 function holderIsDead(holder: string): boolean {

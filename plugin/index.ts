@@ -39,7 +39,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
     const adapter = new OpencodeAdapter(
       memory,
       config,
-      { id: input.project.id, worktree: input.worktree },
+      { id: input.project.id, worktree: input.worktree, directory: input.directory },
       lookups,
       log,
     );

@@ -1,4 +1,5 @@
 import { describe, expect, it } from "vitest";
+import { projectScopeId } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
 import {
   assistantRecordDrafts,
@@ -161,5 +162,15 @@ describe("withoutRetryTriggers", () => {
       expect(wouldBeRetried(safe)).toBe(false);
       expect(safe.replaceAll("\u2060", "")).toBe(text);
     }
+  });
+});
+
+describe("projectScopeId", () => {
+  it("shares a git project by OpenCode's project id, and directories outside git one by one", () => {
+    expect(projectScopeId({ id: "4f8c590ca95a", worktree: "/repo", directory: "/repo/sub" })).toBe("4f8c590ca95a");
+    const a = projectScopeId({ id: "global", worktree: "/", directory: "/tmp/a" });
+    expect(a).toMatch(/^global-[0-9a-f]{16}$/);
+    expect(projectScopeId({ id: "global", worktree: "/", directory: "/tmp/b" })).not.toBe(a);
+    expect(projectScopeId({ id: "global", worktree: "/", directory: "/tmp/a" })).toBe(a);
   });
 });

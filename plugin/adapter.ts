@@ -46,6 +46,8 @@ export class PromptRefused extends Error {
 
 interface OpenTurn {
   readonly turnId: string;
+  /** False for a continuation turn the adapter opened itself until its ingestion job admits it. */
+  admitted: boolean;
   finished: boolean;
   /** Set when a terminal step was seen; its ingestion job finishes the turn (an idle before that must not). */
   ending: "completed" | "interrupted" | "failed" | undefined;
@@ -66,9 +68,11 @@ interface SessionState {
   readonly turnOfMessage: Map<string, string>;
   readonly pinned: Map<string, Turn>;
   seqs: Map<string, number> | undefined;
-  readonly empty: Set<string>;
   readonly ingested: Set<string>;
   lease: { fence: number; timer: ReturnType<typeof setInterval> | undefined } | undefined;
+  /** The fence of this process's last claim: a jump means another process drove the session in between. */
+  lastFence: number | undefined;
+  admitting: number;
   reconciled: boolean;
   compacting: boolean;
   systemTokens: number | undefined;
@@ -100,6 +104,8 @@ export class OpencodeAdapter {
   private readonly sessions = new Map<string, SessionState>();
   private readonly messages = new Map<string, { info: HostMessageInfo | undefined; parts: Map<string, HostPart> }>();
   private readonly limits = new Map<string, { context: number; output: number }>();
+  /** Parents of subagent sessions created in this process (`session.created` carries them). */
+  private readonly parents = new Map<string, string>();
   private worker: RunningCompactor | undefined;
   private workerState: AdapterStatus["worker"] = "off";
   private workerError: string | undefined;
@@ -146,6 +152,9 @@ export class OpencodeAdapter {
     for (const state of this.sessions.values()) {
       await state.queue.catch(() => {});
       await this.releaseLease(state);
+      // Unfinished turns keep their claim until it expires (another process may then take over), but no timer may
+      // outlive the pool it renews through.
+      if (state.lease?.timer) clearInterval(state.lease.timer);
     }
     await this.worker?.stop(5_000).catch(() => {});
     await this.memory.close().catch(() => {});
@@ -177,6 +186,21 @@ export class OpencodeAdapter {
 
   private async admitTimed(hostSessionId: string, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
     const state = this.state(hostSessionId);
+    // Counted from the first await: an idle job of the previous turn must not release the lease claimed here.
+    state.admitting += 1;
+    try {
+      await this.admitCounted(state, hostSessionId, message, parts);
+    } finally {
+      state.admitting -= 1;
+    }
+  }
+
+  private async admitCounted(
+    state: SessionState,
+    hostSessionId: string,
+    message: HostMessageInfo,
+    parts: readonly HostPart[],
+  ): Promise<void> {
     const session = await this.open(state);
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
@@ -196,6 +220,7 @@ export class OpencodeAdapter {
       if (!state.turns.has(message.id)) {
         state.turns.set(message.id, {
           turnId: message.id,
+          admitted: true,
           finished: false,
           ending: undefined,
           assistantMessages: new Set(),
@@ -227,14 +252,26 @@ export class OpencodeAdapter {
         case "message.part.updated": {
           const part = props.part as HostPart | undefined;
           if (!part?.messageID || !part.id) return;
+          // Only sessions this process drives: the cache would otherwise grow with every replayed or foreign part.
+          if (!this.sessions.has(part.sessionID) || this.sessions.get(part.sessionID)?.ingested.has(part.messageID))
+            return;
           this.entry(part.messageID).parts.set(part.id, part);
           return;
         }
         case "message.updated": {
           const info = props.info as HostMessageInfo | undefined;
           if (!info?.id || !info.sessionID) return;
-          this.entry(info.id).info = info;
           if (info.role === "assistant") this.onAssistant(info);
+          return;
+        }
+        case "session.created": {
+          const info = props.info as { id?: string; parentID?: string } | undefined;
+          if (info?.id && info.parentID) this.parents.set(info.id, info.parentID);
+          return;
+        }
+        case "session.deleted": {
+          const sessionId = (props.sessionID as string | undefined) ?? (props.info as { id?: string } | undefined)?.id;
+          if (sessionId) this.forget(sessionId);
           return;
         }
         case "session.status": {
@@ -284,9 +321,12 @@ export class OpencodeAdapter {
     if (step.terminal) turn.ending = step.outcome;
     const parts = [...(this.messages.get(info.id)?.parts.values() ?? [])];
     this.enqueue(state, "ingest", async (session) => {
+      if (!turn.admitted) {
+        state.pinned.set(turnId, await this.memory.admitTurn({ sessionId: session.sessionId, turnId }));
+        turn.admitted = true;
+      }
       const started = performance.now();
       const drafts = assistantRecordDrafts(info, parts);
-      if (drafts.length === 0) state.empty.add(info.id);
       await this.ingestDrafts(state, session, turnId, info.id, info.time?.completed, drafts);
       this.timing("ingest", started, { records: drafts.length });
       this.messages.delete(info.id);
@@ -306,8 +346,23 @@ export class OpencodeAdapter {
     if (!state.busy) return undefined;
     const latest = [...state.turns.values()].at(-1);
     if (!latest) return undefined;
-    if (info.parentID) state.turnOfMessage.set(info.parentID, latest.turnId);
-    return latest.turnId;
+    if (!latest.finished && latest.ending === undefined) {
+      if (info.parentID) state.turnOfMessage.set(info.parentID, latest.turnId);
+      return latest.turnId;
+    }
+    if (!info.parentID) return undefined;
+    // The turn ended but OpenCode goes on from a message of its own (the "Continue…" after a native compaction): a
+    // turn of its own, admitted by the ingestion job, so nothing is written into an already published turn.
+    state.turns.set(info.parentID, {
+      turnId: info.parentID,
+      admitted: false,
+      finished: false,
+      ending: undefined,
+      assistantMessages: new Set(),
+      lastStep: undefined,
+    });
+    state.turnOfMessage.set(info.parentID, info.parentID);
+    return info.parentID;
   }
 
   private onIdle(hostSessionId: string): void {
@@ -366,8 +421,8 @@ export class OpencodeAdapter {
         if (turn.turnId === turnId) break;
         continue;
       }
-      turn.finished = true;
       await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
+      turn.finished = true;
       if (turn.turnId === turnId) break;
     }
   }
@@ -424,15 +479,15 @@ export class OpencodeAdapter {
       const turn = await this.pinnedTurn(state, state.session, turnId);
       state.seqs ??= await this.memory.host.hostMessageSeqs(state.session.sessionId, state.session.currentGeneration);
       const seqs = state.seqs;
-      const replace =
-        this.config.plugin.mode === "replace"
-          ? replaceablePrefix(
-              messages,
-              (id) => seqs.get(id),
-              turn.snapshot.ownBoundary,
-              (id) => state.empty.has(id),
-            )
-          : 0;
+      // The lowest boundary of the turns still open here: a prompt queued during another turn's tool loop must not
+      // make that turn's own request replaceable (its records lie below the queued turn's boundary).
+      let boundary = turn.snapshot.ownBoundary;
+      for (const open of state.turns.values()) {
+        const pinned = open.finished ? undefined : state.pinned.get(open.turnId);
+        if (pinned) boundary = Math.min(boundary, pinned.snapshot.ownBoundary);
+      }
+      let replace =
+        this.config.plugin.mode === "replace" ? replaceablePrefix(messages, (id) => seqs.get(id), boundary) : 0;
       const kept = messages.slice(replace);
       const activeTokens = kept.reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
       const model = modelOf(messages);
@@ -483,6 +538,11 @@ export class OpencodeAdapter {
         throw error;
       }
       assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
+      // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
+      const ownComplete =
+        context.blocks.some((b) => b.name === "session_memory") &&
+        !context.omitted.some((o) => o.startsWith("session memory"));
+      if (replace > 0 && !ownComplete) replace = 0;
       const blocks =
         this.config.plugin.mode === "augment"
           ? context.blocks.filter((b) => b.name === "shared_memory")
@@ -492,13 +552,14 @@ export class OpencodeAdapter {
         context.omitted,
         replace,
       );
-      const anchor = kept.find((m) => m.info.role === "user") ?? request ?? last;
+      const anchor = messages.slice(replace).find((m) => m.info.role === "user") ?? request ?? last;
+      const keptCount = messages.length - replace;
       messages.splice(0, replace, memoryMessage(hostSessionId, turnId, text, anchor?.info));
       record(
         "injected",
         {
           replaced: replace,
-          kept: kept.length,
+          kept: keptCount,
           budget,
           model,
           tokens: context.tokens,
@@ -580,9 +641,10 @@ export class OpencodeAdapter {
         turnOfMessage: new Map(),
         pinned: new Map(),
         seqs: undefined,
-        empty: new Set(),
         ingested: new Set(),
         lease: undefined,
+        lastFence: undefined,
+        admitting: 0,
         reconciled: false,
         compacting: false,
         systemTokens: undefined,
@@ -594,6 +656,20 @@ export class OpencodeAdapter {
       this.sessions.set(hostSessionId, state);
     }
     return state;
+  }
+
+  /** Drops a deleted session's process state (its records stay: optchat deletes nothing, see README). */
+  private forget(hostSessionId: string): void {
+    const state = this.sessions.get(hostSessionId);
+    if (!state) return;
+    this.enqueue(state, "lifecycle", async () => {
+      if (state.lease?.timer) clearInterval(state.lease.timer);
+      state.lease = undefined;
+      for (const [id, entry] of this.messages)
+        if (entry.parts.values().next().value?.sessionID === hostSessionId) this.messages.delete(id);
+      this.sessions.delete(hostSessionId);
+      this.parents.delete(hostSessionId);
+    });
   }
 
   private entry(messageId: string) {
@@ -610,7 +686,9 @@ export class OpencodeAdapter {
     state.opening ??= (async () => {
       try {
         const scope = this.config.plugin.scope;
-        const parentHost = await this.lookups.parentOf(state.hostSessionId).catch(() => undefined);
+        const parentHost =
+          this.parents.get(state.hostSessionId) ??
+          (await this.lookups.parentOf(state.hostSessionId).catch(() => undefined));
         const parent = parentHost ? await this.memory.host.findSession(HOST, parentHost) : undefined;
         const session = await this.memory.openSession({
           host: HOST,
@@ -620,10 +698,7 @@ export class OpencodeAdapter {
           ...(scope === "isolated" ? { sharing: "isolated" as const } : {}),
           ...(parent ? { parentSessionId: parent.sessionId } : {}),
         });
-        const problems = await this.memory.host.listProblems(HOST, state.hostSessionId, 20);
-        const rewritten = problems.find(
-          (p) => p.code === "HISTORY_REWRITTEN" && p.hostSessionId === state.hostSessionId,
-        );
+        const rewritten = await this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
         if (rewritten) state.disabled = rewritten.message;
         state.session = session;
         return session;
@@ -642,6 +717,10 @@ export class OpencodeAdapter {
     let claim: Awaited<ReturnType<Memory["host"]["claimLease"]>>;
     try {
       claim = await this.memory.host.claimLease({ sessionId: session.sessionId, holder: this.holder, ttlMs });
+      if (!claim.acquired && claim.expiresAt.getTime() <= Date.now()) {
+        // Released between the claim and the read of who holds it: free now.
+        claim = await this.memory.host.claimLease({ sessionId: session.sessionId, holder: this.holder, ttlMs });
+      }
       if (!claim.acquired && holderIsDead(claim.holder)) {
         claim = await this.memory.host.claimLease({
           sessionId: session.sessionId,
@@ -661,6 +740,12 @@ export class OpencodeAdapter {
         `optchat: session ${state.hostSessionId} is being driven by another OpenCode process (${claim.holder}); two processes prompting one session make OpenCode 1.18.33 loop. Wait for its turn to end (its claim expires in ${seconds} s unless renewed), or continue in that process. Setting: OPTCHAT_LEASE_SECONDS.`,
       );
     }
+    if (state.lastFence !== undefined && claim.fence > state.lastFence + 1) {
+      // Another process drove this session since: its records and unfinished turns are not in this process's view.
+      state.seqs = undefined;
+      state.reconciled = false;
+    }
+    state.lastFence = claim.fence;
     if (state.lease?.fence !== claim.fence) {
       if (state.lease?.timer) clearInterval(state.lease.timer);
       const timer = setInterval(() => {
@@ -669,12 +754,14 @@ export class OpencodeAdapter {
         this.memory.host
           .renewLease({ sessionId: session.sessionId, holder: this.holder, fence, ttlMs })
           .then((held) => {
-            if (!held)
-              void this.problem(
-                "lease",
-                state.hostSessionId,
-                new Error("the session lease was lost (expired and taken by another process)"),
-              );
+            if (held) return;
+            if (state.lease?.timer) clearInterval(state.lease.timer);
+            state.lease = undefined;
+            void this.problem(
+              "lease",
+              state.hostSessionId,
+              new Error("the session lease was lost (it expired and another process took it)"),
+            );
           })
           .catch((error) => this.problem("lease", state.hostSessionId, error));
       }, ttlMs / 3);
@@ -686,7 +773,7 @@ export class OpencodeAdapter {
   private async releaseLease(state: SessionState): Promise<void> {
     const lease = state.lease;
     if (!lease || !state.session) return;
-    if ([...state.turns.values()].some((t) => !t.finished)) return;
+    if (state.admitting > 0 || [...state.turns.values()].some((t) => !t.finished)) return;
     if (lease.timer) clearInterval(lease.timer);
     state.lease = undefined;
     await this.memory.host

@@ -7,6 +7,8 @@ import { memoryTools } from "./tools.js";
 
 /** How long a hook waits for one OpenCode client lookup before going on without it. */
 const LOOKUP_TIMEOUT_MS = 2_000;
+/** How soon after a failed database open the next hook call tries again. */
+const REOPEN_AFTER_MS = 10_000;
 
 /**
  * The optchat plugin for OpenCode 1.18.33. Add it to opencode.json as
@@ -33,8 +35,12 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   }
 
   const lookups = clientLookups(input);
-  // The database is opened in the background so OpenCode starts at once; the first prompt waits for it.
-  const ready: Promise<OpencodeAdapter> = (async () => {
+  // The database is opened in the background so OpenCode starts at once; the first prompt waits for it. A failed
+  // open (Postgres down, schema not migrated) is tried again at the next hook call after REOPEN_AFTER_MS, so fixing
+  // the database does not need an OpenCode restart.
+  let unavailable: string | undefined;
+  let failedAt = 0;
+  const open = async (): Promise<OpencodeAdapter> => {
     const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
     const adapter = new OpencodeAdapter(
       memory,
@@ -48,21 +54,33 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
         concurrency: config.plugin.embeddedWorkerConcurrency,
       }),
     );
+    unavailable = undefined;
     return adapter;
-  })();
-  let unavailable: string | undefined;
-  ready.catch((error: unknown) => {
-    unavailable = `optchat: memory is unavailable: ${error instanceof Error ? error.message : String(error)} (database ${redactUrl(config.core.databaseUrl)}; setting DATABASE_URL or plugin option databaseUrl)`;
-    log("error", unavailable);
-  });
+  };
+  const attempt = (): Promise<OpencodeAdapter> => {
+    const pending = open();
+    pending.catch((error: unknown) => {
+      failedAt = Date.now();
+      unavailable = `optchat: memory is unavailable: ${error instanceof Error ? error.message : String(error)} (database ${redactUrl(config.core.databaseUrl)}; setting DATABASE_URL or plugin option databaseUrl; optchat retries at the next prompt)`;
+      log("error", unavailable);
+    });
+    return pending;
+  };
+  let current = attempt();
+  const ready = (): Promise<OpencodeAdapter> => {
+    if (unavailable !== undefined && Date.now() - failedAt >= REOPEN_AFTER_MS) current = attempt();
+    return current;
+  };
   const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
-    ready.then(work, () => undefined).catch((error) => log("error", `optchat: ${String(error)}`));
+    ready()
+      .then(work, () => undefined)
+      .catch((error) => log("error", `optchat: ${String(error)}`));
 
   return {
     "chat.message": async (hookInput, output) => {
       let adapter: OpencodeAdapter;
       try {
-        adapter = await ready;
+        adapter = await ready();
       } catch {
         // Strict readiness: say why memory is missing instead of answering without it; partial: run natively.
         if (config.plugin.readiness === "strict")
@@ -106,7 +124,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
     "chat.params": async (hookInput) => {
       let adapter: OpencodeAdapter | undefined;
       try {
-        adapter = await ready;
+        adapter = await ready();
       } catch {
         return;
       }
@@ -133,7 +151,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       await withAdapter((adapter) => adapter.noteCompacting(hookInput.sessionID));
     },
 
-    tool: memoryTools(() => ready),
+    tool: memoryTools(ready),
 
     dispose: async () => {
       await withAdapter((adapter) => adapter.close());

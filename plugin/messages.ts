@@ -103,7 +103,7 @@ export function userRecordDrafts(message: { readonly id: string }, parts: readon
  * snapshots are not stored (hidden reasoning is never kept).
  */
 export function assistantRecordDrafts(info: HostMessageInfo, parts: readonly HostPart[]): RecordDraft[] {
-  const nativeSummary = info.summary === true || info.mode === "compaction" || info.agent === "compaction";
+  const nativeSummary = isNativeSummary(info);
   const drafts: RecordDraft[] = [];
   for (const part of parts) {
     if (part.type === "text" && part.text && part.text.length > 0) {
@@ -162,12 +162,30 @@ export type StepOutcome =
  */
 export function stepOutcome(info: HostMessageInfo): StepOutcome {
   if (info.time?.completed === undefined) return { final: false };
+  // A native compaction summary finishes with "stop" but the turn goes on (OpenCode continues after it).
+  if (isNativeSummary(info)) return { final: true, terminal: false };
   if (info.error) {
     const aborted = info.error.name === "MessageAbortedError";
     return { final: true, terminal: true, outcome: aborted ? "interrupted" : "failed" };
   }
-  if (info.finish && info.finish !== "tool-calls") return { final: true, terminal: true, outcome: "completed" };
+  // 1.18.33's loop goes on after "tool-calls" and "unknown" (a provider that sends no finish reason).
+  if (info.finish && info.finish !== "tool-calls" && info.finish !== "unknown") {
+    return { final: true, terminal: true, outcome: "completed" };
+  }
   return { final: true, terminal: false };
+}
+
+export function isNativeSummary(info: HostMessageInfo): boolean {
+  return info.summary === true || info.mode === "compaction" || info.agent === "compaction";
+}
+
+/**
+ * True when a message holds nothing optchat stores (an assistant step with only reasoning or step markers, the empty
+ * message a killed process leaves behind, a user message made only of subtask parts): memory covers it trivially.
+ */
+export function holdsNothingToStore(message: HostMessage): boolean {
+  if (message.info.role === "user") return userRecordDrafts(message.info, message.parts).length === 0;
+  return assistantRecordDrafts(message.info, message.parts).length === 0;
 }
 
 /** The text the model sees of a message, for the token estimate of the active transcript. */
@@ -187,18 +205,17 @@ export function messageText(message: HostMessage): string {
  * How many leading messages the memory blocks may replace: the longest prefix whose every message is sealed entirely
  * below the turn's own boundary (its records are what the session memory summarizes). A message the memory does not
  * hold (a fork's copies, one ingested by nobody, the current turn) ends the prefix, so nothing is ever dropped that the
- * blocks do not cover. `empty` lists messages known to hold nothing worth a record.
+ * blocks do not cover. A message with nothing to store is covered whatever its position.
  */
 export function replaceablePrefix(
   messages: readonly HostMessage[],
   sealedSeq: (messageId: string) => number | undefined,
   boundary: number,
-  empty: (messageId: string) => boolean,
 ): number {
   let count = 0;
   for (const message of messages) {
     const seq = sealedSeq(message.info.id);
-    if (seq !== undefined ? seq < boundary : empty(message.info.id)) count += 1;
+    if (seq !== undefined ? seq < boundary : holdsNothingToStore(message)) count += 1;
     else break;
   }
   return count;

@@ -3,6 +3,7 @@ import { type Injection, listInjections, type NewInjection, recordInjection } fr
 import { claimSessionLease, type LeaseClaim, releaseSessionLease, renewSessionLease } from "../store/leases.js";
 import {
   type AdapterProblem,
+  findAdapterProblem,
   listAdapterProblems,
   type NewAdapterProblem,
   recordAdapterProblem,
@@ -26,6 +27,11 @@ export interface HostSupport {
   listInjections(sessionId: string, limit?: number): Promise<Injection[]>;
   reportProblem(problem: NewAdapterProblem): Promise<void>;
   listProblems(host: string, hostSessionId: string, limit?: number): Promise<AdapterProblem[]>;
+  findProblem(
+    host: string,
+    hostSessionId: string,
+    code: string,
+  ): Promise<{ message: string; createdAt: Date } | undefined>;
   sessionHealth(sessionId: string): Promise<SessionHealth>;
   /** The highest sealed seq of each host message of the session's current generation. */
   hostMessageSeqs(sessionId: string, generation: number): Promise<Map<string, number>>;
@@ -42,6 +48,7 @@ export function createHostSupport(pool: Pool): HostSupport {
     listInjections: (sessionId, limit = 5) => listInjections(pool, sessionId, limit),
     reportProblem: (problem) => recordAdapterProblem(pool, problem),
     listProblems: (host, hostSessionId, limit = 5) => listAdapterProblems(pool, host, hostSessionId, limit),
+    findProblem: (host, hostSessionId, code) => findAdapterProblem(pool, host, hostSessionId, code),
     sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),
     hostMessageSeqs: (sessionId, generation) => hostMessageSeqs(pool, sessionId, generation),
     activeTurns: (sessionId) => listActiveTurns(pool, sessionId),

@@ -57,3 +57,20 @@ export async function listAdapterProblems(
     message: row.message,
   }));
 }
+
+/** The latest problem of a host session with this code (e.g. HISTORY_REWRITTEN), whatever else was recorded since. */
+export async function findAdapterProblem(
+  db: Queryable,
+  host: string,
+  hostSessionId: string,
+  code: string,
+): Promise<{ message: string; createdAt: Date } | undefined> {
+  const result = await db.query<{ message: string; created_at: Date }>(
+    `SELECT message, created_at FROM optchat.adapter_problems
+      WHERE host = $1::text AND host_session_id = $2::text AND code = $3::text
+      ORDER BY problem_id DESC LIMIT 1`,
+    [host, hostSessionId, code],
+  );
+  const row = result.rows[0];
+  return row ? { message: row.message, createdAt: row.created_at } : undefined;
+}

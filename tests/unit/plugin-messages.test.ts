@@ -72,6 +72,11 @@ describe("stepOutcome", () => {
       terminal: false,
     });
     expect(stepOutcome(info({ time: { completed: 1 } }))).toEqual({ final: true, terminal: false });
+    expect(stepOutcome(info({ finish: "unknown", time: { completed: 1 } }))).toEqual({ final: true, terminal: false });
+    expect(stepOutcome(info({ finish: "stop", summary: true, time: { completed: 1 } }))).toEqual({
+      final: true,
+      terminal: false,
+    });
     expect(stepOutcome(info({ error: { name: "MessageAbortedError" }, time: { completed: 1 } }))).toMatchObject({
       outcome: "interrupted",
     });
@@ -93,39 +98,17 @@ describe("replaceablePrefix", () => {
       ["a1", 3],
       ["u2", 4],
     ]);
-    expect(
-      replaceablePrefix(
-        messages,
-        (id) => seqs.get(id),
-        4,
-        () => false,
-      ),
-    ).toBe(2);
-    expect(
-      replaceablePrefix(
-        messages,
-        (id) => seqs.get(id),
-        10,
-        () => false,
-      ),
-    ).toBe(3);
+    expect(replaceablePrefix(messages, (id) => seqs.get(id), 4)).toBe(2);
+    expect(replaceablePrefix(messages, (id) => seqs.get(id), 10)).toBe(3);
     // A message never ingested (a fork's copy) keeps everything from it on, verbatim.
-    expect(
-      replaceablePrefix(
-        messages,
-        (id) => (id === "u1" ? undefined : seqs.get(id)),
-        10,
-        () => false,
-      ),
-    ).toBe(0);
-    expect(
-      replaceablePrefix(
-        messages,
-        (id) => seqs.get(id),
-        0,
-        () => false,
-      ),
-    ).toBe(0);
+    expect(replaceablePrefix(messages, (id) => (id === "u1" ? undefined : seqs.get(id)), 10)).toBe(0);
+    expect(replaceablePrefix(messages, (id) => seqs.get(id), 0)).toBe(0);
+  });
+  it("counts a message with nothing to store as covered, such as the empty one a killed process leaves", () => {
+    const empty: HostMessage = { info: { id: "k1", sessionID: "s", role: "assistant" }, parts: [] };
+    const messages = [message("u1"), empty, message("u2")];
+    const seqs = new Map([["u1", 0]]);
+    expect(replaceablePrefix(messages, (id) => seqs.get(id), 5)).toBe(2);
   });
   it("finds the request among harness continuations", () => {
     const messages = [message("u1"), message("a1", "assistant"), message("c1", "user", true)];

@@ -1,9 +1,11 @@
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../scripts/model-server.js";
 import { type OpencodeServer, runOpencode } from "../../scripts/opencode-harness.js";
 import { createTestDatabase, type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
-import { memoryText, requestsFor, textOutsideMemory } from "./requests.js";
+import { memoryText, requestsFor, textOutsideMemory, toolProtocolViolations } from "./requests.js";
 
 /** Session lifecycle operations of OpenCode 1.18.33 (fork, revert) and a stalled compactor, with real processes. */
 
@@ -13,11 +15,14 @@ let world: PluginWorld;
 let db: pg.Pool;
 let model: ModelServer;
 let server: OpencodeServer;
+let queueDir: string;
 
 beforeAll(async () => {
   world = await startPluginWorld();
   ({ db, model } = world);
-  server = await world.server(await world.env());
+  const env = await world.env();
+  queueDir = env.projectDir;
+  server = await world.server(env);
 }, 120_000);
 
 afterAll(async () => {
@@ -91,18 +96,25 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     expect(JSON.stringify((inspect as { body: unknown }).body)).toContain("a revert was committed");
   });
 
-  it("finishes queued prompts answered together, keeping each queued request verbatim in the request", async () => {
+  it("finishes queued prompts answered together, keeping the running turn and each queued request verbatim", async () => {
     const session = await server.createSession("queued");
-    await server.prompt(session, "QUEUE-1 SLOW=4 a slow first answer");
+    // The first turn is in its tool loop (waiting for a flag) while two more prompts are queued.
+    const wait = "while [ ! -f queue.flag ]; do sleep 0.2; done; echo released-queue";
+    await server.prompt(
+      session,
+      `QUEUE-1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait for the flag"}}] END`,
+    );
     await retrying(
       async () => {
-        if (requestsFor(model.requests(), "QUEUE-1").length < 1) throw new Error("not streaming yet");
+        if (requestsFor(model.requests(), "QUEUE-1").length < 1) throw new Error("not sent yet");
       },
       WAIT,
       "the first request",
     );
     await server.prompt(session, "QUEUE-2 queued second");
     await server.prompt(session, "QUEUE-3 queued third REPLY=both answered");
+    await new Promise((resolve) => setTimeout(resolve, 1_000)); // let both be admitted while the tool still runs
+    writeFileSync(join(queueDir, "queue.flag"), "go");
     await retrying(
       async () => {
         const states = await db.query<{ state: string }>(
@@ -119,6 +131,10 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     );
     const combined = requestsFor(model.requests(), "QUEUE-3").at(-1) as never;
     const outside = textOutsideMemory(combined);
+    // The running turn's request and its tool result stay verbatim: the queued turns' boundary does not apply to it.
+    expect(outside).toContain("QUEUE-1 TOOLS=");
+    expect(outside).toContain("released-queue");
+    expect(toolProtocolViolations(combined)).toEqual([]);
     expect(outside).toContain("QUEUE-2 queued second");
     expect(outside).toContain("QUEUE-3 queued third");
   });

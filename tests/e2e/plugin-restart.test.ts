@@ -135,7 +135,13 @@ describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
   });
 
   it("gives a small-window model a bounded request, and a too-small one an explicit error", async () => {
-    const small = await world.env({ pluginOptions: { toolsTokens: 2000 }, contextLimit: 24_000, outputLimit: 2_000 });
+    // Same project (so the same shared memory) as the first test's sessions, a smaller model.
+    const small = await world.env({
+      pluginOptions: { toolsTokens: 2000 },
+      contextLimit: 24_000,
+      outputLimit: 2_000,
+      shareDataWith: env,
+    });
     const bounded = await runOpencode(small, "SMALL-1 what do you remember? REPLY=ok", { timeoutMs: 90_000 });
     expect(bounded.code).toBe(0);
     const request = requestsFor(model.requests(), "SMALL-1").at(-1) as never;

@@ -3,6 +3,7 @@ import { appendFileSync } from "node:fs";
 import { hostname } from "node:os";
 import {
   type AssembledContext,
+  availableMemoryTokens,
   estimateTokens,
   isOptchatError,
   type Memory,
@@ -81,6 +82,8 @@ interface SessionState {
   /** An actionable error for the current request (strict readiness, budget): raised from the next `chat.params`. */
   pendingError: string | undefined;
   lastInjection: Record<string, unknown> | undefined;
+  /** The last complete assembly, for the later steps of the same turn. */
+  assembled: { turnId: string; context: AssembledContext } | undefined;
   busy: boolean;
 }
 
@@ -514,16 +517,24 @@ export class OpencodeAdapter {
       }
       let context: AssembledContext;
       const assembling = performance.now();
+      // Every step of a turn reads the same pinned snapshot, so a complete assembly of an earlier step stays right
+      // while it still fits the (shrinking) budget: reused, the blocks stay byte-identical across the steps (which a
+      // provider's prompt cache rewards) and the step skips a dozen queries.
+      const earlier = state.assembled?.turnId === turnId ? state.assembled.context : undefined;
+      const available = availableMemoryTokens(budget);
       try {
-        context = await this.memory.assembleContext(
-          { sessionId: state.session.sessionId, turnId },
-          {
-            ...budget,
-            previousExchange: this.config.plugin.previousExchange && this.config.plugin.mode === "replace",
-            readiness: this.config.plugin.readiness,
-            waitMs: this.config.plugin.readinessWaitMs,
-          },
-        );
+        context =
+          earlier && earlier.tokens.used <= available
+            ? earlier
+            : await this.memory.assembleContext(
+                { sessionId: state.session.sessionId, turnId },
+                {
+                  ...budget,
+                  previousExchange: this.config.plugin.previousExchange && this.config.plugin.mode === "replace",
+                  readiness: this.config.plugin.readiness,
+                  waitMs: this.config.plugin.readinessWaitMs,
+                },
+              );
       } catch (error) {
         if (isOptchatError(error, "MEMORY_NOT_READY") || isOptchatError(error, "BUDGET_EXCEEDED")) {
           const code = (error as { code: string }).code;
@@ -538,6 +549,7 @@ export class OpencodeAdapter {
         throw error;
       }
       assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
+      state.assembled = context.omitted.length === 0 ? { turnId, context } : undefined;
       // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
       const ownComplete =
         context.blocks.some((b) => b.name === "session_memory") &&
@@ -560,6 +572,7 @@ export class OpencodeAdapter {
         {
           replaced: replace,
           kept: keptCount,
+          reused: context === earlier,
           budget,
           model,
           tokens: context.tokens,
@@ -651,6 +664,7 @@ export class OpencodeAdapter {
         disabled: undefined,
         pendingError: undefined,
         lastInjection: undefined,
+        assembled: undefined,
         busy: false,
       };
       this.sessions.set(hostSessionId, state);

@@ -1,5 +1,5 @@
 // The memory service's public surface for hosts (the OpenCode plugin imports only this module).
-export { escapeMemoryText, estimateTokens } from "../core/context.js";
+export { availableMemoryTokens, escapeMemoryText, estimateTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";

@@ -152,7 +152,7 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
     const wait = `while [ ! -f release.flag ]; do sleep 0.2; done; echo released`;
     await serverB.prompt(
       sessionB,
-      `LOOP-1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait for the flag"}},{"name":"bash","args":{"command":"echo second-step","description":"second"}}] END`,
+      `LOOP-1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait for the flag"}},{"name":"memory_search","args":{"query":"ZEBRA"}}] END`,
     );
     await retrying(
       async () => {
@@ -176,10 +176,16 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
       expect(memory).not.toContain("ZEBRA-42");
     }
     for (const step of steps) expect(toolProtocolViolations(step)).toEqual([]);
+    // The turn's tool calls read the same pinned snapshot: A's publication is not found by B's search.
+    const searched = [...toolResults(steps[2] as never).values()].join("\n");
+    expect(searched).toContain('No match for "ZEBRA"');
 
-    await ask(serverB, sessionB, "LOOP-2 next turn REPLY=ok");
-    const next = requestsFor(model.requests(), "LOOP-2").at(-1) as never;
-    expect(block(memoryText(next), "shared_memory")).toContain("ZEBRA-42");
+    await ask(serverB, sessionB, 'LOOP-2 TOOLS=[{"name":"memory_search","args":{"query":"ZEBRA"}}] END');
+    const next = requestsFor(model.requests(), "LOOP-2");
+    expect(block(memoryText(next[0] as never), "shared_memory")).toContain("ZEBRA-42");
+    const found = [...toolResults(next.at(-1) as never).values()].join("\n");
+    expect(found).toContain("<memory_search");
+    expect(found).toContain("ZEBRA-42");
   });
 
   it("keeps every tool call paired with its result after replacement, including parallel calls", async () => {

@@ -447,7 +447,7 @@ export class OpencodeAdapter {
       error?: string,
     ) => {
       const summary = { status, turnId, ...detail, ms: Math.round((performance.now() - started) * 100) / 100 };
-      this.timing("transform", started, { status, assembleMs });
+      this.timing("transform", started, { status, assembleMs, reused: detail.reused === true });
       if (state) state.lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
       const sessionId = state?.session?.sessionId;
       if (!sessionId) return;

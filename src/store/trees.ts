@@ -429,8 +429,9 @@ export async function applyTreeChanges(
   // Explicit changes first; then, with `buildFreeInline` (the compactor's commits), every node that became ready and is
   // free (a short message, or two children that fit together) is built here, in the same transaction, with no job and
   // no model call. A backlog of short messages then takes one job, not one job hop per message (~100 ms each,
-  // measured). Ingestion does not do it: it would put that work on the host's hot path (measured: a batch of 100
-  // records went from ~5,000 to ~300 records/s).
+  // measured). Bulk ingestion does not do it (measured: a batch of 100 records went from ~5,000 to ~300 records/s);
+  // a host's per-message ingestion opts in (IngestOptions.buildFreeInline), so its next request need not wait for a
+  // job hop to see a short message summarized.
   const pending: TreeChange[] = [...changes];
   const builtHere = new Set<number>();
   const checkedForFree = new Set<number>();

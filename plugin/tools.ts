@@ -1,5 +1,11 @@
 import { type ToolDefinition, tool } from "@opencode-ai/plugin";
-import { escapeMemoryText, isOptchatError, type SearchAnswer, type ZoomAnswer } from "../src/memory/index.js";
+import {
+  escapeMemoryText,
+  inspectStoredSession,
+  isOptchatError,
+  type SearchAnswer,
+  type ZoomAnswer,
+} from "../src/memory/index.js";
 import type { OpencodeAdapter } from "./adapter.js";
 
 /** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
@@ -143,43 +149,12 @@ export async function inspectSession(
     report.session = `optchat holds nothing for OpenCode session ${hostSessionId} yet (no prompt of it was admitted by the plugin)`;
     return report;
   }
-  report.session = { id: session.sessionId, scope: session.scopeId, generation: session.currentGeneration };
   if (state?.disabled) report.memoryDisabled = state.disabled;
   report.lastInjectionThisProcess = state?.lastInjection ?? null;
-  const [health, injections, problems] = await Promise.all([
-    adapter.memory.host.sessionHealth(session.sessionId),
-    adapter.memory.host.listInjections(session.sessionId, 1),
-    adapter.memory.host.listProblems("opencode", hostSessionId, 3),
-  ]);
-  report.health = {
-    ...health,
-    pendingLeaves: health.leaves - health.builtLeaves,
-    verdict:
-      health.failingNodes > 0 || health.failingPublications > 0
-        ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError)"
-        : health.leaves > health.builtLeaves || health.unpublishedTurns > 0
-          ? process.worker === "running" || health.queuedJobs.node + health.queuedJobs.publish > 0
-            ? "working: summaries or publications are pending"
-            : "stalled: work is pending and no worker runs in this process; start `optchat worker` or set OPTCHAT_EMBEDDED_WORKER=on"
-          : "up to date",
-  };
-  const last = injections[0];
-  report.lastInjection = last
-    ? {
-        at: last.createdAt.toISOString(),
-        status: last.status,
-        turn: last.turnId,
-        query: last.query,
-        error: last.error,
-        ...last.detail,
-      }
-    : null;
-  report.recentProblems = problems.map((p) => ({
-    at: p.createdAt.toISOString(),
-    operation: p.operation,
-    code: p.code,
-    message: p.message,
-  }));
+  Object.assign(
+    report,
+    await inspectStoredSession(adapter.memory, session, { workerInThisProcess: process.worker === "running" }),
+  );
   return report;
 }
 

@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import { isOptchatError, OptchatError } from "../core/errors.js";
 import { type Config, redactUrl, resolveConfig } from "../memory/config.js";
+import { inspectStoredSession } from "../memory/inspect.js";
 import { migrateAll } from "../memory/migrate.js";
 import { openMemory, type PayloadPage } from "../memory/service.js";
 import { readStatus } from "../memory/status.js";
@@ -26,6 +27,8 @@ Usage:
   optchat sessions --scope <scope> [--cursor C] [--json]
   optchat import <file.jsonl> [--json]      import sessions and turns from a JSONL file (docs/import.md)
   optchat audit [--json]                    check publications, snapshots, views and reachability; exit 1 on a violation
+  optchat inspect <session> [--json]        a session's health (by optchat id or OpenCode session id): records,
+                                            summaries, publications, failures, lease, last injection, recent problems
   optchat help
 
 Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).`;
@@ -66,6 +69,8 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         return await auditCommand(rest, resolveConfig({ env }), output);
       case "import":
         return await importCommand(rest, resolveConfig({ env }), output);
+      case "inspect":
+        return await inspectCommand(rest, resolveConfig({ env }), output);
       case undefined:
       case "help":
       case "--help":
@@ -408,6 +413,30 @@ async function auditCommand(args: readonly string[], config: Config, output: Out
       );
     }
     return report.ok ? 0 : 1;
+  } finally {
+    await memory.close();
+  }
+}
+
+async function inspectCommand(args: readonly string[], config: Config, output: Output): Promise<number> {
+  const { positionals } = parseCommand(args, {}, 1, "optchat inspect <session> [--json]");
+  const id = positionals[0] as string;
+  const memory = await openMemory(config, { applicationName: "optchat-inspect" });
+  try {
+    // Both kinds of id start with ses_: try ours, then OpenCode's.
+    const session =
+      (await memory.getSession(id).catch(() => undefined)) ?? (await memory.host.findSession("opencode", id));
+    if (!session) {
+      throw new OptchatError(
+        "SESSION_NOT_FOUND",
+        `No session ${id}: give an optchat session id (from \`optchat sessions --scope …\`) or an OpenCode session id that the plugin has seen`,
+        { sessionId: id },
+      );
+    }
+    const report = await inspectStoredSession(memory, session);
+    if (output.json) output.out(JSON.stringify(report));
+    else output.out(JSON.stringify(report, null, 2));
+    return 0;
   } finally {
     await memory.close();
   }

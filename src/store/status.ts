@@ -111,6 +111,8 @@ export interface SessionHealth {
   } | null;
   /** Compactor jobs of every session waiting or running, by queue (the queue is shared). */
   readonly queuedJobs: { readonly node: number; readonly publish: number };
+  /** How long the oldest job that could run has waited for a worker, in seconds (0 when none waits). */
+  readonly oldestWaitingJobSeconds: number;
 }
 
 export async function readSessionHealth(db: Queryable, sessionId: string): Promise<SessionHealth> {
@@ -163,12 +165,18 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
   const row = result.rows[0];
   if (!row) throw new Error("readSessionHealth returned no row");
   const jobs = { node: 0, publish: 0 };
+  let oldestWaitingJobSeconds = 0;
   if (await jobQueueInstalled(db)) {
-    const queued = await db.query<{ name: string; n: number }>(
-      `SELECT name, count(*)::int AS n FROM pgboss.job
+    const queued = await db.query<{ name: string; n: number; oldest: number | null }>(
+      `SELECT name, count(*)::int AS n,
+              extract(epoch FROM now() - min(start_after) FILTER (WHERE state IN ('created', 'retry') AND start_after <= now()))::float8 AS oldest
+         FROM pgboss.job
         WHERE name IN ('optchat-node', 'optchat-publish') AND state < 'completed' GROUP BY name`,
     );
-    for (const q of queued.rows) jobs[q.name === "optchat-node" ? "node" : "publish"] = q.n;
+    for (const q of queued.rows) {
+      jobs[q.name === "optchat-node" ? "node" : "publish"] = q.n;
+      oldestWaitingJobSeconds = Math.max(oldestWaitingJobSeconds, Math.round(q.oldest ?? 0));
+    }
   }
   const turns = row.turns ?? {};
   return {
@@ -212,5 +220,6 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
         }
       : null,
     queuedJobs: jobs,
+    oldestWaitingJobSeconds,
   };
 }

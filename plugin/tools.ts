@@ -47,9 +47,10 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
     }),
     memory_search: tool({
       description:
-        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for words; every word must match. Returns refs with excerpts; open them with memory_zoom.",
+        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for words. By default every word must occur; when nothing has them all, the results with any of them come back, best first (match: any asks for that directly). Returns refs with excerpts; open them with memory_zoom.",
       args: {
-        query: z.string().min(1).max(2000).describe("Words to find (all must occur); CJK text works"),
+        query: z.string().min(1).max(2000).describe("Words to find; CJK text works"),
+        match: z.enum(["all", "any"]).optional().describe("all (default): every word; any: any word, best first"),
         session: z.string().max(200).optional().describe("Only this session (an id from memory_sessions)"),
         before: z.string().max(40).optional().describe("ISO 8601 time: only older matches"),
         after: z.string().max(40).optional().describe("ISO 8601 time: only newer matches"),
@@ -59,15 +60,26 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       async execute(args, ctx) {
         return await run("memory_search", async (adapter) => {
           const turn = await adapter.toolTurn(ctx.sessionID);
-          const answer = await adapter.memory.search(turn, {
-            query: args.query,
-            ...(args.session ? { sessionId: args.session } : {}),
-            ...(args.before ? { before: args.before } : {}),
-            ...(args.after ? { after: args.after } : {}),
-            ...(args.cursor ? { cursor: args.cursor } : {}),
-            limit: args.limit ?? 10,
-          });
-          return renderSearch(args.query, answer);
+          const search = (match: "all" | "any") =>
+            adapter.memory.search(turn, {
+              query: args.query,
+              match,
+              ...(args.session ? { sessionId: args.session } : {}),
+              ...(args.before ? { before: args.before } : {}),
+              ...(args.after ? { after: args.after } : {}),
+              ...(args.cursor ? { cursor: args.cursor } : {}),
+              limit: args.limit ?? 10,
+            });
+          const asked = args.match ?? "all";
+          const answer = await search(asked);
+          // A question rarely has every one of its words in the answer: fall back to any word, and say so.
+          if (answer.hits.length === 0 && asked === "all" && !args.cursor && /\s/.test(args.query.trim())) {
+            const any = await search("any");
+            if (any.hits.length > 0) {
+              return `No text has every word; texts with any of them, best first:\n${renderSearch(args.query, any, "any")}`;
+            }
+          }
+          return renderSearch(args.query, answer, asked);
         });
       },
     }),
@@ -191,7 +203,7 @@ function renderZoom(answer: ZoomAnswer): string {
   }
 }
 
-function renderSearch(query: string, answer: SearchAnswer): string {
+function renderSearch(query: string, answer: SearchAnswer, match: "all" | "any"): string {
   if (answer.hits.length === 0) return `No match for "${escapeMemoryText(query)}" in memory visible to this turn.`;
   return [
     `<memory_search snapshot="${answer.snapshot.publicationHighWater}">`,
@@ -200,6 +212,8 @@ function renderSearch(query: string, answer: SearchAnswer): string {
         `${hit.ref}|${hit.source}${hit.kind ? ` ${hit.kind}` : ""}${hit.occurredAt ? ` ${hit.occurredAt}` : ""}|${escapeMemoryText(hit.excerpt)}`,
     ),
     "</memory_search>",
-    answer.nextCursor ? `more: call memory_search with cursor "${answer.nextCursor}"` : "end of results",
+    answer.nextCursor
+      ? `more: call memory_search with the same query, match "${match}" and cursor "${answer.nextCursor}"`
+      : "end of results",
   ].join("\n");
 }

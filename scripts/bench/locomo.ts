@@ -442,8 +442,9 @@ function keywordQuery(question: string): string | undefined {
 }
 
 interface Variant {
-  readonly name: "question" | "keywords";
+  readonly name: "question" | "keywords" | "any";
   readonly query: (question: string) => string | undefined;
+  readonly match?: "all" | "any";
   readonly overall: Tally;
   readonly byCategory: Map<number, Tally>;
   readonly ms: number[];
@@ -458,6 +459,16 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
     {
       name: "keywords",
       query: keywordQuery,
+      overall: newTally(),
+      byCategory: new Map(),
+      ms: [],
+      sources: {},
+      skipped: 0,
+    },
+    {
+      name: "any",
+      query: (q) => q,
+      match: "any",
       overall: newTally(),
       byCategory: new Map(),
       ms: [],
@@ -532,7 +543,7 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
         const category = variant.byCategory.get(question.category) ?? newTally();
         variant.byCategory.set(question.category, category);
         const start = performance.now();
-        const answer = await memory.search(ctx, { query, limit: 10 });
+        const answer = await memory.search(ctx, { query, limit: 10, match: variant.match ?? "all" });
         variant.ms.push(performance.now() - start);
         for (const hit of answer.hits) variant.sources[hit.source] = (variant.sources[hit.source] ?? 0) + 1;
         for (const tally of [variant.overall, category]) {
@@ -583,12 +594,19 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
     any: "at least one evidence record of the question is found in the top k",
   };
   for (const variant of variants) {
-    emit(BENCH, variant.name === "question" ? "search-recall" : "search-recall-keywords", {
-      query:
-        variant.name === "question"
-          ? "the question text verbatim, limit 10 (top 5 = first 5 hits)"
-          : "DIAGNOSTIC, not the product's behaviour: the question's terms minus a fixed list of English function " +
-            "words (as a model writing a keyword query might), limit 10",
+    const caseName = { question: "search-recall", keywords: "search-recall-keywords", any: "search-recall-any" }[
+      variant.name
+    ];
+    emit(BENCH, caseName, {
+      query: {
+        question: "the question text verbatim, every word required, limit 10 (top 5 = first 5 hits)",
+        keywords:
+          "DIAGNOSTIC, not the product's behaviour: the question's terms minus a fixed list of English function " +
+          "words (as a model writing a keyword query might), limit 10",
+        any:
+          "the question text verbatim with match 'any' (function words dropped, best first): what memory_search " +
+          "answers when no text has every word, limit 10",
+      }[variant.name],
       definitions,
       questionsInData: totalQuestions,
       questionsScored: scored.questions,

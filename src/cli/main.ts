@@ -23,7 +23,8 @@ Usage:
   optchat zoom --scope <scope> <ref> [--json]
                                             open a ref (pub:0+8, <session>:<generation>:0+4) at the scope's latest
                                             snapshot, exactly as a new turn would see it
-  optchat search --scope <scope> <query...> [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]
+  optchat search --scope <scope> <query...> [--any] [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]
+                                            every word must occur, or any of them with --any (best first)
   optchat sessions --scope <scope> [--cursor C] [--json]
   optchat import <file.jsonl> [--json]      import sessions and turns from a JSONL file (docs/import.md)
   optchat audit [--json]                    check publications, snapshots, views and reachability; exit 1 on a violation
@@ -303,7 +304,7 @@ async function scopedCommand(
   const usage = {
     zoom: "optchat zoom --scope <scope> <ref> [--json]",
     search:
-      "optchat search --scope <scope> <query...> [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]",
+      "optchat search --scope <scope> <query...> [--any] [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]",
     sessions: "optchat sessions --scope <scope> [--cursor C] [--json]",
   }[command];
   const flags = {
@@ -312,6 +313,7 @@ async function scopedCommand(
     before: { type: "string" },
     after: { type: "string" },
     cursor: { type: "string" },
+    any: { type: "boolean" },
   } as const;
   let parsed: ReturnType<
     typeof parseArgs<{
@@ -345,6 +347,7 @@ async function scopedCommand(
       if (positionals.length === 0) throw new OptchatError("INPUT_INVALID", `expected a query\nUsage: ${usage}`);
       answer = await memory.search(reader, {
         query: positionals.join(" "),
+        ...(values.any ? { match: "any" as const } : {}),
         ...(values.session ? { sessionId: values.session } : {}),
         ...(values.before ? { before: values.before } : {}),
         ...(values.after ? { after: values.after } : {}),

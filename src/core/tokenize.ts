@@ -252,13 +252,30 @@ export function queryGroups(query: string): string[][] {
 }
 
 /**
- * A tsquery literal for `$1::tsquery` that finds texts containing every word of `query` (AND), each CJK run as a phrase
- * of its bigrams: `'pnpm' & ('部署' <-> '署脚')`. Undefined when the query has no terms (only punctuation, say).
+ * English function words dropped from an "any word" query: matching any text that contains "the" ranks noise (the
+ * LoCoMo bench's natural-language questions found almost nothing with every word required, and everything with any).
  */
-export function toTsqueryLiteral(query: string): string | undefined {
-  const groups = queryGroups(query);
+const FUNCTION_WORDS = new Set(
+  (
+    "a an and are as at be but by can did do does for from had has have he her his how i if in is it its me my no not " +
+    "of on or our she so that the their them then there they this to was we were what when where which who why will " +
+    "with you your"
+  ).split(" "),
+);
+
+/**
+ * A tsquery literal for `$1::tsquery` that finds texts containing every word of `query` (`all`, AND) or any of them
+ * (`any`, OR, function words dropped unless nothing else is left), each CJK run as a phrase of its bigrams:
+ * `'pnpm' & ('部署' <-> '署脚')`. Undefined when the query has no terms (only punctuation, say).
+ */
+export function toTsqueryLiteral(query: string, match: "all" | "any" = "all"): string | undefined {
+  let groups = queryGroups(query);
   if (groups.length === 0) return undefined;
+  if (match === "any") {
+    const content = groups.filter((group) => group.length > 1 || !FUNCTION_WORDS.has(group[0] as string));
+    if (content.length > 0) groups = content;
+  }
   return groups
     .map((group) => (group.length === 1 ? quote(group[0] as string) : `(${group.map(quote).join(" <-> ")})`))
-    .join(" & ");
+    .join(match === "all" ? " & " : " | ");
 }

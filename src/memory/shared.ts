@@ -726,6 +726,8 @@ export interface SearchOptions {
   readonly after?: string;
   readonly cursor?: string;
   readonly limit?: number;
+  /** all (default): every word must occur; any: any word, ranked by how well it matches. */
+  readonly match?: "all" | "any";
 }
 
 export interface SearchAnswer {
@@ -747,7 +749,7 @@ export async function searchFor(
   options: SearchOptions,
 ): Promise<SearchAnswer> {
   const turn = await turnOrThrow(deps.pool, ctx);
-  const tsquery = toTsqueryLiteral(options.query);
+  const tsquery = toTsqueryLiteral(options.query, options.match ?? "all");
   if (!tsquery) throw new InputInvalidError("search", [{ field: "query", problem: "has no searchable words" }]);
   const date = (value: string | undefined, field: string) => {
     if (value === undefined) return undefined;

@@ -70,6 +70,17 @@ describe("search", () => {
     }
   });
 
+  it("finds texts with any of the words when asked, best match first, and still nothing across scopes", async () => {
+    const ctx = { sessionId: reader.sessionId, turnId: "r1" };
+    const question = "which tool does the deploy use instead of npm, pnpm?";
+    expect((await db.memory.search(ctx, { query: question })).hits).toEqual([]);
+    const any = await db.memory.search(ctx, { query: question, match: "any" });
+    expect(any.hits[0]?.ref).toBe(`${writer.sessionId}:0:0+1`);
+    expect(any.hits.every((hit) => hit.excerpt.includes("npm"))).toBe(true);
+    const strangerCtx = { sessionId: stranger.sessionId, turnId: "s1" };
+    expect((await db.memory.search(strangerCtx, { query: question, match: "any" })).hits).toEqual([]);
+  });
+
   it("filters by session and time, pages with a cursor, and rejects a query without words", async () => {
     const ctx = { sessionId: reader.sessionId, turnId: "r1" };
     expect((await db.memory.search(ctx, { query: "部署", sessionId: reader.sessionId })).hits).toEqual([]);

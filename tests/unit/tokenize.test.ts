@@ -86,6 +86,13 @@ describe("tokenize: CJK bigrams", () => {
     expect(matches(tokenize("部署脚本用 pnpm 而不是 npm"), "部本")).toBe(false);
   });
 
+  it("asks for any word, without function words, when match is any", () => {
+    expect(toTsqueryLiteral("What did Caroline paint?")).toBe("'what' & 'did' & 'caroline' & 'paint'");
+    expect(toTsqueryLiteral("What did Caroline paint?", "any")).toBe("'caroline' | 'paint'");
+    expect(toTsqueryLiteral("what is it", "any")).toBe("'what' | 'is' | 'it'");
+    expect(toTsqueryLiteral("pnpm 部署脚本", "any")).toBe("'pnpm' | ('部署' <-> '署脚' <-> '脚本')");
+  });
+
   it("makes a 1-character run a single term", () => {
     expect(terms("用 x 第3章")).toEqual(["用", "x", "第", "3", "章"]);
     expect(toTsqueryLiteral("用")).toBe("'用'");

@@ -377,7 +377,9 @@ export class OpencodeAdapter {
     const open = [...state.turns.values()].filter((t) => !t.finished);
     // OpenCode 1.18.33 emits idle before the final message on error paths: a step still in flight decides later.
     if (open.some((t) => t.lastStep !== undefined && !t.lastStep.final && t.ending === undefined)) return;
-    const stopped = open.filter((t) => t.ending === undefined).map((t) => t.turnId);
+    // A turn with no step yet is queued behind the one that just went idle (OpenCode may go idle between queued
+    // prompts): its own steps decide. Seen under CI load: a queued prompt read as interrupted.
+    const stopped = open.filter((t) => t.ending === undefined && t.assistantMessages.size > 0).map((t) => t.turnId);
     const outcome = state.pendingError ? "failed" : "interrupted";
     const admitted = state.turns.size;
     this.enqueue(state, "idle", async (session) => {

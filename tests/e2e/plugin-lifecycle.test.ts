@@ -113,7 +113,19 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     );
     await server.prompt(session, "QUEUE-2 queued second");
     await server.prompt(session, "QUEUE-3 queued third REPLY=both answered");
-    await new Promise((resolve) => setTimeout(resolve, 1_000)); // let both be admitted while the tool still runs
+    // Both queued prompts admitted (so queued in OpenCode) while the first turn's tool still runs.
+    await retrying(
+      async () => {
+        const admitted = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
+            WHERE s.host_session_id = $1::text`,
+          [session],
+        );
+        expect(admitted.rows[0]?.n).toBe(3);
+      },
+      WAIT,
+      "the queued prompts' admission",
+    );
     writeFileSync(join(queueDir, "queue.flag"), "go");
     await retrying(
       async () => {

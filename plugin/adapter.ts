@@ -386,8 +386,8 @@ export class OpencodeAdapter {
       for (const turnId of stopped) {
         const turn = state.turns.get(turnId);
         if (!turn || turn.finished || turn.ending !== undefined) continue;
-        // The turn stopped without a final answer: after tool calls (e.g. a rejected permission), or before any
-        // model step (e.g. our own refusal of the request).
+        // The turn stopped without a final answer, after tool calls (e.g. a rejected permission: no error, no
+        // further step). Our own refusal in chat.params ends with an errored step, so it is already failed.
         await this.finish(state, session, turnId, outcome);
       }
       if (state.turns.size === admitted) {

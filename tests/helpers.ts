@@ -84,16 +84,7 @@ export function readFixture<T = unknown>(name: string): T {
 }
 
 /** A deterministic pseudo-random generator (mulberry32) so shuffles are reproducible from a printed seed. */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { seededRandom } from "../scripts/bench/common.js";
 
 export function shuffled<T>(items: readonly T[], random: () => number): T[] {
   const out = [...items];
@@ -289,4 +280,33 @@ export async function startPluginWorld(): Promise<PluginWorld> {
       await database.drop();
     },
   };
+}
+
+/**
+ * A session with one finished turn of three 240-byte messages on `theme`: each message is a free session node, but the
+ * publication leaf over their cover needs the summarizer (the fixture of the publication failure and crash tests).
+ */
+export async function finishTurnNeedingSummary(
+  memory: Memory,
+  input: { hostSessionId: string; projectId: string; theme: string; day: number },
+): Promise<{ sessionId: string; turnId: string }> {
+  const session = await memory.openSession({
+    host: "test",
+    hostSessionId: input.hostSessionId,
+    projectId: input.projectId,
+  });
+  const ctx = { sessionId: session.sessionId, turnId: "t1" };
+  await memory.admitTurn(ctx);
+  for (let k = 0; k < 3; k++) {
+    await memory.ingest({
+      sessionId: session.sessionId,
+      turnId: "t1",
+      kind: k === 0 ? "user" : "assistant",
+      finalization: { hostSessionId: input.hostSessionId, messageId: `m${k}` },
+      occurredAt: new Date(Date.UTC(2026, 10, input.day, 7, k)).toISOString(),
+      content: `message ${k}: ${`${input.theme} `.repeat(4)}`.slice(0, 240),
+    });
+  }
+  await memory.finishTurn(ctx, "completed");
+  return ctx;
 }

@@ -53,6 +53,7 @@ import {
   note,
   round,
   scratchDatabaseName,
+  seededRandom,
   summarizeLatencies,
   withDatabase,
 } from "./common.js";
@@ -94,18 +95,6 @@ function readSettings(): Settings {
 
 export function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
-}
-
-/** A deterministic pseudo-random generator (mulberry32). */
-export function seededRandom(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Runs `run` over `items` with at most `limit` calls in flight; results in input order. */

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { NODE_BYTES, SIZE_TRIES } from "../../src/core/summary.js";
 import { readStatus } from "../../src/memory/status.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, finishTurnNeedingSummary, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ failureRetrySeconds: 1 });
 const LONG = `user: please keep the retry policy at three attempts. ${"because the broker redelivers anyway; ".repeat(40)}`;
@@ -102,24 +102,14 @@ describe("compactor failures", () => {
   });
 
   it("keeps retrying a publication whose summary fails, visibly, and publishes it once the summarizer works", async () => {
-    const session = await db.memory.openSession({ host: "test", hostSessionId: "pub-fail", projectId: "prj_pub_fail" });
-    const ctx = { sessionId: session.sessionId, turnId: "t1" };
-    await db.memory.admitTurn(ctx);
-    // Three messages of ~240 bytes: their session nodes are free, the publication leaf needs the summarizer.
-    for (let k = 0; k < 3; k++) {
-      await db.memory.ingest({
-        sessionId: session.sessionId,
-        turnId: "t1",
-        kind: k === 0 ? "user" : "assistant",
-        finalization: { hostSessionId: "pub-fail", messageId: `m${k}` },
-        occurredAt: new Date(Date.UTC(2026, 10, 24, 7, k)).toISOString(),
-        content: `message ${k}: ${"the rollout waits for the canary to stay green for an hour. ".repeat(4)}`.slice(
-          0,
-          240,
-        ),
-      });
-    }
-    await db.memory.finishTurn(ctx, "completed");
+    // Three messages of 240 bytes: their session nodes are free, the publication leaf needs the summarizer.
+    const ctx = await finishTurnNeedingSummary(db.memory, {
+      hostSessionId: "pub-fail",
+      projectId: "prj_pub_fail",
+      theme: "the rollout waits for the canary to stay green for an hour.",
+      day: 24,
+    });
+    const session = { sessionId: ctx.sessionId };
     const events: CompactorEvent[] = [];
     const failing = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
     try {

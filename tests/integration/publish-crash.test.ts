@@ -1,5 +1,11 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import {
+  eventually,
+  finishTurnNeedingSummary,
+  startWorkerProcess,
+  useTestMemory,
+  type WorkerProcess,
+} from "../helpers.js";
 
 const db = useTestMemory();
 const workers: WorkerProcess[] = [];
@@ -23,24 +29,13 @@ describe("crash boundaries of the publish path", () => {
       OPTCHAT_WORKER_CONCURRENCY: "2",
     });
     workers.push(slow);
-    const session = await db.memory.openSession({ host: "test", hostSessionId: "crash", projectId: "prj_crash" });
-    const ctx = { sessionId: session.sessionId, turnId: "t1" };
-    await db.memory.admitTurn(ctx);
-    // Three messages of ~250 bytes: their session nodes are free, the publication leaf (740 bytes of cover) is not.
-    for (let k = 0; k < 3; k++) {
-      await db.memory.ingest({
-        sessionId: session.sessionId,
-        turnId: "t1",
-        kind: k === 0 ? "user" : "assistant",
-        finalization: { hostSessionId: "crash", messageId: `m${k}` },
-        occurredAt: new Date(Date.UTC(2026, 10, 23, 7, k)).toISOString(),
-        content: `message ${k}: ${"the migration plan keeps both schemas readable until the switch. ".repeat(4)}`.slice(
-          0,
-          240,
-        ),
-      });
-    }
-    await db.memory.finishTurn(ctx, "completed");
+    // Three messages of 240 bytes: their session nodes are free, the publication leaf needs the summarizer.
+    await finishTurnNeedingSummary(db.memory, {
+      hostSessionId: "crash",
+      projectId: "prj_crash",
+      theme: "the migration plan keeps both schemas readable until the switch.",
+      day: 23,
+    });
     await eventually(
       async () => {
         const { rows } = await db.memory.pool.query(

@@ -63,6 +63,8 @@ interface SessionState {
   opening: Promise<Session | undefined> | undefined;
   /** Serial work for this session (ingestion, finishing): OpenCode does not wait for the event hook. */
   queue: Promise<void>;
+  /** The last admission of this session: the next one waits for it (chat.message calls overlap for queued prompts). */
+  admissions: Promise<void>;
   /** Turns admitted by this process, by the user message that opened them, in admission order. */
   readonly turns: Map<string, OpenTurn>;
   /** User message → the turn it belongs to (a turn's own message, or a continuation's synthetic one). */
@@ -191,10 +193,19 @@ export class OpencodeAdapter {
     const state = this.state(hostSessionId);
     // Counted from the first await: an idle job of the previous turn must not release the lease claimed here.
     state.admitting += 1;
+    // One admission at a time per session, in the order OpenCode called the hook: prompts queued during a tool loop
+    // are admitted concurrently, and the memory's turn order (boundaries, publication order) must be the host's.
+    const previous = state.admissions;
+    let admitted!: () => void;
+    state.admissions = new Promise<void>((resolve) => {
+      admitted = resolve;
+    });
     try {
+      await previous;
       await this.admitCounted(state, hostSessionId, message, parts);
     } finally {
       state.admitting -= 1;
+      admitted();
     }
   }
 
@@ -420,15 +431,17 @@ export class OpencodeAdapter {
     turnId: string,
     outcome: "completed" | "interrupted" | "failed",
   ): Promise<void> {
-    // Queued prompts answered together (OpenCode 1.18.33 facts §2): every earlier open turn ends with this one.
-    for (const turn of state.turns.values()) {
-      if (turn.finished) {
-        if (turn.turnId === turnId) break;
-        continue;
-      }
+    // Queued prompts answered together (OpenCode 1.18.33 facts §2): one reply whose parent is the last of them, so
+    // every open turn opened by an earlier user message ends with this one. "Earlier" is the host's order: `msg_` ids
+    // ascend over time (facts, "IDs ascend"), while the map's insertion order is only the order admissions finished
+    // (seen under CI load before admissions were serialized: the third prompt admitted before the second, which then
+    // stayed active forever).
+    const ending = [...state.turns.values()]
+      .filter((turn) => !turn.finished && turn.turnId <= turnId)
+      .sort((a, b) => (a.turnId < b.turnId ? -1 : a.turnId > b.turnId ? 1 : 0));
+    for (const turn of ending) {
       await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
       turn.finished = true;
-      if (turn.turnId === turnId) break;
     }
   }
 
@@ -652,6 +665,7 @@ export class OpencodeAdapter {
         session: undefined,
         opening: undefined,
         queue: Promise.resolve(),
+        admissions: Promise.resolve(),
         turns: new Map(),
         turnOfMessage: new Map(),
         pinned: new Map(),

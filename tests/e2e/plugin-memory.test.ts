@@ -86,12 +86,14 @@ afterAll(async () => {
 describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () => {
   const decision = "Decision: the job queue uses Postgres LISTEN/NOTIFY, not Redis, because we already run Postgres.";
   let sessionA: string;
+  let decisionSeq: number;
 
   it("shows A's published decision in B's first request without any tool call, and B zooms down to A's original", async () => {
     sessionA = await serverA.createSession("A");
     await ask(serverA, sessionA, `${decision} REPLY=Agreed: LISTEN/NOTIFY.`);
     const published = await waitForPublication("LISTEN/NOTIFY, not Redis");
     expect(published.outcome).toBe("completed");
+    decisionSeq = published.seq;
 
     const sessionB = await serverB.createSession("B");
     await ask(serverB, sessionB, "Q1: what does our queue use? REPLY=Looking at shared memory.");
@@ -144,6 +146,43 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
     expect(textOutsideMemory(request)).not.toContain("LISTEN/NOTIFY");
     // B's own first turn was replaced by memory, not sent again as native history.
     expect(textOutsideMemory(request)).not.toContain("ISO-1 Proposal");
+  });
+
+  it("refuses another project's refs in every memory tool and shows none of its memory (scope enforcement)", async () => {
+    // A third terminal in another directory: another scope, same database. It is given A's real refs.
+    const envC = await world.env();
+    const found = await db.query<{ session_id: string }>(
+      "SELECT session_id FROM optchat.sessions WHERE host_session_id = $1::text",
+      [sessionA],
+    );
+    const sessionRef = `${found.rows[0]?.session_id}:0:0+1`;
+    const calls = [
+      { name: "memory_zoom", args: { ref: `pub:${decisionSeq}+1` } },
+      { name: "memory_zoom", args: { ref: sessionRef } },
+      { name: "memory_date", args: { ref: sessionRef } },
+      { name: "memory_search", args: { query: "LISTEN/NOTIFY Redis" } },
+      { name: "memory_sessions", args: {} },
+    ];
+    const run = await runOpencode(envC, `SCOPE-1 PARALLEL=${JSON.stringify(calls)} END`, { timeoutMs: WAIT });
+    expect(run.code).toBe(0);
+    const requests = requestsFor(model.requests(), "SCOPE-1");
+    const after = requests.at(-1) as never;
+    const results = toolResults(after);
+    // Each result by the call it answers (the assistant message lists the calls with their ids, in call order).
+    const answered = messagesOf(after)
+      .flatMap((m) => m.tool_calls ?? [])
+      .map((call) => results.get(call.id) ?? "");
+    expect(answered).toHaveLength(calls.length);
+    const [zoomPub, zoomSession, date, search, sessions] = answered as string[];
+    // A foreign ref is refused exactly like a ref that does not exist: nothing says it exists elsewhere.
+    for (const refused of [zoomPub, zoomSession, date]) expect(refused).toMatch(/REF_NOT_FOUND/);
+    expect(search).toMatch(/^No match for/);
+    expect(sessions).toContain("<memory_sessions");
+    expect(sessions).not.toContain(found.rows[0]?.session_id as string);
+    // Neither the memory blocks nor any tool result of C's requests carry A's decision.
+    for (const request of requests) {
+      expect(JSON.stringify((request as { body: unknown }).body)).not.toContain("because we already run Postgres");
+    }
   });
 
   it("keeps B's tool loop on its pinned snapshot while A publishes, and shows A's publication at B's next turn", async () => {

@@ -29,6 +29,13 @@ import {
 
 export const HOST = "opencode";
 
+/**
+ * How long a session must stay idle before turns its idle left undecided are ended (see `scheduleIdleCheck`). OpenCode
+ * 1.18.33 sends the final message a few ms after the first idle on error paths, and goes busy again at once when a
+ * queued prompt follows: seconds are ample, and a stuck turn holds the lease no longer than this.
+ */
+const IDLE_GRACE_MS = 5_000;
+
 /** What the adapter needs from OpenCode beyond hook arguments (absent when the client does not answer). */
 export interface HostLookups {
   /** The parent session of a host session, when it is a subagent's. */
@@ -73,6 +80,8 @@ interface SessionState {
   seqs: Map<string, number> | undefined;
   readonly ingested: Set<string>;
   lease: { fence: number; timer: ReturnType<typeof setInterval> | undefined } | undefined;
+  /** A release on its way to the database: the next claim waits for it (it could otherwise land after the claim). */
+  releasing: Promise<void> | undefined;
   /** The fence of this process's last claim: a jump means another process drove the session in between. */
   lastFence: number | undefined;
   admitting: number;
@@ -87,6 +96,10 @@ interface SessionState {
   /** The last complete assembly, for the later steps of the same turn. */
   assembled: { turnId: string; context: AssembledContext } | undefined;
   busy: boolean;
+  /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
+  idleSince: number | undefined;
+  /** A pending look at turns an idle could not decide (see `scheduleIdleCheck`). */
+  idleCheck: { timer: ReturnType<typeof setTimeout>; turnIds: Set<string> } | undefined;
 }
 
 export interface AdapterStatus {
@@ -160,6 +173,7 @@ export class OpencodeAdapter {
       // Unfinished turns keep their claim until it expires (another process may then take over), but no timer may
       // outlive the pool it renews through.
       if (state.lease?.timer) clearInterval(state.lease.timer);
+      if (state.idleCheck) clearTimeout(state.idleCheck.timer);
     }
     await this.worker?.stop(5_000).catch(() => {});
     await this.memory.close().catch(() => {});
@@ -224,6 +238,15 @@ export class OpencodeAdapter {
       // snapshot and boundary come after them, as the user saw them.
       await state.queue;
       await this.reconcile(state, session);
+      // A prompt to an idle session: turns of this process still open were stopped (their idle check may not have run
+      // yet); they must not be ended as this turn's queued predecessors when its reply comes.
+      if (state.idleSince !== undefined) {
+        await this.endStoppedTurns(
+          state,
+          session,
+          [...state.turns.values()].filter((turn) => !turn.finished),
+        );
+      }
       const query = requestQuery(parts);
       const turn = await this.memory.admitTurn({
         sessionId: session.sessionId,
@@ -292,9 +315,12 @@ export class OpencodeAdapter {
           const status = props.status as { type?: string } | undefined;
           const sessionId = props.sessionID as string | undefined;
           if (status?.type === "idle" && sessionId) this.onIdle(sessionId);
-          if (status?.type === "busy" && sessionId) {
+          if ((status?.type === "busy" || status?.type === "retry") && sessionId) {
             const state = this.sessions.get(sessionId);
-            if (state) state.busy = true;
+            if (state) {
+              state.busy = true;
+              state.idleSince = undefined;
+            }
           }
           return;
         }
@@ -335,10 +361,7 @@ export class OpencodeAdapter {
     if (step.terminal) turn.ending = step.outcome;
     const parts = [...(this.messages.get(info.id)?.parts.values() ?? [])];
     this.enqueue(state, "ingest", async (session) => {
-      if (!turn.admitted) {
-        state.pinned.set(turnId, await this.memory.admitTurn({ sessionId: session.sessionId, turnId }));
-        turn.admitted = true;
-      }
+      await this.pinnedTurn(state, session, turnId);
       const started = performance.now();
       const drafts = assistantRecordDrafts(info, parts);
       await this.ingestDrafts(state, session, turnId, info.id, info.time?.completed, drafts);
@@ -382,14 +405,17 @@ export class OpencodeAdapter {
   private onIdle(hostSessionId: string): void {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;
+    state.idleSince ??= Date.now();
     // Decided on the turns open when the event arrived: a stale idle (OpenCode sends two per turn, and the queue may
     // run them late) must never end a turn admitted after it (seen under CI load: a completed turn read as
     // interrupted). A turn with a terminal step is finished by that step's own job, queued before this one.
     const open = [...state.turns.values()].filter((t) => !t.finished);
-    // OpenCode 1.18.33 emits idle before the final message on error paths: a step still in flight decides later.
-    if (open.some((t) => t.lastStep !== undefined && !t.lastStep.final && t.ending === undefined)) return;
-    // A turn with no step yet is queued behind the one that just went idle (OpenCode may go idle between queued
-    // prompts): its own steps decide. Seen under CI load: a queued prompt read as interrupted.
+    // Undecided here: a step still in flight (OpenCode 1.18.33 emits idle just before the final message on error
+    // paths) and a turn with no step yet (a queued prompt: the reply to a later one may answer it). Looked at again
+    // once the session has stayed idle for a while.
+    const undecided = open.filter((t) => t.ending === undefined && (t.assistantMessages.size === 0 || inFlight(t)));
+    if (undecided.length > 0) this.scheduleIdleCheck(state, undecided);
+    if (open.some(inFlight)) return;
     const stopped = open.filter((t) => t.ending === undefined && t.assistantMessages.size > 0).map((t) => t.turnId);
     const outcome = state.pendingError ? "failed" : "interrupted";
     const admitted = state.turns.size;
@@ -407,6 +433,53 @@ export class OpencodeAdapter {
       }
       await this.releaseLease(state);
     });
+  }
+
+  /**
+   * Turns an idle could not decide end once OpenCode has kept the session idle for IDLE_GRACE_MS: it will not go on
+   * with them (a step that never completes, a queued prompt dropped by an abort, a final step whose ingestion failed).
+   * They end as interrupted (or with their terminal step's outcome) and the lease is released, so a stuck turn never
+   * holds the session against other processes. Any busy status in between hands the decision to the next idle.
+   */
+  private scheduleIdleCheck(state: SessionState, turns: readonly OpenTurn[]): void {
+    if (state.idleCheck) {
+      for (const turn of turns) state.idleCheck.turnIds.add(turn.turnId);
+      return;
+    }
+    const turnIds = new Set(turns.map((turn) => turn.turnId));
+    const look = (wait: number) => {
+      const timer = setTimeout(() => {
+        if (this.closed) return;
+        const idleFor = state.idleSince === undefined ? undefined : Date.now() - state.idleSince;
+        if (idleFor === undefined) {
+          state.idleCheck = undefined;
+          return;
+        }
+        if (idleFor < IDLE_GRACE_MS) {
+          look(IDLE_GRACE_MS - idleFor);
+          return;
+        }
+        state.idleCheck = undefined;
+        this.enqueue(state, "idle", async (session) => {
+          if (state.idleSince === undefined) return;
+          const stuck = [...turnIds].flatMap((id) => state.turns.get(id) ?? []).filter((turn) => !turn.finished);
+          await this.endStoppedTurns(state, session, stuck);
+          await this.releaseLease(state);
+        });
+      }, wait);
+      timer.unref?.();
+      state.idleCheck = { timer, turnIds };
+    };
+    look(IDLE_GRACE_MS);
+  }
+
+  /** Ends turns OpenCode stopped working on: with their terminal step's outcome when one was seen, else interrupted. */
+  private async endStoppedTurns(state: SessionState, session: Session, turns: readonly OpenTurn[]): Promise<void> {
+    for (const turn of [...turns].sort(byTurnId)) {
+      if (turn.finished) continue;
+      await this.finishTurns(state, session, [turn], turn.ending ?? "interrupted");
+      this.log("info", `optchat: turn ${turn.turnId} of ${state.hostSessionId} ended without a final answer`);
+    }
   }
 
   private onHistoryRewritten(hostSessionId: string, messageId: string | undefined): void {
@@ -436,12 +509,28 @@ export class OpencodeAdapter {
     // ascend over time (facts, "IDs ascend"), while the map's insertion order is only the order admissions finished
     // (seen under CI load before admissions were serialized: the third prompt admitted before the second, which then
     // stayed active forever).
-    const ending = [...state.turns.values()]
-      .filter((turn) => !turn.finished && turn.turnId <= turnId)
-      .sort((a, b) => (a.turnId < b.turnId ? -1 : a.turnId > b.turnId ? 1 : 0));
-    for (const turn of ending) {
-      await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
-      turn.finished = true;
+    const ending = [...state.turns.values()].filter((turn) => !turn.finished && turn.turnId <= turnId).sort(byTurnId);
+    await this.finishTurns(state, session, ending, outcome);
+  }
+
+  /**
+   * Records the outcome of each turn. One failure does not stop the others; a turn whose outcome could not be written
+   * stays open here (a later idle or admission tries again) and the failure is recorded for memory_inspect.
+   */
+  private async finishTurns(
+    state: SessionState,
+    session: Session,
+    turns: readonly OpenTurn[],
+    outcome: "completed" | "interrupted" | "failed",
+  ): Promise<void> {
+    for (const turn of turns) {
+      try {
+        // A continuation turn that never reached a request or a tool has no row: nothing to record.
+        if (turn.admitted) await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
+        turn.finished = true;
+      } catch (error) {
+        await this.problem("finish", state.hostSessionId, error);
+      }
     }
   }
 
@@ -672,6 +761,7 @@ export class OpencodeAdapter {
         seqs: undefined,
         ingested: new Set(),
         lease: undefined,
+        releasing: undefined,
         lastFence: undefined,
         admitting: 0,
         reconciled: false,
@@ -682,6 +772,8 @@ export class OpencodeAdapter {
         lastInjection: undefined,
         assembled: undefined,
         busy: false,
+        idleSince: undefined,
+        idleCheck: undefined,
       };
       this.sessions.set(hostSessionId, state);
     }
@@ -694,6 +786,7 @@ export class OpencodeAdapter {
     if (!state) return;
     this.enqueue(state, "lifecycle", async () => {
       if (state.lease?.timer) clearInterval(state.lease.timer);
+      if (state.idleCheck) clearTimeout(state.idleCheck.timer);
       state.lease = undefined;
       for (const [id, entry] of this.messages)
         if (entry.parts.values().next().value?.sessionID === hostSessionId) this.messages.delete(id);
@@ -745,6 +838,8 @@ export class OpencodeAdapter {
   private async claimLease(state: SessionState, session: Session): Promise<void> {
     const ttlMs = this.config.plugin.leaseSeconds * 1000;
     let claim: Awaited<ReturnType<Memory["host"]["claimLease"]>>;
+    // A claim that overtook this process's own release (another pool connection) would be expired by it.
+    await state.releasing;
     try {
       claim = await this.memory.host.claimLease({ sessionId: session.sessionId, holder: this.holder, ttlMs });
       if (!claim.acquired && claim.expiresAt.getTime() <= Date.now()) {
@@ -784,7 +879,8 @@ export class OpencodeAdapter {
         this.memory.host
           .renewLease({ sessionId: session.sessionId, holder: this.holder, fence, ttlMs })
           .then((held) => {
-            if (held) return;
+            // A newer claim may have replaced this lease while the renewal was on its way: leave that one alone.
+            if (held || state.lease?.fence !== fence) return;
             if (state.lease?.timer) clearInterval(state.lease.timer);
             state.lease = undefined;
             void this.problem(
@@ -806,9 +902,15 @@ export class OpencodeAdapter {
     if (state.admitting > 0 || [...state.turns.values()].some((t) => !t.finished)) return;
     if (lease.timer) clearInterval(lease.timer);
     state.lease = undefined;
-    await this.memory.host
+    const releasing = this.memory.host
       .releaseLease({ sessionId: state.session.sessionId, holder: this.holder, fence: lease.fence })
-      .catch((error) => this.problem("lease", state.hostSessionId, error));
+      .then(
+        () => undefined,
+        (error) => this.problem("lease", state.hostSessionId, error),
+      );
+    state.releasing = releasing;
+    await releasing;
+    if (state.releasing === releasing) state.releasing = undefined;
   }
 
   /**
@@ -817,22 +919,34 @@ export class OpencodeAdapter {
    */
   private async reconcile(state: SessionState, session: Session): Promise<void> {
     if (state.reconciled) return;
-    state.reconciled = true;
-    const stale = await this.memory.host.activeTurns(session.sessionId);
-    for (const turn of stale) {
-      if (state.turns.has(turn.turnId)) continue;
-      await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, "interrupted");
-      this.log(
-        "info",
-        `optchat: turn ${turn.turnId} of ${state.hostSessionId} was left unfinished by a stopped process; recorded as interrupted`,
-      );
+    try {
+      const stale = await this.memory.host.activeTurns(session.sessionId);
+      for (const turn of stale) {
+        if (state.turns.has(turn.turnId)) continue;
+        await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, "interrupted");
+        this.log(
+          "info",
+          `optchat: turn ${turn.turnId} of ${state.hostSessionId} was left unfinished by a stopped process; recorded as interrupted`,
+        );
+      }
+      state.reconciled = true;
+    } catch (error) {
+      // The new turn is admitted anyway; the next admission tries again.
+      await this.problem("reconcile", state.hostSessionId, error);
     }
   }
 
   private async pinnedTurn(state: SessionState, session: Session, turnId: string): Promise<Turn> {
     const known = state.pinned.get(turnId);
     if (known) return known;
-    const turn = await this.memory.getTurn({ sessionId: session.sessionId, turnId });
+    const open = state.turns.get(turnId);
+    // A continuation turn (OpenCode going on by itself after a native compaction) is admitted by whatever needs it
+    // first: its first request, a memory tool in it, or its first step's ingestion (admission is idempotent).
+    const turn =
+      open && !open.admitted
+        ? await this.memory.admitTurn({ sessionId: session.sessionId, turnId })
+        : await this.memory.getTurn({ sessionId: session.sessionId, turnId });
+    if (open) open.admitted = true;
     state.pinned.set(turnId, turn);
     return turn;
   }
@@ -949,6 +1063,16 @@ export function projectScopeId(project: { id: string; worktree: string; director
   if (project.id !== "global") return safeId(project.id);
   const where = project.directory ?? project.worktree;
   return `global-${createHash("sha256").update(where).digest("hex").slice(0, 16)}`;
+}
+
+/** A turn whose latest step has started and not completed. */
+function inFlight(turn: OpenTurn): boolean {
+  return turn.lastStep !== undefined && !turn.lastStep.final && turn.ending === undefined;
+}
+
+/** The host's order of turns: OpenCode 1.18.33's `msg_` ids ascend over time (facts, "IDs ascend"). */
+function byTurnId(a: OpenTurn, b: OpenTurn): number {
+  return a.turnId < b.turnId ? -1 : a.turnId > b.turnId ? 1 : 0;
 }
 
 function holderIsDead(holder: string): boolean {

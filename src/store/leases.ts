@@ -37,7 +37,11 @@ export async function claimSessionLease(
   return { acquired: false, holder: lease?.holder ?? "(released)", expiresAt: lease?.expires_at ?? new Date(0) };
 }
 
-/** Extends a lease still held under `fence`; false when it was lost (expired and taken by another holder). */
+/**
+ * Extends a lease still held under `fence`; false when it was lost or ended (expired, released, or taken by another
+ * holder). An ended lease is never revived: a renewal sent before a release can arrive after it (another connection of
+ * the pool), and would otherwise hold the session against every other process for a whole TTL.
+ */
 export async function renewSessionLease(
   db: Queryable,
   input: { sessionId: string; holder: string; fence: number; ttlMs: number },
@@ -45,7 +49,7 @@ export async function renewSessionLease(
   const result = await db.query(
     `UPDATE optchat.session_leases
         SET renewed_at = now(), expires_at = now() + $4::int * interval '1 millisecond'
-      WHERE session_id = $1::text AND holder = $2::text AND fence = $3::bigint`,
+      WHERE session_id = $1::text AND holder = $2::text AND fence = $3::bigint AND expires_at >= now()`,
     [input.sessionId, input.holder, input.fence, input.ttlMs],
   );
   return (result.rowCount ?? 0) > 0;

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
@@ -10,6 +11,10 @@ import { createTestDatabase, retrying } from "../helpers.js";
  * hits only by chance (the e2e suite proves the same behaviours with real OpenCode 1.18.33). Real Postgres; the two
  * OpenCode client lookups answer "unknown".
  */
+
+/** The adapter's IDLE_GRACE_MS, and a margin for a loaded machine. */
+const IDLE_GRACE_MS = 5_000;
+const AFTER_GRACE_MS = IDLE_GRACE_MS + 10_000;
 
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
 let adapter: OpencodeAdapter;
@@ -33,64 +38,157 @@ afterAll(async () => {
   await database?.drop();
 });
 
-const SESSION = "ses_adapter_queue";
 let clock = Date.UTC(2026, 10, 30, 9, 0, 0);
 
-function userMessage(id: string, text: string): { info: HostMessageInfo; parts: HostPart[] } {
+/** A user message as `chat.message` receives it; the hook call is `adapter.admit`. */
+async function prompt(session: string, id: string, text: string): Promise<void> {
   clock += 1000;
-  return {
-    info: { id, sessionID: SESSION, role: "user", time: { created: clock } },
-    parts: [{ id: `prt_${id}`, messageID: id, sessionID: SESSION, type: "text", text }],
-  };
+  await adapter.admit(session, { id, sessionID: session, role: "user", time: { created: clock } }, [
+    { id: `prt_${id}`, messageID: id, sessionID: session, type: "text", text },
+  ] satisfies HostPart[]);
+}
+
+/** An assistant step that has started (no `time.completed` yet). */
+function stepStarted(session: string, id: string, parentID: string): void {
+  clock += 1000;
+  adapter.onEvent({
+    type: "message.updated",
+    properties: { info: { id, sessionID: session, role: "assistant", parentID, time: { created: clock } } },
+  });
 }
 
 /** The events of one finished assistant step: its text part, then the message with `time.completed`. */
-function assistantStep(id: string, parentID: string, finish: string, text: string): void {
+function stepFinished(
+  session: string,
+  id: string,
+  parentID: string,
+  end: { finish?: string; error?: HostMessageInfo["error"] },
+  text = "an answer",
+): void {
   clock += 1000;
   adapter.onEvent({
     type: "message.part.updated",
-    properties: { part: { id: `prt_${id}`, messageID: id, sessionID: SESSION, type: "text", text } },
+    properties: { part: { id: `prt_${id}`, messageID: id, sessionID: session, type: "text", text } },
   });
   adapter.onEvent({
     type: "message.updated",
     properties: {
-      info: { id, sessionID: SESSION, role: "assistant", parentID, finish, time: { created: clock, completed: clock } },
+      info: { id, sessionID: session, role: "assistant", parentID, ...end, time: { created: clock, completed: clock } },
     },
   });
 }
 
-async function turnStates(): Promise<Record<string, string>> {
-  const session = await memory.host.findSession("opencode", SESSION);
-  if (!session) return {};
+function status(session: string, type: "busy" | "idle"): void {
+  adapter.onEvent({ type: "session.status", properties: { sessionID: session, status: { type } } });
+  if (type === "idle") adapter.onEvent({ type: "session.idle", properties: { sessionID: session } });
+}
+
+async function turnStates(session: string, ids: readonly string[]): Promise<Record<string, string>> {
+  const found = await memory.host.findSession("opencode", session);
+  if (!found) return {};
   const states: Record<string, string> = {};
-  for (const id of ["msg_001", "msg_002", "msg_003"]) {
-    const turn = await memory.getTurn({ sessionId: session.sessionId, turnId: id }).catch(() => undefined);
+  for (const id of ids) {
+    const turn = await memory.getTurn({ sessionId: found.sessionId, turnId: id }).catch(() => undefined);
     if (turn) states[id] = turn.state;
   }
   return states;
 }
 
+/** True while the session's lease row is unexpired (some process may prompt it only after that). */
+async function leaseHeld(session: string): Promise<boolean> {
+  const { rows } = await memory.pool.query<{ held: boolean }>(
+    `SELECT l.expires_at >= now() AS held FROM optchat.session_leases l
+       JOIN optchat.sessions s ON s.session_id = l.session_id WHERE s.host_session_id = $1::text`,
+    [session],
+  );
+  return rows[0]?.held ?? false;
+}
+
+async function expectStates(session: string, expected: Record<string, string>, timeoutMs = 10_000): Promise<void> {
+  await retrying(
+    async () => {
+      expect(await turnStates(session, Object.keys(expected))).toEqual(expected);
+    },
+    timeoutMs,
+    `turn states ${JSON.stringify(expected)}`,
+  );
+}
+
 describe("OpenCode adapter turn bookkeeping", () => {
   it("ends every queued turn with the reply to the last one, whatever order their admissions finished in", async () => {
-    const first = userMessage("msg_001", "QUEUE-1 run the slow tool");
-    await adapter.admit(SESSION, first.info, first.parts);
-    assistantStep("msg_101", "msg_001", "tool-calls", "running the tool");
+    const s = "ses_adapter_queue";
+    await prompt(s, "msg_001", "QUEUE-1 run the slow tool");
+    status(s, "busy");
+    stepFinished(s, "msg_101", "msg_001", { finish: "tool-calls" }, "running the tool");
     // Two prompts queued during the tool loop; the third's chat.message completed before the second's (OpenCode does
     // not serialize the hook calls of two prompt_async requests).
-    const third = userMessage("msg_003", "QUEUE-3 queued third");
-    const second = userMessage("msg_002", "QUEUE-2 queued second");
-    await adapter.admit(SESSION, third.info, third.parts);
-    await adapter.admit(SESSION, second.info, second.parts);
+    await prompt(s, "msg_003", "QUEUE-3 queued third");
+    await prompt(s, "msg_002", "QUEUE-2 queued second");
     // One reply answers both queued prompts; its parent is the last user message (facts §2), then the session idles.
-    assistantStep("msg_102", "msg_003", "stop", "both answered");
-    adapter.onEvent({ type: "session.idle", properties: { sessionID: SESSION } });
+    stepFinished(s, "msg_102", "msg_003", { finish: "stop" }, "both answered");
+    status(s, "idle");
+    await expectStates(s, { msg_001: "completed", msg_002: "completed", msg_003: "completed" });
+    await retrying(async () => expect(await leaseHeld(s)).toBe(false), 10_000, "the lease to be released");
+  });
 
-    await retrying(
-      async () => {
-        expect(await turnStates()).toEqual({ msg_001: "completed", msg_002: "completed", msg_003: "completed" });
-      },
-      10_000,
-      "the three turns to finish",
-    );
+  it("ends a turn whose step never completes once the session stays idle, and releases its lease", async () => {
+    const s = "ses_adapter_stuck";
+    await prompt(s, "msg_201", "STUCK-1 start");
+    status(s, "busy");
+    stepStarted(s, "msg_202", "msg_201");
+    status(s, "idle");
+    // Error paths send idle a few ms before the final message: the step may still complete, so nothing ends yet.
+    await delay(1_000);
+    expect(await turnStates(s, ["msg_201"])).toEqual({ msg_201: "active" });
+    expect(await leaseHeld(s)).toBe(true);
+    await expectStates(s, { msg_201: "interrupted" }, AFTER_GRACE_MS);
+    await retrying(async () => expect(await leaseHeld(s)).toBe(false), 10_000, "the lease to be released");
+  });
+
+  it("keeps the outcome of a final step that arrives after the idle (error path), past the grace", async () => {
+    const s = "ses_adapter_error_path";
+    await prompt(s, "msg_301", "ERR-1 start");
+    status(s, "busy");
+    stepStarted(s, "msg_302", "msg_301");
+    status(s, "idle");
+    stepFinished(s, "msg_302", "msg_301", { error: { name: "APIError", data: { message: "bad request" } } });
+    status(s, "idle");
+    await expectStates(s, { msg_301: "failed" });
+    await delay(IDLE_GRACE_MS + 1_000);
+    expect(await turnStates(s, ["msg_301"])).toEqual({ msg_301: "failed" });
+  });
+
+  it("leaves a queued prompt to its own reply when the session goes busy again within the grace", async () => {
+    const s = "ses_adapter_requeued";
+    await prompt(s, "msg_401", "BUSY-1 first");
+    status(s, "busy");
+    await prompt(s, "msg_402", "BUSY-2 queued");
+    stepFinished(s, "msg_403", "msg_401", { finish: "stop" });
+    // Idle between the two (not seen in 1.18.33, but harmless): the queued turn has no step yet and is not decided.
+    status(s, "idle");
+    status(s, "busy");
+    await expectStates(s, { msg_401: "completed" });
+    await delay(IDLE_GRACE_MS + 1_000);
+    expect(await turnStates(s, ["msg_402"])).toEqual({ msg_402: "active" });
+    stepFinished(s, "msg_404", "msg_402", { finish: "stop" });
+    status(s, "idle");
+    await expectStates(s, { msg_401: "completed", msg_402: "completed" });
+  });
+
+  it("ends a queued prompt an abort left unanswered as interrupted, never as completed with the next turn", async () => {
+    const s = "ses_adapter_abort";
+    await prompt(s, "msg_501", "ABORT-1 long task");
+    status(s, "busy");
+    stepStarted(s, "msg_502", "msg_501");
+    await prompt(s, "msg_503", "ABORT-2 queued, then the user aborts");
+    stepFinished(s, "msg_502", "msg_501", { error: { name: "MessageAbortedError" } });
+    status(s, "idle");
+    await expectStates(s, { msg_501: "interrupted" });
+    // The user prompts again at once, before the idle check: the queued turn was stopped, not answered by this reply.
+    await prompt(s, "msg_504", "ABORT-3 next");
+    status(s, "busy");
+    stepFinished(s, "msg_505", "msg_504", { finish: "stop" });
+    status(s, "idle");
+    await expectStates(s, { msg_501: "interrupted", msg_503: "interrupted", msg_504: "completed" });
   });
 });

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { appendFileSync } from "node:fs";
 import { hostname } from "node:os";
+import { setTimeout as delay } from "node:timers/promises";
 import {
   type AssembledContext,
   availableMemoryTokens,
@@ -35,6 +36,9 @@ export const HOST = "opencode";
  * queued prompt follows: seconds are ample, and a stuck turn holds the lease no longer than this.
  */
 const IDLE_GRACE_MS = 5_000;
+
+/** Waits before the retries of a failed session job (see `enqueue`): about 30 s in all. */
+const JOB_RETRY_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000] as const;
 
 /** What the adapter needs from OpenCode beyond hook arguments (absent when the client does not answer). */
 export interface HostLookups {
@@ -132,6 +136,7 @@ export class OpencodeAdapter {
   private lastProblem: string | undefined;
   private readonly startedAt = new Date();
   private closed = false;
+  private readonly closing = new AbortController();
 
   constructor(
     readonly memory: Memory,
@@ -167,6 +172,7 @@ export class OpencodeAdapter {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.closing.abort();
     for (const state of this.sessions.values()) {
       await state.queue.catch(() => {});
       await this.releaseLease(state);
@@ -245,7 +251,7 @@ export class OpencodeAdapter {
           state,
           session,
           [...state.turns.values()].filter((turn) => !turn.finished),
-        );
+        ).catch((error) => this.problem("finish", hostSessionId, error));
       }
       const query = requestQuery(parts);
       const turn = await this.memory.admitTurn({
@@ -477,7 +483,7 @@ export class OpencodeAdapter {
   private async endStoppedTurns(state: SessionState, session: Session, turns: readonly OpenTurn[]): Promise<void> {
     for (const turn of [...turns].sort(byTurnId)) {
       if (turn.finished) continue;
-      await this.finishTurns(state, session, [turn], turn.ending ?? "interrupted");
+      await this.finishTurns(session, [turn], turn.ending ?? "interrupted");
       this.log("info", `optchat: turn ${turn.turnId} of ${state.hostSessionId} ended without a final answer`);
     }
   }
@@ -510,28 +516,30 @@ export class OpencodeAdapter {
     // (seen under CI load before admissions were serialized: the third prompt admitted before the second, which then
     // stayed active forever).
     const ending = [...state.turns.values()].filter((turn) => !turn.finished && turn.turnId <= turnId).sort(byTurnId);
-    await this.finishTurns(state, session, ending, outcome);
+    await this.finishTurns(session, ending, outcome);
   }
 
   /**
    * Records the outcome of each turn. One failure does not stop the others; a turn whose outcome could not be written
-   * stays open here (a later idle or admission tries again) and the failure is recorded for memory_inspect.
+   * stays open here, and the first failure is thrown once all were tried.
    */
   private async finishTurns(
-    state: SessionState,
     session: Session,
     turns: readonly OpenTurn[],
     outcome: "completed" | "interrupted" | "failed",
   ): Promise<void> {
+    let failure: unknown;
     for (const turn of turns) {
       try {
         // A continuation turn that never reached a request or a tool has no row: nothing to record.
         if (turn.admitted) await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
         turn.finished = true;
       } catch (error) {
-        await this.problem("finish", state.hostSessionId, error);
+        failure ??= error;
       }
     }
+    // After trying every turn: the job that called this runs again (see `enqueue`) for those still open.
+    if (failure !== undefined) throw failure;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -988,13 +996,31 @@ export class OpencodeAdapter {
     if (max >= 0 && state.seqs) state.seqs.set(messageId, Math.max(state.seqs.get(messageId) ?? -1, max));
   }
 
+  /**
+   * Appends a job to the session's serial work. Every job is idempotent (ingestion by finalization key, outcomes keep
+   * their first value, admission and lease release are repeatable), so one that fails on anything but an optchat error
+   * (the database restarting, a dropped connection) runs again after JOB_RETRY_DELAYS_MS: a short outage loses no
+   * record and no outcome. Later jobs of the session wait meanwhile, in order.
+   */
   private enqueue(state: SessionState, operation: string, work: (session: Session) => Promise<void>): void {
     state.queue = state.queue.then(async () => {
-      try {
-        const session = state.session ?? (await this.open(state));
-        if (session) await work(session);
-      } catch (error) {
-        await this.problem(operation, state.hostSessionId, error);
+      for (let attempt = 0; ; attempt++) {
+        try {
+          const session = state.session ?? (await this.open(state));
+          if (!session) throw new Error("the session could not be opened in memory (see the previous problem)");
+          await work(session);
+          return;
+        } catch (error) {
+          const wait = JOB_RETRY_DELAYS_MS[attempt];
+          if (wait === undefined || this.closed || isOptchatError(error)) {
+            await this.problem(operation, state.hostSessionId, error);
+            return;
+          }
+          if (attempt === 0)
+            this.log("warn", `optchat ${operation} (${state.hostSessionId}): ${describe(error)}; retrying`);
+          // Cut short by close(), which waits for the queue: the next pass records the failure and stops.
+          await delay(wait, undefined, { signal: this.closing.signal }).catch(() => {});
+        }
       }
     });
   }

@@ -45,6 +45,16 @@ export async function createTestDatabase(): Promise<{ name: string; url: string;
   };
 }
 
+/**
+ * A database outage as clients see it: new connections refused (SQLSTATE 55000) and open ones terminated, until the
+ * returned function lets them in again.
+ */
+export async function refuseConnections(name: string): Promise<() => Promise<void>> {
+  await adminQuery(`ALTER DATABASE ${name} WITH ALLOW_CONNECTIONS false`);
+  await adminQuery(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '${name}'`);
+  return () => adminQuery(`ALTER DATABASE ${name} WITH ALLOW_CONNECTIONS true`);
+}
+
 /** A name for a database that does not exist yet (for tests of `optchat migrate` creating it). */
 export function freshDatabaseName(): { name: string; url: string; drop(): Promise<void> } {
   const name = `optchat_t_${process.pid}_${randomBytes(4).toString("hex")}`;

@@ -4,7 +4,7 @@ import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
 import type { HostMessageInfo, HostPart } from "../../plugin/messages.js";
 import { type Memory, openMemory } from "../../src/memory/index.js";
-import { createTestDatabase, retrying } from "../helpers.js";
+import { createTestDatabase, refuseConnections, retrying } from "../helpers.js";
 
 /**
  * The adapter driven hook call by hook call, in orders a loaded OpenCode process produces but a test of real processes
@@ -173,6 +173,30 @@ describe("OpenCode adapter turn bookkeeping", () => {
     stepFinished(s, "msg_404", "msg_402", { finish: "stop" });
     status(s, "idle");
     await expectStates(s, { msg_401: "completed", msg_402: "completed" });
+  });
+
+  it("stores a step that finished during a database outage once the database is back, and ends its turn", async () => {
+    const s = "ses_adapter_outage";
+    await prompt(s, "msg_601", "OUTAGE-1 start");
+    status(s, "busy");
+    stepStarted(s, "msg_602", "msg_601");
+    const readmit = await refuseConnections(database.name);
+    try {
+      stepFinished(s, "msg_602", "msg_601", { finish: "stop" }, "OUTAGE-ANSWER written while Postgres was away");
+      status(s, "idle");
+      // The first attempts fail (connections refused); the job waits and tries again.
+      await delay(2_500);
+    } finally {
+      await readmit();
+    }
+    await expectStates(s, { msg_601: "completed" }, 30_000);
+    const { rows } = await memory.pool.query<{ kind: string }>(
+      `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
+        WHERE s.host_session_id = $1::text ORDER BY r.seq`,
+      [s],
+    );
+    expect(rows.map((r) => r.kind)).toEqual(["user", "assistant"]);
+    await retrying(async () => expect(await leaseHeld(s)).toBe(false), 10_000, "the lease to be released");
   });
 
   it("ends a queued prompt an abort left unanswered as interrupted, never as completed with the next turn", async () => {

@@ -81,7 +81,13 @@ interface SessionState {
   /** User message → the turn it belongs to (a turn's own message, or a continuation's synthetic one). */
   readonly turnOfMessage: Map<string, string>;
   readonly pinned: Map<string, Turn>;
-  seqs: Map<string, number> | undefined;
+  /**
+   * Host message → the highest seq of its records, as far as this process knows: filled by its own ingestion and merged
+   * with the database's at the first request (and after another process drove the session). Merged, never replaced: a
+   * job that commits while the load is on its way must not be lost from it (replacement would stop at that message).
+   */
+  readonly seqs: Map<string, number>;
+  seqsLoaded: boolean;
   readonly ingested: Set<string>;
   lease: { fence: number; timer: ReturnType<typeof setInterval> | undefined } | undefined;
   /** A release on its way to the database: the next claim waits for it (it could otherwise land after the claim). */
@@ -483,8 +489,12 @@ export class OpencodeAdapter {
   private async endStoppedTurns(state: SessionState, session: Session, turns: readonly OpenTurn[]): Promise<void> {
     for (const turn of [...turns].sort(byTurnId)) {
       if (turn.finished) continue;
-      await this.finishTurns(session, [turn], turn.ending ?? "interrupted");
-      this.log("info", `optchat: turn ${turn.turnId} of ${state.hostSessionId} ended without a final answer`);
+      const outcome = turn.ending ?? "interrupted";
+      await this.finishTurns(session, [turn], outcome);
+      this.log(
+        "info",
+        `optchat: turn ${turn.turnId} of ${state.hostSessionId} recorded as ${outcome}: OpenCode went idle without ${turn.ending ? "its last step being stored" : "a final answer"}`,
+      );
     }
   }
 
@@ -592,7 +602,11 @@ export class OpencodeAdapter {
       const turnId = (request && state.turnOfMessage.get(request.info.id)) ?? [...state.turns.values()].at(-1)?.turnId;
       if (!turnId) return record("skipped", { reason: "the request's user message was not admitted by optchat" });
       const turn = await this.pinnedTurn(state, state.session, turnId);
-      state.seqs ??= await this.memory.host.hostMessageSeqs(state.session.sessionId, state.session.currentGeneration);
+      if (!state.seqsLoaded) {
+        const stored = await this.memory.host.hostMessageSeqs(state.session.sessionId, state.session.currentGeneration);
+        for (const [id, seq] of stored) noteSeq(state.seqs, id, seq);
+        state.seqsLoaded = true;
+      }
       const seqs = state.seqs;
       // The lowest boundary of the turns still open here: a prompt queued during another turn's tool loop must not
       // make that turn's own request replaceable (its records lie below the queued turn's boundary).
@@ -766,7 +780,8 @@ export class OpencodeAdapter {
         turns: new Map(),
         turnOfMessage: new Map(),
         pinned: new Map(),
-        seqs: undefined,
+        seqs: new Map(),
+        seqsLoaded: false,
         ingested: new Set(),
         lease: undefined,
         releasing: undefined,
@@ -875,7 +890,7 @@ export class OpencodeAdapter {
     }
     if (state.lastFence !== undefined && claim.fence > state.lastFence + 1) {
       // Another process drove this session since: its records and unfinished turns are not in this process's view.
-      state.seqs = undefined;
+      state.seqsLoaded = false;
       state.reconciled = false;
     }
     state.lastFence = claim.fence;
@@ -993,7 +1008,7 @@ export class OpencodeAdapter {
         await this.problem("ingest", state.hostSessionId, new Error(`conflicting re-delivery of ${result.eventKey}`));
       }
     }
-    if (max >= 0 && state.seqs) state.seqs.set(messageId, Math.max(state.seqs.get(messageId) ?? -1, max));
+    if (max >= 0) noteSeq(state.seqs, messageId, max);
   }
 
   /**
@@ -1089,6 +1104,10 @@ export function projectScopeId(project: { id: string; worktree: string; director
   if (project.id !== "global") return safeId(project.id);
   const where = project.directory ?? project.worktree;
   return `global-${createHash("sha256").update(where).digest("hex").slice(0, 16)}`;
+}
+
+function noteSeq(seqs: Map<string, number>, messageId: string, seq: number): void {
+  seqs.set(messageId, Math.max(seqs.get(messageId) ?? -1, seq));
 }
 
 /** A turn whose latest step has started and not completed. */

@@ -749,10 +749,19 @@ export class OpencodeAdapter {
   // ---------------------------------------------------------------------------------------------------------------
   // Tools and inspection
 
-  /** The turn a tool call runs in: the session's latest turn admitted by this process, at its pinned snapshot. */
-  async toolTurn(hostSessionId: string): Promise<Turn> {
+  /**
+   * The turn a tool call runs in, at its pinned snapshot: the turn of the assistant message that made the call, else
+   * the session's latest turn admitted by this process. (A prompt queued during a tool loop is admitted before the
+   * loop's later calls: they still belong to the running turn and must not see the queued turn's newer snapshot.)
+   */
+  async toolTurn(hostSessionId: string, assistantMessageId?: string): Promise<Turn> {
     const state = this.sessions.get(hostSessionId);
-    const latest = state ? [...state.turns.values()].at(-1) : undefined;
+    const turns = state ? [...state.turns.values()] : [];
+    const byMessage = assistantMessageId
+      ? (turns.find((turn) => turn.assistantMessages.has(assistantMessageId)) ??
+        state?.turns.get(state.turnOfMessage.get(assistantMessageId) ?? ""))
+      : undefined;
+    const latest = byMessage ?? turns.at(-1);
     if (!state?.session || !latest) {
       throw new Error(
         "optchat: this session has no turn admitted by optchat in this OpenCode process (was the plugin loaded when the prompt was sent?); memory tools need one",

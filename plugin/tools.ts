@@ -36,7 +36,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       },
       async execute(args, ctx) {
         return await run("memory_zoom", async (adapter) => {
-          const turn = await adapter.toolTurn(ctx.sessionID);
+          const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
           const answer = await adapter.memory.zoom(turn, args.ref, {
             maxTokens: ZOOM_PAGE_TOKENS,
             ...(args.cursor ? { cursor: args.cursor } : {}),
@@ -59,7 +59,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       },
       async execute(args, ctx) {
         return await run("memory_search", async (adapter) => {
-          const turn = await adapter.toolTurn(ctx.sessionID);
+          const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
           const search = (match: "all" | "any") =>
             adapter.memory.search(turn, {
               query: args.query,
@@ -88,7 +88,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       args: { ref: z.string().max(300).describe("A ref from a memory block or memory tool result") },
       async execute(args, ctx) {
         return await run("memory_date", async (adapter) => {
-          const turn = await adapter.toolTurn(ctx.sessionID);
+          const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
           const answer = await adapter.memory.date(turn, args.ref);
           return `ref ${answer.ref}: first ${answer.first}, last ${answer.last}`;
         });
@@ -103,7 +103,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       },
       async execute(args, ctx) {
         return await run("memory_sessions", async (adapter) => {
-          const turn = await adapter.toolTurn(ctx.sessionID);
+          const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
           const answer = await adapter.memory.sessions(turn, {
             limit: args.limit ?? 20,
             ...(args.cursor ? { cursor: args.cursor } : {}),

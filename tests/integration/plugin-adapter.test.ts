@@ -131,6 +131,22 @@ describe("OpenCode adapter turn bookkeeping", () => {
     await retrying(async () => expect(await leaseHeld(s)).toBe(false), 10_000, "the lease to be released");
   });
 
+  it("runs a tool call of the running turn at that turn's snapshot after a prompt was queued behind it", async () => {
+    const s = "ses_adapter_tool_turn";
+    await prompt(s, "msg_701", "TOOL-1 search while working");
+    status(s, "busy");
+    stepStarted(s, "msg_711", "msg_701");
+    await prompt(s, "msg_702", "TOOL-2 queued meanwhile");
+    // The running step's tool calls belong to turn 1 (its pinned snapshot), not to the queued turn admitted after it.
+    expect((await adapter.toolTurn(s, "msg_711")).turnId).toBe("msg_701");
+    // Without the calling message (an unknown one), the latest admitted turn is used.
+    expect((await adapter.toolTurn(s, "msg_unknown")).turnId).toBe("msg_702");
+    stepFinished(s, "msg_711", "msg_701", { finish: "tool-calls" });
+    stepFinished(s, "msg_712", "msg_702", { finish: "stop" });
+    status(s, "idle");
+    await expectStates(s, { msg_701: "completed", msg_702: "completed" });
+  });
+
   it("ends a turn whose step never completes once the session stays idle, and releases its lease", async () => {
     const s = "ses_adapter_stuck";
     await prompt(s, "msg_201", "STUCK-1 start");

@@ -46,11 +46,27 @@ function toInjection(row: InjectionRow): Injection {
   };
 }
 
+/**
+ * How many injections a session keeps: inspection needs the latest few, and one row is written per model request
+ * (~1 KB of detail each), so an unpruned table grows with every step of every session forever.
+ */
+export const INJECTIONS_KEPT_PER_SESSION = 100;
+
+/** Records an injection and drops the session's older ones beyond INJECTIONS_KEPT_PER_SESSION, in one statement. */
 export async function recordInjection(db: Queryable, injection: NewInjection): Promise<number> {
+  // The DELETE sees the rows as they were before the INSERT: keeping KEPT - 1 of them leaves KEPT with the new one.
   const result = await db.query<{ injection_id: number }>(
-    `INSERT INTO optchat.injections (session_id, turn_id, holder, status, mode, query, detail, error)
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::text)
-     RETURNING injection_id`,
+    `WITH inserted AS (
+       INSERT INTO optchat.injections (session_id, turn_id, holder, status, mode, query, detail, error)
+       VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::jsonb, $8::text)
+       RETURNING injection_id
+     ), pruned AS (
+       DELETE FROM optchat.injections
+        WHERE session_id = $1::text
+          AND injection_id <= (SELECT injection_id FROM optchat.injections WHERE session_id = $1::text
+                                ORDER BY injection_id DESC OFFSET $9::int - 1 LIMIT 1)
+     )
+     SELECT injection_id FROM inserted`,
     [
       injection.sessionId,
       injection.turnId,
@@ -60,6 +76,7 @@ export async function recordInjection(db: Queryable, injection: NewInjection): P
       injection.query,
       JSON.stringify(injection.detail),
       injection.error,
+      INJECTIONS_KEPT_PER_SESSION,
     ],
   );
   return Number(result.rows[0]?.injection_id);

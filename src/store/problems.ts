@@ -15,11 +15,44 @@ export interface AdapterProblem extends NewAdapterProblem {
   readonly createdAt: Date;
 }
 
+/** How many problems a host session keeps (a database that stays down can add one per event). */
+export const PROBLEMS_KEPT_PER_SESSION = 100;
+
+/**
+ * Codes that are state, not history: the adapter reads them back (HISTORY_REWRITTEN switches a reverted session's
+ * memory off in every later process), so they are never pruned.
+ */
+const DURABLE_PROBLEM_CODES = ["HISTORY_REWRITTEN"];
+
+/** Records a problem and drops the host session's older ones beyond PROBLEMS_KEPT_PER_SESSION (durable codes stay). */
 export async function recordAdapterProblem(db: Queryable, problem: NewAdapterProblem): Promise<void> {
+  // The DELETE sees the rows as they were before the INSERT: keeping KEPT - 1 of them leaves KEPT with the new one.
+  // Equality (not IS NOT DISTINCT FROM) when there is a session, so the lookup uses adapter_problems_session_idx.
+  const sameSession = problem.hostSessionId === null ? "host_session_id IS NULL" : "host_session_id = $2::text";
   await db.query(
-    `INSERT INTO optchat.adapter_problems (host, host_session_id, holder, operation, code, message)
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)`,
-    [problem.host, problem.hostSessionId, problem.holder, problem.operation, problem.code, problem.message],
+    `WITH inserted AS (
+       INSERT INTO optchat.adapter_problems (host, host_session_id, holder, operation, code, message)
+       VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text)
+     ), pruned AS (
+       DELETE FROM optchat.adapter_problems
+        WHERE host = $1::text AND ${sameSession}
+          AND (code IS NULL OR code <> ALL ($8::text[]))
+          AND problem_id <= (SELECT problem_id FROM optchat.adapter_problems
+                              WHERE host = $1::text AND ${sameSession}
+                                AND (code IS NULL OR code <> ALL ($8::text[]))
+                              ORDER BY problem_id DESC OFFSET $7::int - 1 LIMIT 1)
+     )
+     SELECT 1`,
+    [
+      problem.host,
+      problem.hostSessionId,
+      problem.holder,
+      problem.operation,
+      problem.code,
+      problem.message,
+      PROBLEMS_KEPT_PER_SESSION,
+      DURABLE_PROBLEM_CODES,
+    ],
   );
 }
 

@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { appendFileSync } from "node:fs";
+import { appendFileSync, readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import { setTimeout as delay } from "node:timers/promises";
 import {
@@ -128,7 +128,7 @@ export interface AdapterStatus {
  * refused prompt (`chat.message`) and an actionable memory error (`chat.params`).
  */
 export class OpencodeAdapter {
-  readonly holder = `${HOST}:${hostname()}:${process.pid}:${Math.random().toString(36).slice(2, 10)}`;
+  readonly holder = leaseHolderName();
   private readonly sessions = new Map<string, SessionState>();
   private readonly messages = new Map<string, { info: HostMessageInfo | undefined; parts: Map<string, HostPart> }>();
   private readonly limits = new Map<string, { context: number; output: number }>();
@@ -1129,14 +1129,41 @@ function byTurnId(a: OpenTurn, b: OpenTurn): number {
   return a.turnId < b.turnId ? -1 : a.turnId > b.turnId ? 1 : 0;
 }
 
-function holderIsDead(holder: string): boolean {
-  const [host, machine, pid] = holder.split(":");
-  if (host !== HOST || machine !== hostname() || !pid) return false;
+/**
+ * This process as a lease holder: `opencode:<hostname>:<pid>@<start>:<random>`. The start time (Linux: clock ticks
+ * after boot, from /proc) tells a dead holder from a new process that got its pid: a restarted container's OpenCode
+ * usually gets the very same small pid, and would otherwise wait out its own dead predecessor's claim.
+ */
+export function leaseHolderName(): string {
+  return `${HOST}:${hostname()}:${process.pid}@${processStart(process.pid) ?? "-"}:${Math.random().toString(36).slice(2, 10)}`;
+}
+
+/**
+ * True only when the holder is a process of this machine that is gone (or whose pid now belongs to a process started
+ * at another time). Holders of other machines, or of unknown form, are never declared dead: their claims expire.
+ */
+export function holderIsDead(holder: string): boolean {
+  const [host, machine, processPart] = holder.split(":");
+  if (host !== HOST || machine !== hostname() || !processPart) return false;
+  const [pid, start] = processPart.split("@");
+  if (!pid || !/^\d+$/.test(pid)) return false;
   try {
     process.kill(Number(pid), 0);
-    return false;
   } catch (error) {
     return (error as NodeJS.ErrnoException).code === "ESRCH";
+  }
+  const current = start && start !== "-" ? processStart(Number(pid)) : undefined;
+  return current !== undefined && current !== start;
+}
+
+/** A process's start time from /proc/<pid>/stat (field 22), or undefined where there is no /proc. */
+function processStart(pid: number): string | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    // Fields after the parenthesized command name (which may contain spaces) start at field 3.
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ")[19];
+  } catch {
+    return undefined;
   }
 }
 

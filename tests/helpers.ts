@@ -258,6 +258,8 @@ export interface PluginWorld {
 export async function startPluginWorld(): Promise<PluginWorld> {
   const database = await createTestDatabase();
   const db = new pg.Pool({ connectionString: database.url, max: 2 });
+  // A dropped idle connection is reported by the next query, not as an uncaught exception in the test process.
+  db.on("error", () => {});
   const model = await startModelServer();
   const envs: OpencodeEnv[] = [];
   const servers: OpencodeServer[] = [];

@@ -34,6 +34,12 @@ export function openPool(settings: DatabaseSettings, applicationName = "optchat"
   });
   // An idle client's error (e.g. the server restarted) must not crash the host process; the next query reports it.
   pool.on("error", () => {});
+  // Neither may a checked-out client's: node-postgres emits 'error' on a client whose connection ends while it is out
+  // of the pool (inside withTransaction), after failing its query, and the pool listens only to idle clients. Without
+  // this, a PostgreSQL restart during a transaction was an uncaught exception (tests/integration/db-connection-loss).
+  pool.on("connect", (client) => {
+    client.on("error", () => {});
+  });
   return pool;
 }
 

@@ -155,6 +155,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     // A database of its own: the other server's embedded worker would otherwise do the work.
     const quiet = await createTestDatabase();
     const quietDb = new pg.Pool({ connectionString: quiet.url, max: 1 });
+    quietDb.on("error", () => {});
     const stalled = await world.env({
       pluginOptions: { databaseUrl: quiet.url, embeddedWorker: "off", readinessWaitMs: 1500 },
     });

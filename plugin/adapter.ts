@@ -1023,7 +1023,8 @@ export class OpencodeAdapter {
   /**
    * Appends a job to the session's serial work. Every job is idempotent (ingestion by finalization key, outcomes keep
    * their first value, admission and lease release are repeatable), so one that fails on anything but an optchat error
-   * (the database restarting, a dropped connection) runs again after JOB_RETRY_DELAYS_MS: a short outage loses no
+   * other than DATABASE_UNAVAILABLE (the database restarting, a dropped connection) runs again after
+   * JOB_RETRY_DELAYS_MS: a short outage loses no
    * record and no outcome. Later jobs of the session wait meanwhile, in order.
    */
   private enqueue(state: SessionState, operation: string, work: (session: Session) => Promise<void>): void {
@@ -1036,7 +1037,9 @@ export class OpencodeAdapter {
           return;
         } catch (error) {
           const wait = JOB_RETRY_DELAYS_MS[attempt];
-          if (wait === undefined || this.closed || isOptchatError(error)) {
+          // DATABASE_UNAVAILABLE is the outage itself (the service retried it for OPTCHAT_DATABASE_RETRY_MS): wait on.
+          const final = isOptchatError(error) && !isOptchatError(error, "DATABASE_UNAVAILABLE");
+          if (wait === undefined || this.closed || final) {
             await this.problem(operation, state.hostSessionId, error);
             return;
           }

@@ -21,6 +21,12 @@ export const SETTINGS = {
     default: 30_000,
     accepted: "an integer from 0 to 3600000 milliseconds (0 disables the timeout)",
   },
+  databaseRetryMs: {
+    env: "OPTCHAT_DATABASE_RETRY_MS",
+    default: 10_000,
+    accepted:
+      "an integer from 0 to 600000 milliseconds: how long a service call that is safe to repeat keeps retrying while PostgreSQL is unreachable (restarting, connection dropped) before failing with DATABASE_UNAVAILABLE (0: fail at once)",
+  },
   viewBytes: {
     env: "OPTCHAT_VIEW_BYTES",
     default: 128_000,
@@ -89,6 +95,7 @@ const configSchema = z.object({
     .refine((value) => databaseNameOf(value).length > 0, "names no database"),
   poolSize: integerFrom(1, 100),
   statementTimeoutMs: integerFrom(0, 3_600_000),
+  databaseRetryMs: integerFrom(0, 600_000),
   viewBytes: integerFrom(1024, 10_000_000),
   viewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
   workerConcurrency: integerFrom(1, 64),

@@ -1,3 +1,4 @@
+import { storableText } from "../core/text.js";
 import type { Pool } from "../store/db.js";
 import { type Injection, listInjections, type NewInjection, recordInjection } from "../store/injections.js";
 import { claimSessionLease, type LeaseClaim, releaseSessionLease, renewSessionLease } from "../store/leases.js";
@@ -44,9 +45,15 @@ export function createHostSupport(pool: Pool): HostSupport {
     claimLease: (input) => claimSessionLease(pool, input),
     renewLease: (input) => renewSessionLease(pool, input),
     releaseLease: (input) => releaseSessionLease(pool, input),
-    recordInjection: (injection) => recordInjection(pool, injection),
+    // Diagnostics quote user text and error messages: repaired (NUL, unpaired surrogates) rather than lost to 22021.
+    recordInjection: (injection) =>
+      recordInjection(pool, {
+        ...injection,
+        query: injection.query === null ? null : storableText(injection.query),
+        error: injection.error === null ? null : storableText(injection.error),
+      }),
     listInjections: (sessionId, limit = 5) => listInjections(pool, sessionId, limit),
-    reportProblem: (problem) => recordAdapterProblem(pool, problem),
+    reportProblem: (problem) => recordAdapterProblem(pool, { ...problem, message: storableText(problem.message) }),
     listProblems: (host, hostSessionId, limit = 5) => listAdapterProblems(pool, host, hostSessionId, limit),
     findProblem: (host, hostSessionId, code) => findAdapterProblem(pool, host, hostSessionId, code),
     sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),

@@ -6,10 +6,18 @@
  * (session, turn id), and a finished turn is never finished (nor published) twice.
  */
 import { z } from "zod";
-import { type FieldIssue, InputInvalidError } from "../core/errors.js";
+import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
 import type { Session } from "../store/sessions.js";
 import type { TurnOutcome } from "../store/turns.js";
-import { type IngestEvent, issuesOf, MAX_PAYLOAD_BYTES, opaqueId, RECORD_KINDS } from "./schemas.js";
+import {
+  hostId,
+  type IngestEvent,
+  issuesOf,
+  MAX_PAYLOAD_BYTES,
+  opaqueId,
+  RECORD_KINDS,
+  sessionTitle,
+} from "./schemas.js";
 import type { IngestResult, Memory } from "./service.js";
 
 /** The host name every imported session is registered under (its `id` is the host session ID). */
@@ -28,9 +36,9 @@ const MAX_QUERY_CHARS = 100_000;
 const MAX_LISTED_PROBLEMS = 100;
 
 // ---------------------------------------------------------------------------------------------------------------
-// The format, validated line by line
-
-const hostId = z.string().min(1, "must not be empty").max(500, "longer than 500 characters");
+// The format, validated line by line. Fields that reach a service call use the service's own schemas (hostId,
+// sessionTitle, opaqueId from schemas.ts), so the check refuses exactly what the import would: a NUL in a title or
+// an ID once passed the check and then failed the import halfway (issue 9).
 
 const recordKind = z.string().superRefine((value, ctx) => {
   if ((RECORD_KINDS as readonly string[]).includes(value)) return;
@@ -83,7 +91,7 @@ const sessionLineSchema = z
     /** The host session ID; the session is registered as (host "import", id). */
     id: hostId,
     project: opaqueId,
-    title: z.string().max(1000, "longer than 1000 characters").optional(),
+    title: sessionTitle.optional(),
     sharing: z.enum(["shared", "isolated"], { errorMap: () => ({ message: "must be shared or isolated" }) }).optional(),
     /** The `id` of a session declared on an earlier line: this session is its subagent (it does not publish). */
     parent: hostId.optional(),
@@ -373,24 +381,26 @@ export async function importJsonl(
     counts.lines += 1;
     const lineNumber = counts.lines;
     const line = checker.check(lineNumber, text);
-    if (line?.type === "session") {
-      const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
-      const session = await memory.openSession({
-        host: IMPORT_HOST,
-        hostSessionId: line.id,
-        projectId: line.project,
-        ...(line.title !== undefined ? { title: line.title } : {}),
-        ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
-        ...(parent ? { parentSessionId: parent.sessionId } : {}),
-      });
-      sessions.set(line.id, session);
-      counts.sessions += 1;
-    } else if (line?.type === "turn") {
-      const session = sessions.get(line.session) as Session; // the checker saw its declaration
-      await importTurn(memory, session, line, lineNumber, batchSize, counts, problem);
-      counts.turns += 1;
-      counts.records += line.records.length;
-    }
+    await onLine(lineNumber, async () => {
+      if (line?.type === "session") {
+        const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
+        const session = await memory.openSession({
+          host: IMPORT_HOST,
+          hostSessionId: line.id,
+          projectId: line.project,
+          ...(line.title !== undefined ? { title: line.title } : {}),
+          ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
+          ...(parent ? { parentSessionId: parent.sessionId } : {}),
+        });
+        sessions.set(line.id, session);
+        counts.sessions += 1;
+      } else if (line?.type === "turn") {
+        const session = sessions.get(line.session) as Session; // the checker saw its declaration
+        await importTurn(memory, session, line, lineNumber, batchSize, counts, problem);
+        counts.turns += 1;
+        counts.records += line.records.length;
+      }
+    });
     options.onProgress?.({
       lines: counts.lines,
       sessions: counts.sessions,
@@ -419,6 +429,31 @@ export async function importJsonl(
     problems,
     seconds: seconds(),
   };
+}
+
+/**
+ * Runs the service calls of one line. A refusal the line check did not foresee (it should foresee every one) still
+ * names its line; so does an unexpected error. DATABASE_UNAVAILABLE and the like pass unchanged: they are not the
+ * file's fault, and running the import again continues it.
+ */
+async function onLine(lineNumber: number, work: () => Promise<void>): Promise<void> {
+  try {
+    await work();
+  } catch (error) {
+    if (error instanceof InputInvalidError && !(error instanceof ImportLineError)) {
+      throw new ImportLineError(
+        lineNumber,
+        error.issues.map((issue) => ({
+          field: issue.field,
+          problem: `${issue.problem} (${error.message.split(":")[0]})`,
+        })),
+      );
+    }
+    if (error instanceof OptchatError) throw error;
+    throw new Error(`import line ${lineNumber}: ${error instanceof Error ? error.message : String(error)}`, {
+      cause: error,
+    });
+  }
 }
 
 /** One turn, as live traffic runs it: admitted (pinning its snapshot), its records ingested, finished. */

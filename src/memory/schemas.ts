@@ -1,6 +1,7 @@
 import { z } from "zod";
 import { type FieldIssue, InputInvalidError } from "../core/errors.js";
 import { opaqueIdProblem } from "../core/ids.js";
+import { jsonbProblems, storableText, unstorableTextProblem } from "../core/text.js";
 
 /** Largest payload accepted in one record. Larger host outputs should be truncated by the host and flagged. */
 export const MAX_PAYLOAD_BYTES = 64 * 1024 * 1024;
@@ -10,7 +11,54 @@ export const opaqueId = z.string().superRefine((value, ctx) => {
   if (problem) ctx.addIssue({ code: z.ZodIssueCode.custom, message: problem });
 });
 
-const hostId = z.string().min(1, "must not be empty").max(500, "longer than 500 characters");
+/**
+ * Integers go into PostgreSQL columns: `integer` (generations, revisions, budgets) holds up to 2^31-1, and `bigint`
+ * (seqs, byte counts) more than a JS number holds exactly, so those stop at 2^53-1. A larger number is INPUT_INVALID
+ * here instead of a raw 22003 (numeric_value_out_of_range) from the query.
+ */
+export const INT4_MAX = 2_147_483_647;
+
+/** A non-negative integer that fits an `integer` column. */
+export const int4 = z
+  .number({ invalid_type_error: "must be a number" })
+  .int("not an integer")
+  .nonnegative("must not be negative")
+  .max(INT4_MAX, `above ${INT4_MAX} (the largest value of a PostgreSQL integer column)`);
+
+/** A non-negative integer that a JS number holds exactly (for `bigint` columns). */
+export const safeCount = z
+  .number({ invalid_type_error: "must be a number" })
+  .int("not an integer")
+  .nonnegative("must not be negative")
+  .max(Number.MAX_SAFE_INTEGER, `above ${Number.MAX_SAFE_INTEGER} (2^53-1, the largest exact integer)`);
+
+/** Refuses text that a `text` column cannot hold exactly (NUL, unpaired surrogates; see src/core/text.ts). */
+function refuseUnstorable(value: string, ctx: z.RefinementCtx): void {
+  const problem = unstorableTextProblem(value);
+  if (problem) ctx.addIssue({ code: z.ZodIssueCode.custom, message: problem });
+}
+
+/**
+ * A host's identifier (session, message, part, tool call, tool name, worktree). Refused, not repaired, when text
+ * cannot hold it exactly: a repaired ID could equal another one.
+ */
+export const hostId = z
+  .string()
+  .min(1, "must not be empty")
+  .max(500, "longer than 500 characters")
+  .superRefine(refuseUnstorable);
+
+/**
+ * A session title: a label, refused when text cannot hold it exactly (it is shown as given or not at all; nothing is
+ * lost by refusing it, unlike a user's prompt).
+ */
+export const sessionTitle = z.string().max(1000, "longer than 1000 characters").superRefine(refuseUnstorable);
+
+/** Host attributes of a record, stored as jsonb: every key and string must be storable text, every value JSON. */
+const attributes = z.record(z.unknown()).superRefine((value, ctx) => {
+  for (const { path, problem } of jsonbProblems(value))
+    ctx.addIssue({ code: z.ZodIssueCode.custom, path: [...path], message: problem });
+});
 
 export const RECORD_KINDS = ["user", "assistant", "tool_call", "tool_result", "report", "note"] as const;
 
@@ -30,7 +78,7 @@ const content = z.union([z.string(), z.custom<Uint8Array>((value) => value insta
 export const ingestEventSchema = z
   .object({
     sessionId: opaqueId,
-    generation: z.number().int("not an integer").nonnegative("must not be negative").optional(),
+    generation: int4.optional(),
     turnId: opaqueId,
     kind,
     /** false: a partial, still-changing message or part; it is staged, not sealed. */
@@ -40,7 +88,7 @@ export const ingestEventSchema = z
         hostSessionId: hostId,
         messageId: hostId,
         partId: hostId.optional(),
-        revision: z.number().int("not an integer").nonnegative("must not be negative").default(0),
+        revision: int4.default(0),
       })
       .strict(),
     occurredAt: z.union([z.date(), z.string().datetime({ offset: true, message: "must be an ISO 8601 timestamp" })]),
@@ -48,17 +96,14 @@ export const ingestEventSchema = z
     toolCallId: hostId.optional(),
     toolName: hostId.optional(),
     /** The host already cut this output; we can only say so. */
-    hostTruncated: z
-      .object({ originalBytes: z.number().int("not an integer").nonnegative("must not be negative").optional() })
-      .strict()
-      .optional(),
+    hostTruncated: z.object({ originalBytes: safeCount.optional() }).strict().optional(),
     projectId: opaqueId.optional(),
     worktreeId: hostId.optional(),
     commit: z
       .string()
       .regex(/^[0-9a-f]{7,64}$/, "must be a hex commit id")
       .optional(),
-    attributes: z.record(z.unknown()).optional(),
+    attributes: attributes.optional(),
   })
   .strict()
   .superRefine((event, ctx) => {
@@ -81,7 +126,7 @@ export const openSessionSchema = z
     projectId: opaqueId.optional(),
     scopeId: opaqueId.optional(),
     parentSessionId: opaqueId.optional(),
-    title: z.string().max(1000, "longer than 1000 characters").optional(),
+    title: sessionTitle.optional(),
     /** 'isolated': the session neither publishes to nor reads from shared memory. */
     sharing: z.enum(["shared", "isolated"]).optional(),
   })
@@ -96,8 +141,8 @@ export type OpenSessionInput = z.input<typeof openSessionSchema>;
 /** A record's coordinates; extra fields are ignored so that a listed record can be passed as its own ref. */
 export const recordRefSchema = z.object({
   sessionId: opaqueId,
-  generation: z.number().int("not an integer").nonnegative("must not be negative"),
-  seq: z.number().int("not an integer").nonnegative("must not be negative"),
+  generation: int4,
+  seq: safeCount,
 });
 
 export const readPayloadOptionsSchema = z
@@ -138,7 +183,12 @@ export const admitTurnSchema = z
   .object({
     sessionId: opaqueId,
     turnId: opaqueId,
-    query: z.string().max(100_000, "longer than 100000 characters").optional(),
+    /**
+     * The user's prompt, kept on the turn for inspection. Repaired, never refused (a refusal would drop the user's
+     * turn from memory): NUL becomes U+2400 and an unpaired surrogate U+FFFD. Nothing is lost, because the prompt's
+     * exact text is stored as the turn's user record, whose payload is bytes (docs/payloads.md).
+     */
+    query: z.string().max(100_000, "longer than 100000 characters").transform(storableText).optional(),
     publishes: z.boolean().optional(),
   })
   .strict();
@@ -147,7 +197,7 @@ export const outcomeSchema = z.enum(["completed", "interrupted", "failed"], {
   errorMap: () => ({ message: "must be completed, interrupted or failed" }),
 });
 
-const tokens = z.number().int("not an integer").nonnegative("must not be negative");
+const tokens = safeCount;
 
 export const assembleSchema = z
   .object({
@@ -172,5 +222,36 @@ export const searchSchema = z
     limit: z.number().int().min(1).max(50).optional(),
     /** all (default): every word must occur; any: any word, best matches first. */
     match: z.enum(["all", "any"], { errorMap: () => ({ message: "must be all or any" }) }).optional(),
+  })
+  .strict();
+
+export const listRecordsOptionsSchema = z
+  .object({
+    generation: int4.optional(),
+    fromSeq: safeCount.optional(),
+    limit: z.number().int("not an integer").min(1, "below 1").max(100_000, "above 100000").optional(),
+  })
+  .strict();
+
+export const viewOptionsSchema = z
+  .object({
+    /** Bytes; projections are cached per budget in an integer column. */
+    budget: int4.min(1, "must be a positive integer number of bytes").optional(),
+    revision: int4.optional(),
+  })
+  .strict();
+
+export const settleOptionsSchema = z
+  .object({ timeoutMs: z.number().int("not an integer").min(0, "below 0").max(600_000, "above 600000").optional() })
+  .strict();
+
+export const zoomOptionsSchema = z
+  .object({ cursor: z.string().max(100).optional(), maxTokens: safeCount.min(1, "below 1").optional() })
+  .strict();
+
+export const sessionsOptionsSchema = z
+  .object({
+    cursor: z.string().max(200).optional(),
+    limit: z.number().int("not an integer").min(1, "below 1").max(50, "above 50").optional(),
   })
   .strict();

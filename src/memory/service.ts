@@ -35,6 +35,7 @@ import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
+import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import {
   admitTurnSchema,
@@ -42,6 +43,7 @@ import {
   type IngestEvent,
   ingestEventSchema,
   issuesOf,
+  listRecordsOptionsSchema,
   MAX_PAYLOAD_BYTES,
   type OpenSessionInput,
   opaqueId,
@@ -51,8 +53,12 @@ import {
   readPayloadOptionsSchema,
   recordRefSchema,
   searchSchema,
+  sessionsOptionsSchema,
+  settleOptionsSchema,
   turnContextSchema,
   type ValidIngestEvent,
+  viewOptionsSchema,
+  zoomOptionsSchema,
 } from "./schemas.js";
 import {
   type AssembledContext,
@@ -184,6 +190,7 @@ export function expectedSchemaVersion(): number {
 export async function openMemory(config: Config, options: { applicationName?: string } = {}): Promise<Memory> {
   const pool = openPool(config, options.applicationName ?? "optchat");
   try {
+    // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const version = await readSchemaVersion(pool);
     const expected = expectedSchemaVersion();
     if (version < expected) {
@@ -216,7 +223,15 @@ export async function openMemory(config: Config, options: { applicationName?: st
   return createMemory(pool, boss, config);
 }
 
+/** The service over an open pool and job queue; every call goes through the retry helper (guard.ts). */
 export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
+  return guardMemory(createUnguardedMemory(pool, boss, config), {
+    databaseUrl: config.databaseUrl,
+    unavailableRetryMs: config.databaseRetryMs,
+  });
+}
+
+function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
   const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
 
@@ -376,7 +391,8 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       });
     },
 
-    async listRecords(sessionId, options = {}) {
+    async listRecords(sessionId, rawOptions = {}) {
+      const options = parseInput(listRecordsOptionsSchema, rawOptions, "listRecords");
       const session = await getSession(sessionId);
       return await listRecords(
         pool,
@@ -431,7 +447,8 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       };
     },
 
-    async settle(sessionId, options = {}) {
+    async settle(sessionId, rawOptions = {}) {
+      const options = parseInput(settleOptionsSchema, rawOptions, "settle");
       const session = await getSession(sessionId);
       return await settleTree(
         pool,
@@ -442,12 +459,8 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
       );
     },
 
-    async view(sessionId, options = {}) {
-      if (options.budget !== undefined && (!Number.isInteger(options.budget) || options.budget < 1)) {
-        throw new InputInvalidError("view", [
-          { field: "budget", problem: "must be a positive integer number of bytes" },
-        ]);
-      }
+    async view(sessionId, rawOptions = {}) {
+      const options = parseInput(viewOptionsSchema, rawOptions, "view");
       return await renderView(pool, await treeOf(sessionId), options);
     },
 
@@ -476,12 +489,13 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
         shared,
         reader(ctx, "zoom"),
         parseInput(z.string().max(300), ref, "zoom", "ref"),
-        options,
+        parseInput(zoomOptionsSchema, options, "zoom"),
         (page, cursor, maxBytes) => memory.readPayload(page, { maxBytes, ...(cursor ? { cursor } : {}) }),
       ),
     search: (ctx, options) => searchFor(shared, reader(ctx, "search"), parseInput(searchSchema, options, "search")),
     date: (ctx, ref) => dateFor(shared, reader(ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
-    sessions: (ctx, options = {}) => sessionsFor(shared, reader(ctx, "sessions"), options),
+    sessions: (ctx, options = {}) =>
+      sessionsFor(shared, reader(ctx, "sessions"), parseInput(sessionsOptionsSchema, options, "sessions")),
 
     async close() {
       await listener.close();

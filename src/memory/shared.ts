@@ -13,6 +13,7 @@ import {
 } from "../core/context.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import { type NodeBytes, partBytes, project, restrictToPrefix } from "../core/fold.js";
+import { opaqueIdProblem } from "../core/ids.js";
 import { payloadAsText } from "../core/payload.js";
 import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
 import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
@@ -413,7 +414,8 @@ export async function sessionsFor(
   let after: { cursorTime: string; sessionId: string } | undefined;
   if (options.cursor) {
     const [cursorTime, sessionId] = Buffer.from(options.cursor, "base64url").toString("utf8").split("|");
-    if (!sessionId || !cursorTime || Number.isNaN(new Date(cursorTime).getTime())) {
+    // The session part goes into a text parameter: anything but an opaque ID (a forged NUL) is not our cursor.
+    if (!sessionId || opaqueIdProblem(sessionId) || !cursorTime || Number.isNaN(new Date(cursorTime).getTime())) {
       throw new InputInvalidError("sessions", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
     }
     after = { cursorTime, sessionId };

@@ -55,82 +55,210 @@ export async function connectClient(databaseUrl: string, applicationName = "optc
   return client;
 }
 
-export function databaseUnavailable(databaseUrl: string, error: unknown): OptchatError {
+export function databaseUnavailable(databaseUrl: string, error: unknown, retriedMs?: number): OptchatError {
   const reason = error instanceof Error ? error.message : String(error);
   let where = "(unparseable URL)";
+  let database = "";
   try {
     const url = new URL(databaseUrl);
-    where = `${url.hostname}:${url.port || "5432"}/${url.pathname.replace(/^\//, "")}`;
+    database = decodeURIComponent(url.pathname.replace(/^\//, ""));
+    where = `${url.hostname}:${url.port || "5432"}/${database}`;
   } catch {}
+  const sqlState = sqlStateOf(error);
+  // The server answered, so "start it" would send the user to the wrong fix: say what the server said instead.
+  const fix =
+    sqlState === "3D000"
+      ? `The server is running but has no database "${database}": run \`optchat migrate\` (it creates the database) or point DATABASE_URL at an existing one.`
+      : sqlState === "28P01" || sqlState === "28000"
+        ? "The server refused the login: fix the user or password in DATABASE_URL."
+        : `Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs ? `; retried for ${retriedMs} ms (OPTCHAT_DATABASE_RETRY_MS)` : ""}.`;
   return new OptchatError(
     "DATABASE_UNAVAILABLE",
-    `Cannot reach PostgreSQL at ${where}: ${reason}. Start it (docker compose up -d db) or point DATABASE_URL at a running server.`,
-    { where, sqlState: sqlStateOf(error) },
+    `Cannot reach PostgreSQL at ${where}: ${reason}. ${fix}`,
+    { where, sqlState, ...(retriedMs !== undefined ? { retriedMs } : {}) },
     { cause: error },
   );
 }
 
 /**
- * SQLSTATEs after which the whole transaction is safe to run again. Everything else is a real error.
+ * How the whole operation may be retried after a failure:
+ * - conflict: the transaction lost a race and Postgres rolled it back; running it again is always safe.
+ * - unavailable: the server is restarting or the connection broke. A COMMIT whose answer was lost may have committed,
+ *   so only idempotent operations are run again; the others fail with DATABASE_UNAVAILABLE at once.
+ */
+export type DatabaseFailure = "conflict" | "unavailable";
+
+/**
+ * The one table of retryable SQLSTATEs (everything else is a real error, never retried):
  * - 40001 serialization_failure: SERIALIZABLE transactions that conflicted (publication path, DESIGN §4).
  * - 40P01 deadlock_detected: Postgres aborted one side; the other committed.
  * - 55P03 lock_not_available: a NOWAIT/lock_timeout lock was busy.
+ * - 57P01 admin_shutdown / 57P02 crash_shutdown: the server is stopping or restarting (its backends are terminated;
+ *   an administrator's pg_terminate_backend gives 57P01 too).
+ * - 57P03 cannot_connect_now: "the database system is starting up" (or shutting down, or in recovery).
+ * - 08000, 08001, 08003, 08004, 08006 connection_exception and its subclasses.
+ * - 53300 too_many_connections: a restart's clients all reconnect at once.
  */
-export const RETRYABLE_SQLSTATES: Readonly<Record<string, string>> = Object.freeze({
-  "40001": "serialization_failure",
-  "40P01": "deadlock_detected",
-  "55P03": "lock_not_available",
+export const RETRYABLE_SQLSTATES: Readonly<
+  Record<string, { readonly name: string; readonly failure: DatabaseFailure }>
+> = Object.freeze({
+  "40001": { name: "serialization_failure", failure: "conflict" },
+  "40P01": { name: "deadlock_detected", failure: "conflict" },
+  "55P03": { name: "lock_not_available", failure: "conflict" },
+  "57P01": { name: "admin_shutdown", failure: "unavailable" },
+  "57P02": { name: "crash_shutdown", failure: "unavailable" },
+  "57P03": { name: "cannot_connect_now", failure: "unavailable" },
+  "08000": { name: "connection_exception", failure: "unavailable" },
+  "08001": { name: "sqlclient_unable_to_establish_sqlconnection", failure: "unavailable" },
+  "08003": { name: "connection_does_not_exist", failure: "unavailable" },
+  "08004": { name: "sqlserver_rejected_establishment_of_sqlconnection", failure: "unavailable" },
+  "08006": { name: "connection_failure", failure: "unavailable" },
+  "53300": { name: "too_many_connections", failure: "unavailable" },
 });
+
+/** Socket errors of a server that is down or restarting (Node's `code`; they carry no SQLSTATE). */
+const UNAVAILABLE_SOCKET_CODES = new Set([
+  "ECONNREFUSED",
+  "ECONNRESET",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "EAI_AGAIN",
+]);
+
+/**
+ * node-postgres's own errors for a connection that broke or never came up; they have neither a SQLSTATE nor a socket
+ * code (pg 8.16: client.js, pg-pool index.js). Matched on their fixed texts.
+ */
+const UNAVAILABLE_DRIVER_MESSAGES = [
+  /^Connection terminated/, // "... unexpectedly", "... due to connection timeout"
+  /^timeout exceeded when trying to connect$/,
+  /^Client has encountered a connection error and is not queryable$/,
+  /^Client was closed and is not queryable$/,
+];
 
 export function sqlStateOf(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
   return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
-export function isRetryable(error: unknown): boolean {
+/** How `error` (or an error it wraps: pg-boss, AggregateError of several addresses) may be retried, if at all. */
+export function databaseFailureOf(error: unknown, depth = 0): DatabaseFailure | undefined {
+  if (error === null || typeof error !== "object" || depth > 4) return undefined;
+  if (error instanceof OptchatError) return undefined; // already decided (and mapped) by an inner call
   const state = sqlStateOf(error);
-  return state !== undefined && state in RETRYABLE_SQLSTATES;
+  if (state !== undefined) return RETRYABLE_SQLSTATES[state]?.failure;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === "string" && UNAVAILABLE_SOCKET_CODES.has(code)) return "unavailable";
+  const message = (error as { message?: unknown }).message;
+  if (typeof message === "string" && UNAVAILABLE_DRIVER_MESSAGES.some((pattern) => pattern.test(message)))
+    return "unavailable";
+  for (const inner of [...((error as { errors?: unknown[] }).errors ?? []), (error as { cause?: unknown }).cause]) {
+    const failure = databaseFailureOf(inner, depth + 1);
+    if (failure) return failure;
+  }
+  return undefined;
+}
+
+export function isRetryable(error: unknown): boolean {
+  return databaseFailureOf(error) === "conflict";
+}
+
+/** What `withRetry` needs to know about the database: where it is (for the message) and how long to keep trying. */
+export interface RetryPolicy {
+  readonly databaseUrl: string;
+  /** How long an idempotent operation is retried while the server is unavailable (OPTCHAT_DATABASE_RETRY_MS). */
+  readonly unavailableRetryMs: number;
+}
+
+export interface RetryOptions {
+  /** Safe to run again after its connection broke, even if its COMMIT may have landed. */
+  readonly idempotent: boolean;
+  /** Where the database is and how long to wait for it; without one, an unavailable database's error is passed on. */
+  readonly policy?: RetryPolicy;
+  /** Attempts in all after conflicts (default 8). */
+  readonly conflictAttempts?: number;
+  /** Injected for tests; default the real clock and timers. */
+  readonly now?: () => number;
+  readonly sleep?: (ms: number) => Promise<void>;
+}
+
+/**
+ * The one retry helper. Runs `operation` and runs it again, with jittered backoff, after a conflict (up to
+ * `conflictAttempts` in all) or, when the operation is idempotent and a `policy` is given, while the database is
+ * unavailable (for up to `policy.unavailableRetryMs`, backoff 50 ms doubling to 1 s). With a policy, an unavailable
+ * database that stays so, or that breaks a non-idempotent operation, becomes DATABASE_UNAVAILABLE naming the server,
+ * the fix and the setting; every other error is thrown unchanged.
+ */
+export async function withRetry<T>(operation: () => Promise<T>, options: RetryOptions): Promise<T> {
+  const policy = options.policy;
+  const now = options.now ?? Date.now;
+  const pause = options.sleep ?? sleep;
+  const conflictAttempts = options.conflictAttempts ?? 8;
+  const started = now();
+  let unavailableWait = 50;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await operation();
+    } catch (error) {
+      const failure = databaseFailureOf(error);
+      if (failure === "conflict" && attempt < conflictAttempts) {
+        await pause(Math.min(200, 2 ** attempt) * (0.5 + Math.random()));
+        continue;
+      }
+      if (failure !== "unavailable" || policy === undefined) throw error;
+      const elapsed = now() - started;
+      if (!options.idempotent || elapsed >= policy.unavailableRetryMs) {
+        throw databaseUnavailable(policy.databaseUrl, error, options.idempotent ? elapsed : undefined);
+      }
+      await pause(Math.min(unavailableWait, policy.unavailableRetryMs - elapsed) * (0.75 + Math.random() / 2));
+      unavailableWait = Math.min(1000, unavailableWait * 2);
+    }
+  }
 }
 
 export type IsolationLevel = "read committed" | "repeatable read" | "serializable";
 
 export interface TransactionOptions {
   readonly isolation?: IsolationLevel;
-  /** Attempts in all, for retryable SQLSTATEs only (default 8). */
+  /** Attempts in all, for conflicts only (default 8). */
   readonly attempts?: number;
 }
 
 /**
- * Runs `work` in one transaction on a pooled client, retrying the whole transaction (with jittered backoff) when it
- * fails with a retryable SQLSTATE. `work` must therefore be safe to run again: no side effects outside the database.
+ * Runs `work` in one transaction on a pooled client, retrying the whole transaction (with jittered backoff) after a
+ * conflict (RETRYABLE_SQLSTATES). `work` must therefore be safe to run again: no side effects outside the database.
+ * A broken connection is not retried here: whether running it again is safe is the caller's (the service API's
+ * `withRetry` with `idempotent`), and its error is passed on unchanged.
  */
 export async function withTransaction<T>(
   pool: Pool,
   work: (client: PoolClient) => Promise<T>,
   options: TransactionOptions = {},
 ): Promise<T> {
-  const attempts = options.attempts ?? 8;
   const begin = options.isolation ? `BEGIN ISOLATION LEVEL ${options.isolation.toUpperCase()}` : "BEGIN";
-  for (let attempt = 1; ; attempt++) {
-    const client = await pool.connect();
-    let broken = false;
-    try {
-      await client.query(begin);
-      const result = await work(client);
-      await client.query("COMMIT");
-      return result;
-    } catch (error) {
+  return await withRetry(
+    async () => {
+      const client = await pool.connect();
+      let broken = false;
       try {
-        await client.query("ROLLBACK");
-      } catch {
-        broken = true; // the connection itself failed; do not return it to the pool
+        await client.query(begin);
+        const result = await work(client);
+        await client.query("COMMIT");
+        return result;
+      } catch (error) {
+        try {
+          await client.query("ROLLBACK");
+        } catch {
+          broken = true; // the connection itself failed; do not return it to the pool
+        }
+        throw error;
+      } finally {
+        client.release(broken);
       }
-      if (attempt >= attempts || !isRetryable(error)) throw error;
-      await sleep(Math.min(200, 2 ** attempt) * (0.5 + Math.random()));
-    } finally {
-      client.release(broken);
-    }
-  }
+    },
+    { idempotent: false, conflictAttempts: options.attempts ?? 8 },
+  );
 }
 
 function sleep(ms: number): Promise<void> {

@@ -9,6 +9,7 @@ describe("resolveConfig", () => {
       databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
       poolSize: 10,
       statementTimeoutMs: 30_000,
+      databaseRetryMs: 10_000,
       viewBytes: 128_000,
       viewLowerBytes: 128_000,
       workerConcurrency: 8,

@@ -71,7 +71,7 @@ export function databaseUnavailable(databaseUrl: string, error: unknown, retried
       ? `The server is running but has no database "${database}": run \`optchat migrate\` (it creates the database) or point DATABASE_URL at an existing one.`
       : sqlState === "28P01" || sqlState === "28000"
         ? "The server refused the login: fix the user or password in DATABASE_URL."
-        : `Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs ? `; retried for ${retriedMs} ms (OPTCHAT_DATABASE_RETRY_MS)` : ""}.`;
+        : `Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
   return new OptchatError(
     "DATABASE_UNAVAILABLE",
     `Cannot reach PostgreSQL at ${where}: ${reason}. ${fix}`,
@@ -209,9 +209,10 @@ export async function withRetry<T>(operation: () => Promise<T>, options: RetryOp
       if (failure !== "unavailable" || policy === undefined) throw error;
       const elapsed = now() - started;
       if (!options.idempotent || elapsed >= policy.unavailableRetryMs) {
-        throw databaseUnavailable(policy.databaseUrl, error, options.idempotent ? elapsed : undefined);
+        throw databaseUnavailable(policy.databaseUrl, error, options.idempotent ? Math.round(elapsed) : undefined);
       }
-      await pause(Math.min(unavailableWait, policy.unavailableRetryMs - elapsed) * (0.75 + Math.random() / 2));
+      // Jittered (a restart's clients should not reconnect in step), never past the bound: one last try at the end.
+      await pause(Math.min(policy.unavailableRetryMs - elapsed, unavailableWait * (0.75 + Math.random() / 2)));
       unavailableWait = Math.min(1000, unavailableWait * 2);
     }
   }

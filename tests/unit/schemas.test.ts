@@ -1,6 +1,17 @@
 import { describe, expect, it } from "vitest";
 import { InputInvalidError } from "../../src/core/errors.js";
-import { ingestEventSchema, parseInput } from "../../src/memory/schemas.js";
+import {
+  admitTurnSchema,
+  ingestEventSchema,
+  listRecordsOptionsSchema,
+  openSessionSchema,
+  parseInput,
+  recordRefSchema,
+  sessionsOptionsSchema,
+  settleOptionsSchema,
+  viewOptionsSchema,
+  zoomOptionsSchema,
+} from "../../src/memory/schemas.js";
 
 const valid = {
   sessionId: "ses_1",
@@ -47,5 +58,77 @@ describe("ingest event schema", () => {
       expect(result.success).toBe(false);
       expect(result.error?.issues[0]?.message).toMatch(/reasoning is never stored/);
     }
+  });
+});
+
+describe("text and numbers the database cannot store are refused at the boundary, naming the field", () => {
+  const fieldsOf = (schema: Parameters<typeof parseInput>[0], input: unknown): string[] => {
+    try {
+      parseInput(schema, input, "test");
+    } catch (error) {
+      expect(error).toBeInstanceOf(InputInvalidError);
+      return [...new Set((error as InputInvalidError).issues.map((i) => i.field))].sort();
+    }
+    return [];
+  };
+
+  it("refuses NUL and unpaired surrogates in every host ID of an event, and in jsonb attributes at any depth", () => {
+    const bad = {
+      ...valid,
+      toolCallId: "call\u0000",
+      toolName: "ba\u0000sh",
+      worktreeId: "\uD800",
+      finalization: { hostSessionId: "h\u0000", messageId: "m\uDC00", partId: "p\u0000" },
+      attributes: { ok: "fine", nul: "a\u0000", nested: { list: ["\uD83D"] }, "k\u0000": 1, big: 1n },
+    };
+    expect(fieldsOf(ingestEventSchema, bad)).toEqual([
+      'attributes."k\\u0000"',
+      "attributes.big",
+      "attributes.nested.list[0]",
+      "attributes.nul",
+      "finalization.hostSessionId",
+      "finalization.messageId",
+      "finalization.partId",
+      "toolCallId",
+      "toolName",
+      "worktreeId",
+    ]);
+    // Payloads are bytes and keep anything: NUL and a lone surrogate in content are accepted.
+    expect(fieldsOf(ingestEventSchema, { ...valid, content: "a\u0000b\uD800" })).toEqual([]);
+  });
+
+  it("refuses them in a session's host ID and title", () => {
+    const open = { host: "opencode", hostSessionId: "ses\u0000", projectId: "p", title: "t\uDFFF" };
+    expect(fieldsOf(openSessionSchema, open)).toEqual(["hostSessionId", "title"]);
+  });
+
+  it("repairs a turn's query instead (NUL as U+2400, an unpaired surrogate as U+FFFD): the user's turn must go on", () => {
+    const parsed = parseInput(admitTurnSchema, { sessionId: "ses_1", turnId: "t1", query: "a\u0000b\uD800" }, "t");
+    expect(parsed.query).toBe("a\u2400b\uFFFD");
+  });
+
+  it("refuses integers outside their column's type (integer: 2^31-1; bigint: exact JS integers)", () => {
+    expect(fieldsOf(recordRefSchema, { sessionId: "ses_1", generation: 2 ** 31, seq: 2 ** 53 })).toEqual([
+      "generation",
+      "seq",
+    ]);
+    expect(fieldsOf(recordRefSchema, { sessionId: "ses_1", generation: 2 ** 31 - 1, seq: 2 ** 53 - 1 })).toEqual([]);
+    expect(
+      fieldsOf(ingestEventSchema, {
+        ...valid,
+        generation: 2 ** 31,
+        finalization: { ...valid.finalization, revision: 2 ** 31 },
+        hostTruncated: { originalBytes: 1e300 },
+      }),
+    ).toEqual(["finalization.revision", "generation", "hostTruncated.originalBytes"]);
+    expect(fieldsOf(listRecordsOptionsSchema, { generation: 2 ** 31, fromSeq: -1, limit: 0 })).toEqual([
+      "fromSeq",
+      "generation",
+      "limit",
+    ]);
+    expect(fieldsOf(viewOptionsSchema, { budget: 2 ** 31, revision: Number.NaN })).toEqual(["budget", "revision"]);
+    expect(fieldsOf(sessionsOptionsSchema, { limit: Number.NaN })).toEqual(["limit"]);
+    expect(fieldsOf(settleOptionsSchema, { timeoutMs: -1 })).toEqual(["timeoutMs"]);
+    expect(fieldsOf(zoomOptionsSchema, { maxTokens: Number.POSITIVE_INFINITY })).toEqual(["maxTokens"]);
   });
 });

@@ -65,16 +65,17 @@ export function databaseUnavailable(databaseUrl: string, error: unknown, retried
     where = `${url.hostname}:${url.port || "5432"}/${database}`;
   } catch {}
   const sqlState = sqlStateOf(error);
-  // The server answered, so "start it" would send the user to the wrong fix: say what the server said instead.
-  const fix =
+  const server = where.slice(0, where.lastIndexOf("/"));
+  // The server answered in these two cases, so "start it" would send the user to the wrong fix.
+  const message =
     sqlState === "3D000"
-      ? `The server is running but has no database "${database}": run \`optchat migrate\` (it creates the database) or point DATABASE_URL at an existing one.`
+      ? `No database "${database}" on the PostgreSQL server at ${server}: run \`optchat migrate\` (it creates the database and its schema) or point DATABASE_URL at an existing database.`
       : sqlState === "28P01" || sqlState === "28000"
-        ? "The server refused the login: fix the user or password in DATABASE_URL."
-        : `Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
+        ? `PostgreSQL at ${where} refused the login: ${reason}. Fix the user or password in DATABASE_URL.`
+        : `Cannot reach PostgreSQL at ${where}: ${reason}. Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
   return new OptchatError(
     "DATABASE_UNAVAILABLE",
-    `Cannot reach PostgreSQL at ${where}: ${reason}. ${fix}`,
+    message,
     { where, sqlState, ...(retriedMs !== undefined ? { retriedMs } : {}) },
     { cause: error },
   );
@@ -136,6 +137,9 @@ const UNAVAILABLE_DRIVER_MESSAGES = [
   /^Client has encountered a connection error and is not queryable$/,
   /^Client was closed and is not queryable$/,
 ];
+
+/** A server that answers but refuses the connection: 3D000 no such database, 28000/28P01 the login. */
+const CONNECTION_REFUSALS = new Set(["3D000", "28000", "28P01"]);
 
 export function sqlStateOf(error: unknown): string | undefined {
   const code = (error as { code?: unknown } | null)?.code;
@@ -205,6 +209,9 @@ export async function withRetry<T>(operation: () => Promise<T>, options: RetryOp
       if (failure === "conflict" && attempt < conflictAttempts) {
         await pause(Math.min(200, 2 ** attempt) * (0.5 + Math.random()));
         continue;
+      }
+      if (policy !== undefined && failure === undefined && CONNECTION_REFUSALS.has(sqlStateOf(error) ?? "")) {
+        throw databaseUnavailable(policy.databaseUrl, error); // dropped database, revoked login: never retried
       }
       if (failure !== "unavailable" || policy === undefined) throw error;
       const elapsed = now() - started;

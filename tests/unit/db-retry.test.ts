@@ -124,6 +124,20 @@ describe("withRetry", () => {
     await expect(withRetry(async () => Promise.reject(real), { idempotent: true, policy })).rejects.toBe(real);
   });
 
+  it("maps a server's refusal of the connection (database dropped, login revoked) without retrying it", async () => {
+    let calls = 0;
+    const error = await withRetry(
+      async () => {
+        calls += 1;
+        throw serverError("3D000", 'database "optchat_x" does not exist');
+      },
+      { idempotent: true, policy },
+    ).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: "DATABASE_UNAVAILABLE", details: { sqlState: "3D000" } });
+    expect((error as Error).message).toMatch(/run `optchat migrate`/);
+    expect(calls).toBe(1);
+  });
+
   it("without a policy passes an unavailable database's error on unchanged (withTransaction's callers decide)", async () => {
     const lost = new Error("Connection terminated unexpectedly");
     await expect(withRetry(async () => Promise.reject(lost), { idempotent: true })).rejects.toBe(lost);
@@ -133,11 +147,13 @@ describe("withRetry", () => {
 describe("databaseUnavailable", () => {
   it("tells a missing database (the server answers) from a server that is down", () => {
     const missing = databaseUnavailable(URL, serverError("3D000", 'database "optchat_x" does not exist'));
-    expect(missing.message).toMatch(/has no database "optchat_x": run `optchat migrate`/);
+    expect(missing.message).toMatch(
+      /^No database "optchat_x" on the PostgreSQL server at 127\.0\.0\.1:5432: run `optchat migrate`/,
+    );
     expect(missing.message).not.toMatch(/docker compose/);
     const down = databaseUnavailable(URL, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
     expect(down.message).toMatch(/Start it \(docker compose up -d db\)/);
     const login = databaseUnavailable(URL, serverError("28P01", "password authentication failed"));
-    expect(login.message).toMatch(/fix the user or password in DATABASE_URL/);
+    expect(login.message).toMatch(/refused the login: password authentication failed\. Fix the user or password in DATABASE_URL/);
   });
 });

@@ -154,6 +154,8 @@ describe("databaseUnavailable", () => {
     const down = databaseUnavailable(URL, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
     expect(down.message).toMatch(/Start it \(docker compose up -d db\)/);
     const login = databaseUnavailable(URL, serverError("28P01", "password authentication failed"));
-    expect(login.message).toMatch(/refused the login: password authentication failed\. Fix the user or password in DATABASE_URL/);
+    expect(login.message).toMatch(
+      /refused the login: password authentication failed\. Fix the user or password in DATABASE_URL/,
+    );
   });
 });

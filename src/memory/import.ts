@@ -445,7 +445,7 @@ async function onLine(lineNumber: number, work: () => Promise<void>): Promise<vo
         lineNumber,
         error.issues.map((issue) => ({
           field: issue.field,
-          problem: `${issue.problem} (${error.message.split(":")[0]})`,
+          problem: `${issue.problem} (refused by ${String(error.details.where)})`,
         })),
       );
     }

@@ -5,7 +5,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
 import { importCommand } from "../../src/cli/import.js";
-import { checkJsonl } from "../../src/memory/import.js";
+import { InputInvalidError, OptchatError } from "../../src/core/errors.js";
+import { checkJsonl, ImportLineError, importJsonl } from "../../src/memory/import.js";
 import { openMemory } from "../../src/memory/service.js";
 import { freshDatabaseName, retrying, useTestMemory } from "../helpers.js";
 
@@ -207,6 +208,25 @@ describe("optchat import of text the database cannot hold", () => {
     const [user] = await t.memory.listRecords(session?.sessionId as string);
     const page = await t.memory.readPayload(user as { sessionId: string; generation: number; seq: number });
     expect(page.bytes.equals(Buffer.from("find a\u0000b \uFFFD", "utf8"))).toBe(true);
+  });
+});
+
+describe("a refusal the import's check did not foresee", () => {
+  it("still names its line, as does an unexpected error; DATABASE_UNAVAILABLE passes unchanged", async () => {
+    const lines = [
+      '{"type":"session","id":"imp-net","project":"prj_bad"}',
+      '{"type":"turn","session":"imp-net","id":"t1","outcome":"completed","records":[{"id":"m1","kind":"user","at":"2026-11-20T10:00:00Z","text":"hi"}]}',
+    ];
+    const failingAdmission = (error: Error) => ({ ...t.memory, admitTurn: async () => Promise.reject(error) });
+    const refused = await refusal(
+      importJsonl(failingAdmission(new InputInvalidError("admitTurn", [{ field: "query", problem: "is odd" }])), lines),
+    );
+    expect(refused).toBeInstanceOf(ImportLineError);
+    expect(refused).toMatchObject({ line: 2, issues: [{ field: "query", problem: "is odd (refused by admitTurn)" }] });
+    const unexpected = await refusal(importJsonl(failingAdmission(new TypeError("x is undefined")), lines));
+    expect((unexpected as unknown as Error).message).toBe("import line 2: x is undefined");
+    const outage = new OptchatError("DATABASE_UNAVAILABLE", "Cannot reach PostgreSQL");
+    expect(await refusal(importJsonl(failingAdmission(outage), lines))).toBe(outage);
   });
 });
 

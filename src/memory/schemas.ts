@@ -1,7 +1,14 @@
 import { z } from "zod";
 import { type FieldIssue, InputInvalidError } from "../core/errors.js";
 import { opaqueIdProblem } from "../core/ids.js";
-import { jsonbProblems, storableText, unstorableTextProblem } from "../core/text.js";
+import {
+  jsonbProblems,
+  NO_NUL,
+  NO_UNPAIRED_SURROGATE,
+  NUL_PROBLEM,
+  storableText,
+  UNPAIRED_SURROGATE_PROBLEM,
+} from "../core/text.js";
 
 /** Largest payload accepted in one record. Larger host outputs should be truncated by the host and flagged. */
 export const MAX_PAYLOAD_BYTES = 64 * 1024 * 1024;
@@ -32,27 +39,26 @@ export const safeCount = z
   .nonnegative("must not be negative")
   .max(Number.MAX_SAFE_INTEGER, `above ${Number.MAX_SAFE_INTEGER} (2^53-1, the largest exact integer)`);
 
-/** Refuses text that a `text` column cannot hold exactly (NUL, unpaired surrogates; see src/core/text.ts). */
-function refuseUnstorable(value: string, ctx: z.RefinementCtx): void {
-  const problem = unstorableTextProblem(value);
-  if (problem) ctx.addIssue({ code: z.ZodIssueCode.custom, message: problem });
+/**
+ * Refuses text that a `text` column cannot hold exactly (NUL, unpaired surrogates; see src/core/text.ts). Regex checks
+ * rather than a refinement: zod runs them in the string's own check loop (measured ~1 µs against ~20 µs per field
+ * for superRefine), and every ingested record has up to six host IDs.
+ */
+function storable(schema: z.ZodString): z.ZodString {
+  return schema.regex(NO_NUL, NUL_PROBLEM).regex(NO_UNPAIRED_SURROGATE, UNPAIRED_SURROGATE_PROBLEM);
 }
 
 /**
  * A host's identifier (session, message, part, tool call, tool name, worktree). Refused, not repaired, when text
  * cannot hold it exactly: a repaired ID could equal another one.
  */
-export const hostId = z
-  .string()
-  .min(1, "must not be empty")
-  .max(500, "longer than 500 characters")
-  .superRefine(refuseUnstorable);
+export const hostId = storable(z.string().min(1, "must not be empty").max(500, "longer than 500 characters"));
 
 /**
  * A session title: a label, refused when text cannot hold it exactly (it is shown as given or not at all; nothing is
  * lost by refusing it, unlike a user's prompt).
  */
-export const sessionTitle = z.string().max(1000, "longer than 1000 characters").superRefine(refuseUnstorable);
+export const sessionTitle = storable(z.string().max(1000, "longer than 1000 characters"));
 
 /** Host attributes of a record, stored as jsonb: every key and string must be storable text, every value JSON. */
 const attributes = z.record(z.unknown()).superRefine((value, ctx) => {

@@ -89,7 +89,7 @@ describe("text the database cannot hold", () => {
   it("refuses NUL in a session's title and host session ID, naming the field", async () => {
     const open = { host: "test", projectId: "bad" };
     expect(await refusal(t.memory.openSession({ ...open, hostSessionId: "s1", title: "a\u0000b" }))).toMatchObject(
-      invalid("title", /U\+0000 \(NUL\) at character 1/),
+      invalid("title", /^contains U\+0000 \(NUL\), which PostgreSQL text cannot store; remove it$/),
     );
     expect(await refusal(t.memory.openSession({ ...open, hostSessionId: "s\u00001" }))).toMatchObject(
       invalid("hostSessionId", /U\+0000/),
@@ -176,7 +176,9 @@ describe("optchat import of text the database cannot hold", () => {
     const err: string[] = [];
     const code = await importCommand([file], t.config, { json: false, out: () => {}, err: (l) => err.push(l) });
     expect(code).toBe(1);
-    expect(err.join("\n")).toContain("import line 3: invalid input (title: contains U+0000 (NUL) at character 3");
+    expect(err.join("\n")).toContain(
+      "import line 3: invalid input (title: contains U+0000 (NUL), which PostgreSQL text cannot store; remove it)",
+    );
     expect(err.join("\n")).toContain(
       "import line 4: invalid input (records[0].id: contains an unpaired UTF-16 surrogate",
     );

@@ -10,6 +10,7 @@ export const UNPAIRED_SURROGATE_PROBLEM =
   "contains an unpaired UTF-16 surrogate (ill-formed text), which UTF-8 cannot store; send well-formed text";
 
 /** Text with no U+0000. */
+// biome-ignore lint/suspicious/noControlCharactersInRegex: NUL is exactly the character this refuses
 export const NO_NUL = /^[^\u0000]*$/;
 /** Text with no unpaired surrogate: with the u flag a well-formed pair is one code point, so \p{Cs} is only unpaired. */
 export const NO_UNPAIRED_SURROGATE = /^\P{Cs}*$/u;

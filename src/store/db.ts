@@ -66,13 +66,15 @@ export function databaseUnavailable(databaseUrl: string, error: unknown, retried
   } catch {}
   const sqlState = sqlStateOf(error);
   const server = where.slice(0, where.lastIndexOf("/"));
-  // The server answered in these two cases, so "start it" would send the user to the wrong fix.
+  // The server answered in these cases, so "start it" would send the user to the wrong fix.
   const message =
     sqlState === "3D000"
       ? `No database "${database}" on the PostgreSQL server at ${server}: run \`optchat migrate\` (it creates the database and its schema) or point DATABASE_URL at an existing database.`
       : sqlState === "28P01" || sqlState === "28000"
         ? `PostgreSQL at ${where} refused the login: ${reason}. Fix the user or password in DATABASE_URL.`
-        : `Cannot reach PostgreSQL at ${where}: ${reason}. Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
+        : sqlState === "53300"
+          ? `PostgreSQL at ${where} refused a connection: ${reason}. Lower OPTCHAT_POOL_SIZE (connections per process), stop other clients, or raise the server's max_connections${retriedMs !== undefined ? `; retried for ${retriedMs} ms (OPTCHAT_DATABASE_RETRY_MS)` : ""}.`
+          : `Cannot reach PostgreSQL at ${where}: ${reason}. Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
   return new OptchatError(
     "DATABASE_UNAVAILABLE",
     message,

@@ -153,6 +153,9 @@ describe("databaseUnavailable", () => {
     expect(missing.message).not.toMatch(/docker compose/);
     const down = databaseUnavailable(URL, Object.assign(new Error("connect ECONNREFUSED"), { code: "ECONNREFUSED" }));
     expect(down.message).toMatch(/Start it \(docker compose up -d db\)/);
+    const crowded = databaseUnavailable(URL, serverError("53300", "sorry, too many clients already"));
+    expect(crowded.message).toMatch(/too many clients already\. Lower OPTCHAT_POOL_SIZE .* max_connections/);
+    expect(crowded.message).not.toMatch(/docker compose/);
     const login = databaseUnavailable(URL, serverError("28P01", "password authentication failed"));
     expect(login.message).toMatch(
       /refused the login: password authentication failed\. Fix the user or password in DATABASE_URL/,

@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
-import { dyadicCover, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
+import { type NodeAddress, nodeKey, refOf } from "../core/tree.js";
+import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
 import { withTransaction } from "../store/db.js";
 import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
@@ -12,8 +13,9 @@ import {
   findViewRevision,
   lockTree,
 } from "../store/trees.js";
-import { findTurnInGeneration, turnRecordRange } from "../store/turns.js";
+import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
 import { completeFenced, enqueueNodeJobs, enqueuePublication, PUBLISH_QUEUE, type PublishJobData } from "./queue.js";
+import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { runStep } from "./summarize.js";
 import type { CompactorDeps } from "./worker.js";
 
@@ -23,46 +25,51 @@ export interface PublishJob {
   readonly data: PublishJobData;
 }
 
-export type PublishOutcome = "published" | "duplicate" | "not_published" | "waiting" | "lease_lost" | "failed";
-
-/** The longest wait between two looks at a source cover that is not summarized yet. */
-const MAX_COVER_WAIT_SECONDS = 30;
+export type PublishOutcome = "published" | "duplicate" | "not_published" | "not_ready" | "lease_lost" | "failed";
 
 /**
- * Publishes a finished turn (seed 000 §5). Waits (by rescheduling itself) until the turn's records are summarized
- * into the session nodes that exactly tile its range, builds the publication leaf from that cover (free when it fits;
- * the outcome tag is always kept, so an attempt never reads as a success), then in one SERIALIZABLE transaction,
- * retried as a whole: completes the job (fenced), allocates the scope's gap-free publication number, inserts the
- * publication and its leaf in the shared tree and folds the shared view. Unique per turn: a replay publishes nothing.
+ * Publishes a finished turn (seed 000 §5). The job exists only once the publication is ready (schedule-publication.ts:
+ * the turn is finished, it is its session's next turn to publish, and the session nodes of its source cover are
+ * built), so it never waits. It builds the publication leaf from that cover (free when it fits; the outcome tag is
+ * always kept, so an attempt never reads as a success), then in one SERIALIZABLE transaction, retried as a whole:
+ * completes the job (fenced), allocates the scope's gap-free publication number, inserts the publication and its
+ * leaf in the shared tree, folds the shared view, and schedules the session's next turn if that became ready. The
+ * cover is the turn's own records only (its runs, fixed when it finished), never another turn's interleaved record.
+ * Unique per turn: a replay publishes nothing.
  */
 export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Promise<PublishOutcome> {
   const { sessionId, generation, turnId } = job.data;
   const turn = await findTurnInGeneration(deps.pool, sessionId, generation, turnId);
-  const range = turn ? await turnRecordRange(deps.pool, sessionId, generation, turnId) : undefined;
-  if (!turn || !turn.publishes || turn.state === "active" || !range) {
-    // Nothing to publish: an isolated or subagent session, a superseded generation, or a turn without records.
-    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job, PUBLISH_QUEUE));
-    return "not_published";
+  const sessionTree = turn ? await findSessionTree(deps.pool, sessionId, generation) : undefined;
+  const next = turn ? await nextTurnToPublish(deps.pool, sessionId, generation) : undefined;
+  const runs = turn?.runs ?? [];
+  const cover = coverOfRuns(runs);
+  const nodes = sessionTree ? await findNodes(deps.pool, sessionTree.treeId, cover) : new Map();
+  if (
+    !turn ||
+    !sessionTree ||
+    turn.publicationState !== "pending" ||
+    next?.turnId !== turnId ||
+    cover.length === 0 ||
+    cover.some((node) => !nodes.has(nodeKey(node)))
+  ) {
+    // Published already (a replay), nothing to publish (a superseded generation, a turn without records), or not
+    // ready: only a stale job can get here, since jobs are created when ready and readiness only grows. Completed
+    // without a retry: whatever makes it ready schedules it (under the same lock, re-checked here).
+    const published = turn?.publicationState === "published";
+    await withTransaction(deps.pool, async (tx) => {
+      const locked = sessionTree ? await lockTree(tx, { treeId: sessionTree.treeId }) : undefined;
+      if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return;
+      if (locked)
+        await schedulePublicationIfReady(deps.boss, tx, { treeId: locked.tree.treeId, sessionId, generation });
+    });
+    return published ? "duplicate" : turn?.publicationState === "pending" ? "not_ready" : "not_published";
   }
   const scope = await findScope(deps.pool, turn.snapshot.scopeId);
-  const sessionTree = await findSessionTree(deps.pool, sessionId, generation);
   const sharedTree = scope ? await findSharedTreeOfScope(deps.pool, scope.scopeId) : undefined;
-  if (!scope || !sessionTree || !sharedTree)
-    throw new Error(`turn ${turnId}: its scope or trees are missing (integrity error)`);
+  if (!scope || !sharedTree) throw new Error(`turn ${turnId}: its scope or shared tree is missing (integrity error)`);
+  const lastRun = runs[runs.length - 1] as RecordRun;
 
-  const cover = dyadicCover(range.start, range.end);
-  const nodes = await findNodes(deps.pool, sessionTree.treeId, cover);
-  if (cover.some((node) => !nodes.has(nodeKey(node)))) {
-    // Wait 1 s, then 2 s, … up to 30 s between looks: the cover is usually ready within seconds, but a cover node
-    // that keeps failing must not make this job poll every second for days.
-    const waits = (job.data.waits ?? 0) + 1;
-    await withTransaction(deps.pool, async (tx) => {
-      if (await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE)) {
-        await enqueuePublication(deps.boss, tx, { ...job.data, waits }, Math.min(MAX_COVER_WAIT_SECONDS, waits));
-      }
-    });
-    return "waiting";
-  }
   const coverText = cover.map((node) => nodes.get(nodeKey(node))?.text ?? "").join("\n");
   const tag = `[turn ${turn.state}]`;
   let text = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
@@ -92,19 +99,25 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   const outcome = await withTransaction(
     deps.pool,
     async (tx) => {
+      // The session tree first, like every writer of it (and before the scope row and the shared tree): the next
+      // turn's readiness is checked at the end under this lock. In SERIALIZABLE, a node committed after this
+      // transaction's snapshot makes the lock fail with a serialization error, and the retry sees it.
+      const lockedSession = await lockTree(tx, { treeId: sessionTree.treeId });
+      if (!lockedSession) throw new Error(`session tree of ${sessionId} disappeared`);
       if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
       const publication = await insertPublication(tx, {
         scopeId: scope.scopeId,
         sessionId,
         generation,
         turnId,
-        startSeq: range.start,
-        endSeqExclusive: range.end,
+        startSeq: (runs[0] as RecordRun).start,
+        endSeqExclusive: lastRun.end,
         outcome: turn.state as "completed" | "interrupted" | "failed",
-        completedAt: turn.finishedAt ?? range.lastAt,
+        completedAt: turn.finishedAt ?? new Date(),
         sourceCover: cover,
       });
       if (!publication) return { status: "duplicate" as const, seq: -1 };
+      await setPublicationState(tx, turn, "published");
       const locked = await lockTree(tx, { treeId: sharedTree.treeId });
       if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
       const leaf: NodeAddress = { level: 0, index: publication.publicationSeq };
@@ -138,6 +151,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
       );
       await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
       await clearPublicationFailure(tx, job.data);
+      await schedulePublicationIfReady(deps.boss, tx, { treeId: sessionTree.treeId, sessionId, generation });
       return { status: "published" as const, seq: publication.publicationSeq };
     },
     // Publications of one scope conflict on the scope row; each conflict retries the whole transaction.

@@ -4,15 +4,16 @@ import type { Queryable } from "../store/db.js";
 
 /** One queue for every node job of every tree. */
 export const NODE_QUEUE = "optchat-node";
-/** Publication jobs: one per finished turn, inserted in the transaction that finishes it (the outbox). */
+/**
+ * Publication jobs: one per turn, inserted by the commit that makes its publication ready (the outbox; see
+ * compactor/schedule-publication.ts).
+ */
 export const PUBLISH_QUEUE = "optchat-publish";
 
 export interface PublishJobData {
   readonly sessionId: string;
   readonly generation: number;
   readonly turnId: string;
-  /** How many times this publication has already waited for its source cover (drives the wait's backoff). */
-  readonly waits?: number;
 }
 
 export interface NodeJobData {

@@ -50,15 +50,21 @@ try {
     const ctx = { sessionId: session.sessionId, turnId: `t${turn}` };
     await memory.admitTurn({ ...ctx, query: text(turn, 0, 80) });
     for (const [part, shape] of parts.entries()) {
-      await memory.ingest({
-        sessionId: session.sessionId,
-        turnId: ctx.turnId,
-        kind: shape.kind,
-        ...(shape.kind === "tool_result" ? { toolName: "bash", toolCallId: `call${turn}` } : {}),
-        finalization: { hostSessionId, messageId: `m${turn}_${part}` },
-        occurredAt: new Date().toISOString(),
-        content: text(turn, part, shape.bytes),
-      });
+      // One message per call with free nodes built at once, as the OpenCode plugin ingests (plugin/adapter.ts).
+      await memory.ingestMany(
+        [
+          {
+            sessionId: session.sessionId,
+            turnId: ctx.turnId,
+            kind: shape.kind,
+            ...(shape.kind === "tool_result" ? { toolName: "bash", toolCallId: `call${turn}` } : {}),
+            finalization: { hostSessionId, messageId: `m${turn}_${part}` },
+            occurredAt: new Date().toISOString(),
+            content: text(turn, part, shape.bytes),
+          },
+        ],
+        { buildFreeInline: true },
+      );
       records += 1;
       await sleep(20 + random() * 40);
     }

@@ -9,7 +9,8 @@
  *               replacement started at once (a job the killed worker held runs again after its heartbeat lapses)
  *
  * Reported per case: publication lag (finishTurn's commit time → the publication's, both the database's clock)
- * p50/p99/max over every turn; turns not published by the end of the drain; publication jobs per turn, the jobs a
+ * p50/p99/max over every turn, split into the time until the publication was ready (turn finished, cover built,
+ * the session's previous publication done) and the time from ready to published; turns not published by the end of the drain; publication jobs per turn, the jobs a
  * publication job made for its own turn (reschedules: data.waits), pg-boss retries; and the order check: adjacent
  * turns of one session (admission order) whose publications came out the other way round.
  *
@@ -121,6 +122,8 @@ interface CaseResult {
   readonly turns: number;
   readonly unpublished: number;
   readonly lagsMs: number[];
+  readonly readyMs: number[];
+  readonly afterReadyMs: number[];
   readonly publishJobs: number;
   readonly reschedules: number;
   readonly retries: number;
@@ -129,11 +132,25 @@ interface CaseResult {
 }
 
 async function measure(pool: pg.Pool): Promise<Omit<CaseResult, "drainSeconds">> {
-  const lags = await pool.query<{ lag_ms: number | null }>(
-    `SELECT extract(epoch FROM (p.published_at - t.finished_at)) * 1000 AS lag_ms
-       FROM optchat.turns t
-       LEFT JOIN optchat.publications p ON p.session_id = t.session_id AND p.generation = t.generation AND p.turn_id = t.turn_id
-      WHERE t.state <> 'active' AND t.publishes`,
+  // Where the lag goes: a publication is ready once its turn is finished, its cover is built and the session's
+  // previous publication exists; `ready_ms` is that moment after finishTurn, `after_ready_ms` the rest (queue, commit).
+  const lags = await pool.query<{ lag_ms: number | null; ready_ms: number | null; after_ready_ms: number | null }>(
+    `WITH pubs AS (
+       SELECT t.session_id, t.finished_at, p.published_at,
+              greatest(t.finished_at,
+                       (SELECT max(n.built_at) FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
+                          JOIN optchat.trees tr ON tr.kind = 'session' AND tr.session_id = p.session_id AND tr.generation = p.generation
+                          JOIN optchat.nodes n ON n.tree_id = tr.tree_id AND n.level = c.level AND n.idx = c.idx),
+                       (SELECT max(q.published_at) FROM optchat.publications q JOIN optchat.turns u
+                            ON u.session_id = q.session_id AND u.generation = q.generation AND u.turn_id = q.turn_id
+                         WHERE q.session_id = t.session_id AND u.admitted_at < t.admitted_at)) AS ready_at
+         FROM optchat.turns t
+         LEFT JOIN optchat.publications p ON p.session_id = t.session_id AND p.generation = t.generation AND p.turn_id = t.turn_id
+        WHERE t.state <> 'active' AND t.publishes)
+     SELECT extract(epoch FROM (published_at - finished_at)) * 1000 AS lag_ms,
+            extract(epoch FROM (ready_at - finished_at)) * 1000 AS ready_ms,
+            extract(epoch FROM (published_at - ready_at)) * 1000 AS after_ready_ms
+       FROM pubs`,
   );
   const jobs = await pool.query<{ jobs: number; reschedules: number; retries: number }>(
     `SELECT count(*)::int AS jobs, count(*) FILTER (WHERE data ? 'waits')::int AS reschedules,
@@ -150,7 +167,11 @@ async function measure(pool: pg.Pool): Promise<Omit<CaseResult, "drainSeconds">>
      ) x WHERE inverted`,
   );
   const lagsMs = lags.rows.flatMap((row) => (row.lag_ms === null ? [] : [Number(row.lag_ms)]));
+  const readyMs = lags.rows.flatMap((row) => (row.ready_ms === null ? [] : [Number(row.ready_ms)]));
+  const afterReadyMs = lags.rows.flatMap((row) => (row.after_ready_ms === null ? [] : [Number(row.after_ready_ms)]));
   return {
+    readyMs,
+    afterReadyMs,
     turns: lags.rows.length,
     unpublished: lags.rows.length - lagsMs.length,
     lagsMs,
@@ -255,6 +276,10 @@ export async function runPublicationBench(context: BenchContext): Promise<void> 
         lagP50Ms: lag.p50Ms,
         lagP99Ms: lag.p99Ms,
         lagMaxMs: lag.maxMs,
+        readyAfterFinishP50Ms: summarizeLatencies(result.readyMs).p50Ms,
+        readyAfterFinishP99Ms: summarizeLatencies(result.readyMs).p99Ms,
+        publishedAfterReadyP50Ms: summarizeLatencies(result.afterReadyMs).p50Ms,
+        publishedAfterReadyP99Ms: summarizeLatencies(result.afterReadyMs).p99Ms,
         publishJobsPerTurn: result.turns > 0 ? round(result.publishJobs / result.turns, 2) : null,
         reschedules: result.reschedules,
         reschedulesPerMinute: round((result.reschedules * 60) / (settings.seconds + result.drainSeconds), 1),

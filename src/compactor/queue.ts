@@ -138,3 +138,18 @@ export async function completeFenced(
   // pg-boss 12.38 returns { requested, affected, ... } here; its type declares an empty interface.
   return (result as { affected?: number }).affected === 1;
 }
+
+/**
+ * Whether this worker still holds the attempt it fetched (the job is active with the same retry count), without
+ * completing it: the publication commit checks it, and the job is completed afterwards, under the session tree's
+ * lock, together with the scheduling of the session's next publication.
+ */
+export async function stillHeld(
+  boss: PgBoss,
+  db: Queryable,
+  job: { id: string; retryCount: number },
+  queue: string,
+): Promise<boolean> {
+  const current = await boss.getJobById(queue, job.id, { db: inTransaction(db) });
+  return current?.state === "active" && current.retryCount === job.retryCount;
+}

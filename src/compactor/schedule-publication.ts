@@ -1,19 +1,19 @@
 /**
  * Dependency-driven publication (DESIGN §5 "Everything dependency-driven", issue 9 item 5). A turn's publication is
  * ready when the turn is finished, it is the session's next turn to publish (every turn admitted before it is
- * published or has nothing to publish: a session's turns are published in their own order), and every session node
- * of its source cover is built. Each of those is made true by a commit, and each such commit calls this in its own
- * transaction: finishing a turn, committing a session node, and publishing a turn (which may ready the next one). The
- * job is enqueued only when ready, so it never waits by rescheduling itself.
+ * published or has nothing to publish: a session's turns are published in their own order), and every record of it
+ * is summarized (the session's leaves are built past its last record; its cover is then the coarsest tiling of its
+ * runs by built nodes, see publish.ts). Each of those is made true by a commit, and each such commit calls this in its
+ * own transaction: finishing a turn, committing a session node, and completing a publication job (which may ready the
+ * session's next turn). The job is enqueued only when ready, so it never waits by rescheduling itself.
  *
- * Readiness only grows (nodes are immutable, a publication is never undone, a finished turn's runs are fixed), so a
- * job enqueued when ready stays ready. The caller must hold the session tree's row lock (`lockTree`): every writer of
+ * Readiness only grows (built leaves only grow, a publication is never undone, a finished turn's runs are fixed), so
+ * a job enqueued when ready stays ready. The caller must hold the session tree's row lock (`lockTree`): every writer of
  * the tree takes it first, so two commits that each make half of the condition true cannot both miss the other's.
  */
 import type { PgBoss } from "pg-boss";
-import { coverOfRuns } from "../core/turn-records.js";
 import type { Queryable } from "../store/db.js";
-import { coverBuilt } from "../store/publications.js";
+import { leavesBuiltUpTo } from "../store/publications.js";
 import { hasOpenPublicationJob, nextTurnToPublish } from "../store/turns.js";
 import { enqueuePublication } from "./queue.js";
 
@@ -30,8 +30,9 @@ export async function schedulePublicationIfReady(
   tree: SessionTreeRef,
 ): Promise<string | undefined> {
   const turn = await nextTurnToPublish(tx, tree.sessionId, tree.generation);
-  if (!turn || turn.state === "active" || turn.runs === null) return undefined;
-  if (!(await coverBuilt(tx, tree.treeId, coverOfRuns(turn.runs)))) return undefined;
+  const lastRun = turn?.runs?.[turn.runs.length - 1];
+  if (!turn || turn.state === "active" || !lastRun) return undefined;
+  if (!(await leavesBuiltUpTo(tx, tree.treeId, lastRun.end))) return undefined;
   // Several commits can find the same turn ready before its job runs (each node commit of the session re-checks);
   // one job is enough. Exact under the tree lock: the job is created and completed by transactions that hold it.
   if (await hasOpenPublicationJob(tx, turn)) return undefined;

@@ -204,14 +204,14 @@ export async function clearPublicationFailure(
   );
 }
 
-/** Whether every node of a source cover is built in the session tree (a publication's cover is complete). */
-export async function coverBuilt(db: Queryable, treeId: number, cover: readonly NodeAddress[]): Promise<boolean> {
-  if (cover.length === 0) return false;
-  const result = await db.query<{ built: number }>(
-    `SELECT count(DISTINCT (n.level, n.idx))::int AS built
-       FROM unnest($2::int[], $3::bigint[]) AS c(level, idx)
-       JOIN optchat.nodes n ON n.tree_id = $1::bigint AND n.level = c.level AND n.idx = c.idx`,
-    [treeId, cover.map((node) => node.level), cover.map((node) => node.index)],
+/**
+ * Whether a session tree's leaves are built up to `end` (leaves are built in order, seed 002 §4.1): then every record
+ * of a turn ending there is summarized, and its publication's cover can be made of built nodes.
+ */
+export async function leavesBuiltUpTo(db: Queryable, treeId: number, end: number): Promise<boolean> {
+  const result = await db.query<{ built: boolean }>(
+    "SELECT built_leaves >= $2::bigint AS built FROM optchat.trees WHERE tree_id = $1::bigint",
+    [treeId, end],
   );
-  return (result.rows[0]?.built ?? 0) === new Set(cover.map((node) => `${node.level}:${node.index}`)).size;
+  return result.rows[0]?.built === true;
 }

@@ -166,12 +166,12 @@ describe("dependency-driven, in-order publication (issue 9 item 5)", () => {
     expect(await db.memory.audit()).toMatchObject({ ok: true, violations: [] });
   }, 60_000);
 
-  it("schedules a publication from the node commit that completes its cover: one job, no waiting", async () => {
+  it("schedules a publication from the node commit that summarizes its last record: one job, no waiting", async () => {
     const e = await open("E");
     const ctx = { sessionId: e.sessionId, turnId: "e1" };
     await db.memory.admitTurn(ctx);
-    // Over 512 bytes each: every leaf and the parent need the (150 ms) summarizer, so the cover is not built when
-    // the turn finishes.
+    // Over 512 bytes each: every leaf and the parent need the (150 ms) summarizer, so nothing is summarized when the
+    // turn finishes.
     for (let k = 0; k < 2; k++)
       await record(e, "e1", k === 0 ? "user" : "assistant", `part ${k}: ${"the index rebuild plan ".repeat(30)}`);
     await db.memory.finishTurn(ctx, "completed");

@@ -19,6 +19,7 @@ import {
 import { runIngestBench } from "./bench/ingest.js";
 import { runLocomoBench } from "./bench/locomo.js";
 import { runPluginBench } from "./bench/plugin.js";
+import { runPublicationBench } from "./bench/publication.js";
 import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
 
@@ -41,6 +42,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "time the plugin adds per model step (transform) and per finalized message (ingest) inside real OpenCode runs, next to the model's",
     run: runPluginBench,
+  },
+  publication: {
+    description:
+      "publication lag (finishTurn → publication) p50/p99 with 8 writer and 2 worker processes, steady and with workers SIGKILLed",
+    run: runPublicationBench,
   },
   tree: {
     description:

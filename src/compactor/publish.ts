@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
 import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
-import { dyadicCover, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
+import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
+import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
 import { withTransaction } from "../store/db.js";
 import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
@@ -11,9 +12,18 @@ import {
   findSharedTreeOfScope,
   findViewRevision,
   lockTree,
+  type NodeRecord,
 } from "../store/trees.js";
-import { findTurnInGeneration, turnRecordRange } from "../store/turns.js";
-import { completeFenced, enqueueNodeJobs, enqueuePublication, PUBLISH_QUEUE, type PublishJobData } from "./queue.js";
+import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
+import {
+  completeFenced,
+  enqueueNodeJobs,
+  enqueuePublication,
+  PUBLISH_QUEUE,
+  type PublishJobData,
+  stillHeld,
+} from "./queue.js";
+import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { runStep } from "./summarize.js";
 import type { CompactorDeps } from "./worker.js";
 
@@ -23,46 +33,48 @@ export interface PublishJob {
   readonly data: PublishJobData;
 }
 
-export type PublishOutcome = "published" | "duplicate" | "not_published" | "waiting" | "lease_lost" | "failed";
-
-/** The longest wait between two looks at a source cover that is not summarized yet. */
-const MAX_COVER_WAIT_SECONDS = 30;
+export type PublishOutcome = "published" | "duplicate" | "not_published" | "not_ready" | "lease_lost" | "failed";
 
 /**
- * Publishes a finished turn (seed 000 §5). Waits (by rescheduling itself) until the turn's records are summarized
- * into the session nodes that exactly tile its range, builds the publication leaf from that cover (free when it fits;
- * the outcome tag is always kept, so an attempt never reads as a success), then in one SERIALIZABLE transaction,
- * retried as a whole: completes the job (fenced), allocates the scope's gap-free publication number, inserts the
- * publication and its leaf in the shared tree and folds the shared view. Unique per turn: a replay publishes nothing.
+ * Publishes a finished turn (seed 000 §5). The job exists only once the publication is ready (schedule-publication.ts:
+ * the turn is finished, it is its session's next turn to publish, and its records are summarized), so it never
+ * waits. Its source cover is the coarsest tiling of the turn's own runs (never another turn's interleaved record) by
+ * session nodes built now: a parent still being summarized is replaced by its children, so the publication does not
+ * wait for the parents' job hops. It builds the publication leaf from that cover (free when it fits; the outcome tag
+ * is always kept, so an attempt never reads as a success), then in one SERIALIZABLE transaction, retried as a whole:
+ * checks it still holds the job, allocates the scope's gap-free publication number, inserts the publication and its
+ * leaf in the shared tree and folds the shared view. Then it completes the job and schedules the session's next turn
+ * (a second, short transaction under the session tree's lock: kept out of the SERIALIZABLE one, which the session's
+ * ongoing ingestion would otherwise abort again and again; a crash between the two re-runs the job, which finds the
+ * turn published and does the second step). Unique per turn: a replay publishes nothing.
  */
 export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Promise<PublishOutcome> {
   const { sessionId, generation, turnId } = job.data;
   const turn = await findTurnInGeneration(deps.pool, sessionId, generation, turnId);
-  const range = turn ? await turnRecordRange(deps.pool, sessionId, generation, turnId) : undefined;
-  if (!turn || !turn.publishes || turn.state === "active" || !range) {
-    // Nothing to publish: an isolated or subagent session, a superseded generation, or a turn without records.
-    await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job, PUBLISH_QUEUE));
-    return "not_published";
+  const sessionTree = turn ? await findSessionTree(deps.pool, sessionId, generation) : undefined;
+  const next = turn ? await nextTurnToPublish(deps.pool, sessionId, generation) : undefined;
+  const runs = turn?.runs ?? [];
+  const lastRun = runs[runs.length - 1];
+  if (
+    !turn ||
+    !sessionTree ||
+    turn.publicationState !== "pending" ||
+    next?.turnId !== turnId ||
+    !lastRun ||
+    sessionTree.builtLeaves < lastRun.end
+  ) {
+    // Published already (a replay, or a crash after the publication commit), nothing to publish (a superseded
+    // generation, a turn without records), or not ready: only a stale job gets here, since jobs are created when
+    // ready and readiness only grows. Not retried: whatever makes it ready schedules it.
+    await completeAndScheduleNext(deps, job, sessionTree?.treeId, sessionId, generation);
+    if (turn?.publicationState === "published") return "duplicate";
+    return turn?.publicationState === "pending" ? "not_ready" : "not_published";
   }
   const scope = await findScope(deps.pool, turn.snapshot.scopeId);
-  const sessionTree = await findSessionTree(deps.pool, sessionId, generation);
   const sharedTree = scope ? await findSharedTreeOfScope(deps.pool, scope.scopeId) : undefined;
-  if (!scope || !sessionTree || !sharedTree)
-    throw new Error(`turn ${turnId}: its scope or trees are missing (integrity error)`);
+  if (!scope || !sharedTree) throw new Error(`turn ${turnId}: its scope or shared tree is missing (integrity error)`);
+  const { cover, nodes } = await coarsestBuiltCover(deps, sessionTree.treeId, runs);
 
-  const cover = dyadicCover(range.start, range.end);
-  const nodes = await findNodes(deps.pool, sessionTree.treeId, cover);
-  if (cover.some((node) => !nodes.has(nodeKey(node)))) {
-    // Wait 1 s, then 2 s, … up to 30 s between looks: the cover is usually ready within seconds, but a cover node
-    // that keeps failing must not make this job poll every second for days.
-    const waits = (job.data.waits ?? 0) + 1;
-    await withTransaction(deps.pool, async (tx) => {
-      if (await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE)) {
-        await enqueuePublication(deps.boss, tx, { ...job.data, waits }, Math.min(MAX_COVER_WAIT_SECONDS, waits));
-      }
-    });
-    return "waiting";
-  }
   const coverText = cover.map((node) => nodes.get(nodeKey(node))?.text ?? "").join("\n");
   const tag = `[turn ${turn.state}]`;
   let text = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
@@ -89,60 +101,65 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     }
   }
 
-  const outcome = await withTransaction(
-    deps.pool,
-    async (tx) => {
-      if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
-      const publication = await insertPublication(tx, {
-        scopeId: scope.scopeId,
-        sessionId,
-        generation,
-        turnId,
-        startSeq: range.start,
-        endSeqExclusive: range.end,
-        outcome: turn.state as "completed" | "interrupted" | "failed",
-        completedAt: turn.finishedAt ?? range.lastAt,
-        sourceCover: cover,
-      });
-      if (!publication) return { status: "duplicate" as const, seq: -1 };
-      const locked = await lockTree(tx, { treeId: sharedTree.treeId });
-      if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
-      const leaf: NodeAddress = { level: 0, index: publication.publicationSeq };
-      const applied = await applyTreeChanges(
-        tx,
-        locked,
-        [
-          { type: "append", index: publication.publicationSeq },
-          {
-            type: "built",
-            node: {
-              ...leaf,
-              text: text as string,
-              inputHashes: cover.map((node) =>
-                createHash("sha256")
-                  .update(nodes.get(nodeKey(node))?.text ?? "")
-                  .digest(),
-              ),
-              summarizer: calls === 0 ? "free" : deps.summarizer.identity,
-              promptVersion: calls === 0 ? null : PROMPT_VERSION,
-              attempts: calls,
-              overshoot,
-              jobId: job.id,
-              jobAttempt: job.retryCount,
-              chunks: [],
+  const outcome = await oneCommitAtATime(() =>
+    withTransaction(
+      deps.pool,
+      async (tx) => {
+        if (!(await stillHeld(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
+        const publication = await insertPublication(tx, {
+          scopeId: scope.scopeId,
+          sessionId,
+          generation,
+          turnId,
+          startSeq: (runs[0] as RecordRun).start,
+          endSeqExclusive: lastRun.end,
+          outcome: turn.state as "completed" | "interrupted" | "failed",
+          completedAt: turn.finishedAt ?? new Date(),
+          sourceCover: cover,
+        });
+        if (!publication) return { status: "duplicate" as const, seq: -1 };
+        await setPublicationState(tx, turn, "published");
+        const locked = await lockTree(tx, { treeId: sharedTree.treeId });
+        if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
+        const leaf: NodeAddress = { level: 0, index: publication.publicationSeq };
+        const applied = await applyTreeChanges(
+          tx,
+          locked,
+          [
+            { type: "append", index: publication.publicationSeq },
+            {
+              type: "built",
+              node: {
+                ...leaf,
+                text: text as string,
+                inputHashes: cover.map((node) =>
+                  createHash("sha256")
+                    .update(nodes.get(nodeKey(node))?.text ?? "")
+                    .digest(),
+                ),
+                summarizer: calls === 0 ? "free" : deps.summarizer.identity,
+                promptVersion: calls === 0 ? null : PROMPT_VERSION,
+                attempts: calls,
+                overshoot,
+                jobId: job.id,
+                jobAttempt: job.retryCount,
+                chunks: [],
+              },
             },
-          },
-        ],
-        deps.fold,
-        { buildFreeInline: true },
-      );
-      await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
-      await clearPublicationFailure(tx, job.data);
-      return { status: "published" as const, seq: publication.publicationSeq };
-    },
-    // Publications of one scope conflict on the scope row; each conflict retries the whole transaction.
-    { isolation: "serializable", attempts: 30 },
+          ],
+          deps.fold,
+          { buildFreeInline: true },
+        );
+        await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
+        await clearPublicationFailure(tx, job.data);
+        return { status: "published" as const, seq: publication.publicationSeq };
+      },
+      // Publications of one scope conflict on the scope row; each conflict retries the whole transaction.
+      { isolation: "serializable", attempts: 30 },
+    ),
   );
+  if (outcome.status === "lease_lost") return outcome.status;
+  await completeAndScheduleNext(deps, job, sessionTree.treeId, sessionId, generation);
   // Reported after the commit: the transaction may run more than once (serialization retries).
   if (outcome.status === "published") {
     deps.report({
@@ -155,6 +172,60 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     });
   }
   return outcome.status;
+}
+
+/**
+ * Runs this process's publication commits one after another. They all update their scope's counter row in
+ * SERIALIZABLE transactions, so a worker's batch committed at once mostly aborts and retries itself; the summaries
+ * before the commit still run concurrently.
+ */
+let commitQueue: Promise<unknown> = Promise.resolve();
+function oneCommitAtATime<T>(commit: () => Promise<T>): Promise<T> {
+  const result = commitQueue.then(commit, commit);
+  commitQueue = result.catch(() => undefined);
+  return result;
+}
+
+/**
+ * Completes the job (fenced) and, under the session tree's lock like every other scheduling of a publication, enqueues
+ * the session's next publication if it is ready now.
+ */
+async function completeAndScheduleNext(
+  deps: CompactorDeps,
+  job: PublishJob,
+  sessionTreeId: number | undefined,
+  sessionId: string,
+  generation: number,
+): Promise<void> {
+  await withTransaction(deps.pool, async (tx) => {
+    const locked = sessionTreeId !== undefined ? await lockTree(tx, { treeId: sessionTreeId }) : undefined;
+    if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return;
+    if (locked) await schedulePublicationIfReady(deps.boss, tx, { treeId: locked.tree.treeId, sessionId, generation });
+  });
+}
+
+/**
+ * The coarsest ordered tiling of `runs` by built session nodes: each run's canonical dyadic cover, with a node not
+ * built yet replaced by its two children, until built (leaves are, once the turn is ready). Nodes are immutable, so
+ * what was built when this read it stays valid.
+ */
+async function coarsestBuiltCover(
+  deps: CompactorDeps,
+  treeId: number,
+  runs: readonly RecordRun[],
+): Promise<{ cover: NodeAddress[]; nodes: Map<number, NodeRecord> }> {
+  let cover = coverOfRuns(runs);
+  const nodes = new Map<number, NodeRecord>();
+  for (;;) {
+    const unknown = cover.filter((node) => !nodes.has(nodeKey(node)));
+    if (unknown.length === 0) return { cover, nodes };
+    for (const [key, node] of await findNodes(deps.pool, treeId, unknown)) nodes.set(key, node);
+    cover = cover.flatMap((node) => {
+      if (nodes.has(nodeKey(node))) return [node];
+      if (node.level === 0) throw new Error(`leaf ${refOf(node)} of tree ${treeId} is not built (ran before ready)`);
+      return childrenOf(node);
+    });
+  }
 }
 
 /**

@@ -4,15 +4,16 @@ import type { Queryable } from "../store/db.js";
 
 /** One queue for every node job of every tree. */
 export const NODE_QUEUE = "optchat-node";
-/** Publication jobs: one per finished turn, inserted in the transaction that finishes it (the outbox). */
+/**
+ * Publication jobs: one per turn, inserted by the commit that makes its publication ready (the outbox; see
+ * compactor/schedule-publication.ts).
+ */
 export const PUBLISH_QUEUE = "optchat-publish";
 
 export interface PublishJobData {
   readonly sessionId: string;
   readonly generation: number;
   readonly turnId: string;
-  /** How many times this publication has already waited for its source cover (drives the wait's backoff). */
-  readonly waits?: number;
 }
 
 export interface NodeJobData {
@@ -136,4 +137,19 @@ export async function completeFenced(
   });
   // pg-boss 12.38 returns { requested, affected, ... } here; its type declares an empty interface.
   return (result as { affected?: number }).affected === 1;
+}
+
+/**
+ * Whether this worker still holds the attempt it fetched (the job is active with the same retry count), without
+ * completing it: the publication commit checks it, and the job is completed afterwards, under the session tree's
+ * lock, together with the scheduling of the session's next publication.
+ */
+export async function stillHeld(
+  boss: PgBoss,
+  db: Queryable,
+  job: { id: string; retryCount: number },
+  queue: string,
+): Promise<boolean> {
+  const current = await boss.getJobById(queue, job.id, { db: inTransaction(db) });
+  return current?.state === "active" && current.retryCount === job.retryCount;
 }

@@ -17,19 +17,19 @@ import {
   recordNodeFailure,
   type Tree,
 } from "../store/trees.js";
-import { findUnpublishedFinishedTurns } from "../store/turns.js";
+import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
 import { createOpenAiCompatibleSummarizer } from "./openai-summarizer.js";
 import { publishTurnJob } from "./publish.js";
 import {
   completeFenced,
   createBoss,
   enqueueNodeJobs,
-  enqueuePublication,
   NODE_QUEUE,
   type NodeJobData,
   PUBLISH_QUEUE,
   type PublishJobData,
 } from "./queue.js";
+import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
 import { createFakeSummarizer, type FakeSummarizerOptions, type Summarizer } from "./summarizer.js";
 
@@ -178,6 +178,13 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
     );
     await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
     if (state.failing) await clearNodeFailure(tx, tree.treeId, node);
+    // A session node may complete the cover of the session's next turn to publish (dependency-driven publication).
+    if (tree.kind === "session" && tree.sessionId !== null && tree.generation !== null)
+      await schedulePublicationIfReady(deps.boss, tx, {
+        treeId: tree.treeId,
+        sessionId: tree.sessionId,
+        generation: tree.generation,
+      });
     return "built" as const;
   });
   // Reported after the commit: withTransaction may run the transaction more than once.
@@ -284,21 +291,29 @@ export function summarizerFromSetting(setting: string, provider?: ProviderSettin
 
 /**
  * Schedules again what is ready but has no job (a job deleted by an operator, or one that gave up): ready unbuilt
- * nodes and finished turns without their publication. A duplicate of a job that does exist is harmless: the node is
- * found built, the publication found published.
+ * nodes, and each session's next publication when it is ready (checked under the session tree's lock, like every
+ * other scheduling of a publication). A duplicate of a node job that does exist is harmless: the node is found built.
  */
 export async function sweepLostWork(deps: CompactorDeps): Promise<{ nodes: number; publications: number }> {
   const nodes = await findReadyUnbuiltNodes(deps.pool, 10_000);
-  const turns = await findUnpublishedFinishedTurns(deps.pool, 10_000);
+  const sessions = await findSessionsWithFinishedPendingTurns(deps.pool, 10_000);
   const byTree = new Map<number, NodeAddress[]>();
   for (const { treeId, node } of nodes) byTree.set(treeId, [...(byTree.get(treeId) ?? []), node]);
   await withTransaction(deps.pool, async (tx) => {
     for (const [treeId, ready] of byTree) await enqueueNodeJobs(deps.boss, tx, treeId, ready);
-    for (const turn of turns) await enqueuePublication(deps.boss, tx, turn);
   });
-  if (nodes.length + turns.length > 0)
-    deps.report({ type: "rescheduled", nodes: nodes.length, publications: turns.length });
-  return { nodes: nodes.length, publications: turns.length };
+  let publications = 0;
+  for (const session of sessions) {
+    const scheduled = await withTransaction(deps.pool, async (tx) => {
+      const locked = await lockTree(tx, session);
+      return locked
+        ? await schedulePublicationIfReady(deps.boss, tx, { treeId: locked.tree.treeId, ...session })
+        : undefined;
+    });
+    if (scheduled !== undefined) publications += 1;
+  }
+  if (nodes.length + publications > 0) deps.report({ type: "rescheduled", nodes: nodes.length, publications });
+  return { nodes: nodes.length, publications };
 }
 
 export interface CompactorSettings {

@@ -1,5 +1,5 @@
 import type { PgBoss } from "pg-boss";
-import { enqueuePublication } from "../compactor/queue.js";
+import { schedulePublicationIfReady } from "../compactor/schedule-publication.js";
 import {
   availableMemoryTokens,
   type ContextBudgetInput,
@@ -18,13 +18,21 @@ import { payloadAsText } from "../core/payload.js";
 import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
 import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
+import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
 import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
-import { findNodes, findSessionTree, findSharedTreeOfScope, findViewRevision, type Tree } from "../store/trees.js";
+import {
+  findNodes,
+  findSessionTree,
+  findSharedTreeOfScope,
+  findViewRevision,
+  lockTree,
+  type Tree,
+} from "../store/trees.js";
 import {
   admitTurn as admitTurnRow,
   findPreviousTurn,
@@ -145,26 +153,34 @@ export async function admitTurn(
 }
 
 /**
- * Records the turn's outcome once and, in the same transaction, schedules its publication (the job row is the
- * outbox: a crash after the commit loses nothing, a crash before it changes nothing).
+ * Records the turn's outcome once, fixing its records (the runs its publication will cover), and, in the same
+ * transaction, schedules the session's next publication if this made it ready (the job row is the outbox: a crash
+ * after the commit loses nothing, a crash before it changes nothing). A turn whose cover is not summarized yet, or
+ * that waits for an earlier turn of its session, is scheduled by the commit that completes that instead.
  */
 export async function finishTurn(
   deps: SharedDeps,
   ctx: TurnContext,
   outcome: TurnOutcome,
 ): Promise<{ turn: Turn; finished: boolean }> {
+  const notAdmitted = () =>
+    new InputInvalidError("finishTurn", [
+      { field: "turnId", problem: `turn ${ctx.turnId} of session ${ctx.sessionId} was not admitted` },
+    ]);
+  const admitted = await findTurn(deps.pool, ctx.sessionId, ctx.turnId);
+  if (!admitted) throw notAdmitted();
   return await withTransaction(deps.pool, async (tx) => {
+    // The session tree's lock first, like every writer of the tree: records sealed and nodes built by other
+    // transactions are then either committed before the runs and the readiness are read here, or they see this
+    // turn finished when they check readiness themselves.
+    const locked = await lockTree(tx, { sessionId: admitted.sessionId, generation: admitted.generation });
     const result = await finishTurnRow(tx, ctx.sessionId, ctx.turnId, outcome);
-    if (!result) {
-      throw new InputInvalidError("finishTurn", [
-        { field: "turnId", problem: `turn ${ctx.turnId} of session ${ctx.sessionId} was not admitted` },
-      ]);
-    }
-    if (result.finished && result.turn.publishes) {
-      await enqueuePublication(deps.boss, tx, {
+    if (!result) throw notAdmitted();
+    if (result.finished && locked) {
+      await schedulePublicationIfReady(deps.boss, tx, {
+        treeId: locked.tree.treeId,
         sessionId: result.turn.sessionId,
         generation: result.turn.generation,
-        turnId: result.turn.turnId,
       });
     }
     return result;
@@ -315,7 +331,8 @@ export async function zoomFor(
       generation: publication.generation,
       turnId: publication.turnId,
       outcome: publication.outcome,
-      range: `${publication.startSeq}..${publication.endSeqExclusive - 1}`,
+      // The turn's own records: one run, or several when another turn's records lie between them.
+      range: formatRuns(runsOfCover(publication.sourceCover)),
       completedAt: publication.completedAt.toISOString(),
       publishedAt: publication.publishedAt.toISOString(),
       cover: publication.sourceCover.map((node) => ({
@@ -843,5 +860,8 @@ export async function scopeReader(pool: Pool, scopeId: string): Promise<Turn> {
       ownBoundary: 0,
       ownViewRevision: null,
     },
+    admissionSeq: 0,
+    runs: null,
+    publicationState: "none",
   };
 }

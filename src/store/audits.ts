@@ -1,7 +1,13 @@
 import type { Queryable } from "./db.js";
 
 export interface Violation {
-  readonly audit: "publication_integrity" | "snapshot_visibility" | "view_coverage" | "reachability";
+  readonly audit:
+    | "publication_integrity"
+    | "publication_order"
+    | "turn_visibility"
+    | "snapshot_visibility"
+    | "view_coverage"
+    | "reachability";
   readonly subject: string;
   readonly problem: string;
 }
@@ -22,7 +28,9 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
   },
   {
     audit: "publication_integrity",
-    problem: "the source cover does not tile [start_seq, end_seq_exclusive) in order",
+    // Ordered and disjoint from start_seq to end_seq_exclusive, with gaps where another turn's records lie between the
+    // turn's own (exactly the turn's records: the turn_visibility checks below).
+    problem: "the source cover is not ordered and disjoint from start_seq to end_seq_exclusive",
     sql: `SELECT p.scope_id || ':' || p.publication_seq AS subject FROM optchat.publications p
            WHERE cardinality(p.cover_levels) <> cardinality(p.cover_idxs) OR cardinality(p.cover_levels) = 0
               OR EXISTS (
@@ -31,7 +39,7 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
                          lag((c.idx + 1) * (1::bigint << c.level)) OVER (ORDER BY c.ord) AS previous_finish
                     FROM unnest(p.cover_levels, p.cover_idxs) WITH ORDINALITY AS c(level, idx, ord)
                 ) t
-                WHERE (t.ord = 1 AND t.start <> p.start_seq) OR (t.ord > 1 AND t.start <> t.previous_finish)
+                WHERE (t.ord = 1 AND t.start <> p.start_seq) OR (t.ord > 1 AND t.start < t.previous_finish)
               )
               OR (SELECT (c.idx + 1) * (1::bigint << c.level)
                     FROM unnest(p.cover_levels, p.cover_idxs) WITH ORDINALITY AS c(level, idx, ord)
@@ -39,10 +47,67 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
   },
   {
     audit: "publication_integrity",
-    problem: "a record of the published range is missing",
+    problem: "a record under the source cover is missing",
     sql: `SELECT p.scope_id || ':' || p.publication_seq AS subject FROM optchat.publications p
-           WHERE (SELECT count(*) FROM optchat.records r WHERE r.session_id = p.session_id AND r.generation = p.generation
-                     AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive) <> p.end_seq_exclusive - p.start_seq`,
+           WHERE (SELECT count(*) FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
+                    JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
+                     AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level))
+                 <> (SELECT coalesce(sum(1::bigint << c.level), 0) FROM unnest(p.cover_levels) AS c(level))`,
+  },
+  {
+    // The invariant of issue 9 item 4: what another session can read of a session (search, zoom on pub refs and on
+    // the session ranges reachable from them, date, sessions) is what lies under its publications' source covers.
+    audit: "turn_visibility",
+    problem: "a record of a turn that is unfinished or unpublished is visible to other sessions (under a source cover)",
+    sql: `SELECT p.scope_id || ':' || p.publication_seq || ' shows ' || r.session_id || ':' || r.generation || ':' || r.seq
+                 || '+1 of turn ' || r.turn_id AS subject
+            FROM optchat.publications p
+            CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
+            JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
+             AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level)
+            LEFT JOIN optchat.turns tu ON tu.session_id = r.session_id AND tu.generation = r.generation AND tu.turn_id = r.turn_id
+           WHERE tu.turn_id IS NULL OR tu.state = 'active'
+              OR NOT EXISTS (SELECT 1 FROM optchat.publications q
+                              WHERE q.scope_id = tu.scope_id AND q.session_id = tu.session_id
+                                AND q.generation = tu.generation AND q.turn_id = tu.turn_id)`,
+  },
+  {
+    audit: "turn_visibility",
+    problem:
+      "a publication's source cover is not exactly its turn's records in its range (another turn's record, or one of its own left out)",
+    sql: `SELECT DISTINCT p.scope_id || ':' || p.publication_seq AS subject
+            FROM optchat.publications p
+            JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
+             AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+           WHERE (r.turn_id = p.turn_id) <> EXISTS (
+                   SELECT 1 FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
+                    WHERE r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level))`,
+  },
+  {
+    audit: "publication_order",
+    problem: "a session's turns were published out of their admission order",
+    sql: `SELECT DISTINCT a.session_id || ':' || a.generation || ':' || a.turn_id || ' before ' || b.turn_id AS subject
+            FROM optchat.turns a
+            JOIN optchat.turns b ON b.session_id = a.session_id AND b.generation = a.generation
+             AND b.admission_seq > a.admission_seq
+            JOIN optchat.publications pa ON pa.scope_id = a.scope_id AND pa.session_id = a.session_id
+             AND pa.generation = a.generation AND pa.turn_id = a.turn_id
+            JOIN optchat.publications pb ON pb.scope_id = b.scope_id AND pb.session_id = b.session_id
+             AND pb.generation = b.generation AND pb.turn_id = b.turn_id
+           WHERE pb.publication_seq < pa.publication_seq`,
+  },
+  {
+    audit: "publication_order",
+    problem:
+      "a turn's publication state disagrees with its publications, or a later turn is published before a pending one",
+    sql: `SELECT tu.session_id || ':' || tu.generation || ':' || tu.turn_id AS subject FROM optchat.turns tu
+           WHERE (tu.publication_state = 'published') <> EXISTS (
+                   SELECT 1 FROM optchat.publications p WHERE p.scope_id = tu.scope_id AND p.session_id = tu.session_id
+                      AND p.generation = tu.generation AND p.turn_id = tu.turn_id)
+              OR (tu.publication_state = 'pending' AND EXISTS (
+                   SELECT 1 FROM optchat.turns later
+                    WHERE later.session_id = tu.session_id AND later.generation = tu.generation
+                      AND later.admission_seq > tu.admission_seq AND later.publication_state = 'published'))`,
   },
   {
     audit: "publication_integrity",

@@ -131,8 +131,11 @@ export async function findPublication(
 }
 
 /**
- * Whether records [start, end) of another session's current generation lie inside one of its publications below the
- * high-water mark: only published turns are shared, and only those the snapshot includes.
+ * Whether records [start, end) (a session node's range) of another session's current generation lie inside one node of
+ * the source cover of one of its publications below the high-water mark: only published turns are shared, only those
+ * the snapshot includes, and only their own records (a cover node lies inside one run of the turn's records, so a
+ * record of another turn between them is not inside any). A dyadic range inside a run lies inside one node of the
+ * run's canonical cover (dyadic ranges nest), so this is exactly "inside the turn's records".
  */
 export async function foreignRangeVisible(
   db: Queryable,
@@ -144,8 +147,10 @@ export async function foreignRangeVisible(
 ): Promise<boolean> {
   const result = await db.query(
     `SELECT 1 FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+       CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
       WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $5::bigint
         AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
+        AND c.idx * (1::bigint << c.level) <= $3::bigint AND (c.idx + 1) * (1::bigint << c.level) >= $4::bigint
       LIMIT 1`,
     [scopeId, sessionId, start, end, highWater],
   );
@@ -162,8 +167,9 @@ export async function publicationTimeSpan(
   const result = await db.query<{ first: Date | null; last: Date | null }>(
     `SELECT min(r.occurred_at) AS first, max(r.occurred_at) AS last
        FROM optchat.publications p
+       CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
        JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
-        AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+        AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level)
       WHERE p.scope_id = $1::text AND p.publication_seq >= $2::bigint AND p.publication_seq < $3::bigint`,
     [scopeId, start, end],
   );
@@ -196,4 +202,16 @@ export async function clearPublicationFailure(
     "DELETE FROM optchat.publication_failures WHERE session_id = $1::text AND generation = $2::int AND turn_id = $3::text",
     [turn.sessionId, turn.generation, turn.turnId],
   );
+}
+
+/**
+ * Whether a session tree's leaves are built up to `end` (leaves are built in order, seed 002 §4.1): then every record
+ * of a turn ending there is summarized, and its publication's cover can be made of built nodes.
+ */
+export async function leavesBuiltUpTo(db: Queryable, treeId: number, end: number): Promise<boolean> {
+  const result = await db.query<{ built: boolean }>(
+    "SELECT built_leaves >= $2::bigint AS built FROM optchat.trees WHERE tree_id = $1::bigint",
+    [treeId, end],
+  );
+  return result.rows[0]?.built === true;
 }

@@ -36,8 +36,8 @@ export interface SearchHit {
  * Full-text search over records and summary nodes with our own tokens (a tsquery literal from src/core/tokenize.ts).
  * Visibility is part of the WHERE clause, so rows outside the snapshot are never read, ranked or excerpted:
  * - records and session nodes of the caller's own session below its boundary;
- * - records and session nodes of other sessions of the scope, current generation, inside the range of one of their
- *   publications below the high-water mark;
+ * - records and session nodes of other sessions of the scope, current generation, inside one node of the source
+ *   cover of one of their publications below the high-water mark (the turn's own records only);
  * - shared-tree nodes whose whole range is below the high-water mark.
  * Ordered by rank, then recency; `offset`/`limit` page it (the caller encodes them in its cursor).
  */
@@ -71,9 +71,12 @@ export async function searchVisible(
         WHERE ($8::text IS NULL OR $8::text = $4::text)
           AND EXISTS (SELECT 1 FROM optchat.sessions s WHERE s.session_id = $4::text AND s.scope_id = $1::text)
        UNION ALL
-       SELECT p.session_id, p.generation, p.start_seq, p.end_seq_exclusive
+       -- Each node of a publication's source cover: the turn's own records, never another turn's record that lies
+       -- between them (a prompt queued during a tool call), nor a session node over both.
+       SELECT p.session_id, p.generation, c.idx * (1::bigint << c.level), (c.idx + 1) * (1::bigint << c.level)
          FROM optchat.publications p
          JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+         CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
           AND ($8::text IS NULL OR p.session_id = $8::text)
      ),

@@ -1,7 +1,10 @@
+import type { RecordRun } from "../core/turn-records.js";
 import type { Queryable } from "./db.js";
 
 export type TurnState = "active" | "completed" | "interrupted" | "failed";
 export type TurnOutcome = Exclude<TurnState, "active">;
+/** pending: to be published (active, or waiting for its cover or an earlier turn); published; none: nothing to publish. */
+export type PublicationState = "pending" | "published" | "none";
 
 interface TurnRow {
   session_id: string;
@@ -20,6 +23,10 @@ interface TurnRow {
   publication_high_water: number;
   own_boundary: number;
   own_view_revision: number | null;
+  admission_seq: string;
+  run_starts: string[] | null;
+  run_ends: string[] | null;
+  publication_state: PublicationState;
 }
 
 /** What a turn may see, pinned at admission (seed 000 §9). */
@@ -47,6 +54,11 @@ export interface Turn {
   readonly query: string | null;
   readonly publishes: boolean;
   readonly snapshot: Snapshot;
+  /** Admission order within the session (a session's turns are published in this order). */
+  readonly admissionSeq: number;
+  /** The turn's records, fixed when it finished (null while active): maximal runs of consecutive seqs. */
+  readonly runs: readonly RecordRun[] | null;
+  readonly publicationState: PublicationState;
 }
 
 function toTurn(row: TurnRow): Turn {
@@ -70,12 +82,18 @@ function toTurn(row: TurnRow): Turn {
       ownBoundary: row.own_boundary,
       ownViewRevision: row.own_view_revision,
     },
+    admissionSeq: Number(row.admission_seq),
+    runs:
+      row.run_starts === null || row.run_ends === null
+        ? null
+        : row.run_starts.map((start, k) => ({ start: Number(start), end: Number(row.run_ends?.[k]) })),
+    publicationState: row.publication_state,
   };
 }
 
 const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at, finished_at, query, publishes, scope_id,
   policy_revision, retention_epoch, shared_tree_id, shared_view_revision, publication_high_water, own_boundary,
-  own_view_revision`;
+  own_view_revision, admission_seq, run_starts, run_ends, publication_state`;
 
 /**
  * Admits a turn, pinning its snapshot in one statement: the scope's policy revision and retention epoch, its shared
@@ -89,13 +107,14 @@ export async function admitTurn(
   const inserted = await db.query<TurnRow>(
     `INSERT INTO optchat.turns (session_id, generation, turn_id, state, query, publishes, scope_id, policy_revision,
                                 retention_epoch, shared_tree_id, shared_view_revision, publication_high_water,
-                                own_boundary)
+                                own_boundary, publication_state)
      SELECT s.session_id, s.current_generation, $2::text, 'active', $3::text, $4::boolean AND sc.kind <> 'isolated',
             sc.scope_id, sc.policy_revision, sc.retention_epoch, st.tree_id, nullif(st.view_revision, 0),
             coalesce(st.leaf_count, 0),
             coalesce((SELECT min(r.seq) FROM optchat.records r
                        WHERE r.session_id = s.session_id AND r.generation = s.current_generation AND r.turn_id = $2::text),
-                     g.next_seq)
+                     g.next_seq),
+            CASE WHEN $4::boolean AND sc.kind <> 'isolated' THEN 'pending' ELSE 'none' END
        FROM optchat.sessions s
        JOIN optchat.scopes sc ON sc.scope_id = s.scope_id
        JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation
@@ -140,8 +159,11 @@ export async function findTurn(db: Queryable, sessionId: string, turnId: string)
 
 /**
  * Records a terminal outcome once. An active turn takes the outcome; a finished turn keeps its first outcome (a late
- * "completed" never overwrites an interruption or a failure). Returns the turn as stored and whether this call
- * finished it.
+ * "completed" never overwrites an interruption or a failure). The same statement fixes the turn's records: those
+ * sealed by now, as maximal runs of consecutive seqs (gaps and islands: seq minus its rank is constant along a run).
+ * They are what its publication will cover; a turn without records has nothing to publish. The caller holds the
+ * session tree's lock, so no record commits between this and its readiness check, and the runs include every record
+ * of the turn committed before it. Returns the turn as stored and whether this call finished it.
  */
 export async function finishTurn(
   db: Queryable,
@@ -150,8 +172,20 @@ export async function finishTurn(
   outcome: TurnOutcome,
 ): Promise<{ turn: Turn; finished: boolean } | undefined> {
   const updated = await db.query<TurnRow>(
-    `UPDATE optchat.turns t SET state = $3::text, finished_at = now()
+    `UPDATE optchat.turns t SET state = $3::text, finished_at = now(),
+            run_starts = coalesce(runs.starts, '{}'), run_ends = coalesce(runs.ends, '{}'),
+            publication_state = CASE WHEN runs.starts IS NULL AND t.publication_state = 'pending' THEN 'none'
+                                     ELSE t.publication_state END
        FROM optchat.sessions s
+       LEFT JOIN LATERAL (
+         SELECT array_agg(run_start ORDER BY run_start) AS starts, array_agg(run_end ORDER BY run_start) AS ends
+           FROM (SELECT min(seq) AS run_start, max(seq) + 1 AS run_end
+                   FROM (SELECT r.seq, r.seq - row_number() OVER (ORDER BY r.seq) AS island
+                           FROM optchat.records r
+                          WHERE r.session_id = s.session_id AND r.generation = s.current_generation
+                            AND r.turn_id = $2::text) numbered
+                  GROUP BY island) islands
+       ) runs ON true
       WHERE t.session_id = $1::text AND t.turn_id = $2::text AND t.state = 'active'
         AND s.session_id = t.session_id AND s.current_generation = t.generation
      RETURNING ${TURN_COLUMNS.split(",")
@@ -162,6 +196,37 @@ export async function finishTurn(
   if (updated.rows[0]) return { turn: toTurn(updated.rows[0]), finished: true };
   const existing = await findTurn(db, sessionId, turnId);
   return existing ? { turn: existing, finished: false } : undefined;
+}
+
+/**
+ * The session generation's next turn to publish: its first pending turn in admission order (a session's turns are
+ * published in their own order). Active or finished; undefined when nothing is pending.
+ */
+export async function nextTurnToPublish(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+): Promise<Turn | undefined> {
+  const result = await db.query<TurnRow>(
+    `SELECT ${TURN_COLUMNS} FROM optchat.turns
+      WHERE session_id = $1::text AND generation = $2::int AND publication_state = 'pending'
+      ORDER BY admission_seq LIMIT 1`,
+    [sessionId, generation],
+  );
+  return result.rows[0] ? toTurn(result.rows[0]) : undefined;
+}
+
+/** Marks a turn published (in the transaction that inserts its publication) or as having nothing to publish. */
+export async function setPublicationState(
+  db: Queryable,
+  turn: { sessionId: string; generation: number; turnId: string },
+  state: Exclude<PublicationState, "pending">,
+): Promise<void> {
+  await db.query(
+    `UPDATE optchat.turns SET publication_state = $4::text
+      WHERE session_id = $1::text AND generation = $2::int AND turn_id = $3::text`,
+    [turn.sessionId, turn.generation, turn.turnId, state],
+  );
 }
 
 /** Pins the own view revision used by the turn's context assembly (first assembly wins). */
@@ -204,18 +269,17 @@ export async function findPreviousTurn(db: Queryable, turn: Turn): Promise<Turn 
   return result.rows[0] ? toTurn(result.rows[0]) : undefined;
 }
 
-/** Finished turns that should be published and are not, with no failure row either: their job may have been lost. */
-export async function findUnpublishedFinishedTurns(
+/**
+ * Session generations whose next turn to publish is finished and has no open publication job: the job that should
+ * publish it may have been lost (an operator cleared the queue, a job gave up). For the start-up sweep.
+ */
+export async function findSessionsWithFinishedPendingTurns(
   db: Queryable,
   limit: number,
-): Promise<{ sessionId: string; generation: number; turnId: string }[]> {
-  const result = await db.query<{ session_id: string; generation: number; turn_id: string }>(
-    `SELECT t.session_id, t.generation, t.turn_id FROM optchat.turns t
-      WHERE t.state <> 'active' AND t.publishes
-        AND NOT EXISTS (SELECT 1 FROM optchat.publications p
-                         WHERE p.session_id = t.session_id AND p.generation = t.generation AND p.turn_id = t.turn_id)
-        AND EXISTS (SELECT 1 FROM optchat.records r
-                     WHERE r.session_id = t.session_id AND r.generation = t.generation AND r.turn_id = t.turn_id)
+): Promise<{ sessionId: string; generation: number }[]> {
+  const result = await db.query<{ session_id: string; generation: number }>(
+    `SELECT DISTINCT t.session_id, t.generation FROM optchat.turns t
+      WHERE t.publication_state = 'pending' AND t.state <> 'active'
         -- pg-boss's table: publication jobs carry "<session>:<generation>:<turn>" as singleton_key (compactor/queue.ts)
         AND NOT EXISTS (SELECT 1 FROM pgboss.job j
                          WHERE j.name = 'optchat-publish' AND j.state < 'completed'
@@ -223,7 +287,20 @@ export async function findUnpublishedFinishedTurns(
       LIMIT $1::int`,
     [limit],
   );
-  return result.rows.map((row) => ({ sessionId: row.session_id, generation: row.generation, turnId: row.turn_id }));
+  return result.rows.map((row) => ({ sessionId: row.session_id, generation: row.generation }));
+}
+
+/** Whether a publication job for the turn is waiting or running (its job row is the outbox). */
+export async function hasOpenPublicationJob(
+  db: Queryable,
+  turn: { sessionId: string; generation: number; turnId: string },
+): Promise<boolean> {
+  const result = await db.query(
+    `SELECT 1 FROM pgboss.job
+      WHERE name = 'optchat-publish' AND state < 'completed' AND singleton_key = $1::text LIMIT 1`,
+    [`${turn.sessionId}:${turn.generation}:${turn.turnId}`],
+  );
+  return (result.rowCount ?? 0) > 0;
 }
 
 /** The session's turns that have no outcome yet, oldest first (reconciliation after a killed process). */

@@ -20,6 +20,28 @@ describe("start-up sweep", () => {
       })),
     );
     await db.memory.finishTurn(ctx, "completed");
+    // t1's cover is not summarized yet, so its publication has no job to lose: the node commit that completes the
+    // cover schedules it. A turn whose cover was complete when it finished (short messages, built at ingestion) got
+    // its publication job at once; that one is lost below and must be found by the sweep.
+    const ready = await db.memory.openSession({ host: "test", hostSessionId: "sweep2", projectId: "prj_sweep" });
+    const readyCtx = { sessionId: ready.sessionId, turnId: "r1" };
+    await db.memory.admitTurn(readyCtx);
+    await db.memory.ingestMany(
+      Array.from({ length: 2 }, (_, k) => ({
+        sessionId: ready.sessionId,
+        turnId: "r1",
+        kind: "assistant" as const,
+        finalization: { hostSessionId: "sweep2", messageId: `m${k}` },
+        occurredAt: new Date(Date.UTC(2026, 10, 25, 10, k)).toISOString(),
+        content: `short step ${k}`,
+      })),
+      { buildFreeInline: true },
+    );
+    await db.memory.finishTurn(readyCtx, "completed");
+    const { rows: jobs } = await db.memory.pool.query(
+      "SELECT count(*)::int AS n FROM pgboss.job WHERE name = 'optchat-publish'",
+    );
+    expect(jobs[0].n).toBe(1);
     // The jobs disappear (an operator cleared the queue); scheduling is event-driven, so nothing would run them again.
     await db.memory.pool.query("DELETE FROM pgboss.job WHERE name IN ('optchat-node', 'optchat-publish')");
 
@@ -30,11 +52,11 @@ describe("start-up sweep", () => {
       await db.memory.settle(session.sessionId, { timeoutMs: 30_000 });
       await eventually(
         async () =>
-          (await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications")).rows[0].n === 1
+          (await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications")).rows[0].n === 2
             ? true
             : undefined,
         30_000,
-        "the publication",
+        "both publications",
       );
       // A second worker starting now finds nothing lost.
       const second: CompactorEvent[] = [];

@@ -296,6 +296,10 @@ export class OpencodeAdapter {
     message: HostMessageInfo,
     parts: readonly HostPart[],
   ): Promise<void> {
+    // The model's limits are needed by the request transform; asking OpenCode for them now overlaps the admission's
+    // queries instead of adding a client round trip before the first request.
+    const model = message.model;
+    if (model?.providerID && model.modelID) void this.modelLimits(model.providerID, model.modelID);
     const session = await this.open(state);
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.

@@ -6,8 +6,12 @@
  * first model request, and the time from the end of its last model request to exit. The figure to quote is `addedS`,
  * the median over pairs of (with - without); the target is <= 0.2 s with nothing lost, which the case checks too (every
  * run with the plugin must leave its turn completed with its four records).
+ * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. `git worktree add /tmp/before
+ * <commit>`), a third run in each round loads that plugin instead, on its own database, so a before/after comparison
+ * is made in one run: `baselineAddedS` next to `addedS`.
  * Environment:
- *   OPTCHAT_BENCH_PLUGIN_RUNS   pairs (default 5)
+ *   OPTCHAT_BENCH_PLUGIN_RUNS       rounds (default 5)
+ *   OPTCHAT_BENCH_PLUGIN_BASELINE   path of another plugin entry module to compare (optional)
  */
 import type pg from "pg";
 import type { ModelServer } from "../model-server.js";
@@ -62,17 +66,23 @@ export async function runPluginRunBench(
   model: ModelServer,
   db: pg.Pool,
   signal: AbortSignal,
+  baseline?: OpencodeEnv,
 ): Promise<void> {
   const pairs = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 5, { min: 1, integer: true });
   // One warm-up each: the first run of a fresh environment creates OpenCode's SQLite database.
   await timedRun(withPlugin, model, "WARM-A");
   await timedRun(without, model, "WARM-B");
+  if (baseline) await timedRun(baseline, model, "WARM-C");
   const a: RunFigures[] = [];
   const b: RunFigures[] = [];
+  const c: RunFigures[] = [];
   for (let i = 0; i < pairs && !signal.aborted; i++) {
     a.push(await timedRun(withPlugin, model, `RUN-A${i}`));
     b.push(await timedRun(without, model, `RUN-B${i}`));
-    note(`plugin run: pair ${i + 1}/${pairs}: ${round(a[i]?.wallS ?? 0)} s with, ${round(b[i]?.wallS ?? 0)} s without`);
+    if (baseline) c.push(await timedRun(baseline, model, `RUN-C${i}`));
+    note(
+      `plugin run: round ${i + 1}/${pairs}: ${round(a[i]?.wallS ?? 0)} s with, ${round(b[i]?.wallS ?? 0)} s without${baseline ? `, ${round(c[i]?.wallS ?? 0)} s with the baseline plugin` : ""}`,
+    );
   }
   // Nothing lost for speed: every run's turn (warm-up included) completed, with its user, call, result and answer.
   const turns = await db.query<{ state: string; n: number }>(
@@ -81,6 +91,7 @@ export async function runPluginRunBench(
   );
   const complete = turns.rows.filter((t) => t.state === "completed" && t.n === 4).length;
   const added = a.map((run, i) => run.wallS - (b[i]?.wallS ?? run.wallS));
+  const baselineAdded = c.map((run, i) => run.wallS - (b[i]?.wallS ?? run.wallS));
   emit("plugin", "run", {
     pairs: a.length,
     withPluginS: a.map((run) => round(run.wallS)),
@@ -91,6 +102,15 @@ export async function runPluginRunBench(
     ratio: ratio(medianOf(a, "wallS"), medianOf(b, "wallS")),
     toFirstRequestS: { with: medianOf(a, "toFirstRequestS"), without: medianOf(b, "toFirstRequestS") },
     lastRequestToExitS: { with: medianOf(a, "lastRequestToExitS"), without: medianOf(b, "lastRequestToExitS") },
+    ...(baseline
+      ? {
+          baselinePluginS: c.map((run) => round(run.wallS)),
+          baselineAddedS: round(median(baselineAdded) ?? 0),
+          baselineRatio: ratio(medianOf(c, "wallS"), medianOf(b, "wallS")),
+          baselineToFirstRequestS: medianOf(c, "toFirstRequestS"),
+          baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),
+        }
+      : {}),
     turnsCompleteWithFourRecords: `${complete}/${turns.rows.length}`,
     targetAddedS: 0.2,
   });

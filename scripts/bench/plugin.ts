@@ -60,10 +60,27 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     await migrateAll(url);
     if (runs > 0) {
       const db = new pg.Pool({ connectionString: url, max: 1 });
+      const baselinePath = process.env.OPTCHAT_BENCH_PLUGIN_BASELINE;
+      const baselineDb = scratchDatabaseName("plugin_base");
+      let baseline: Awaited<ReturnType<typeof createOpencodeEnv>> | undefined;
       try {
-        await runPluginRunBench(env, bare, model, db, context.signal);
+        if (baselinePath) {
+          await createDatabase(context.serverUrl, baselineDb);
+          const baselineUrl = withDatabase(context.serverUrl, baselineDb);
+          await migrateAll(baselineUrl);
+          baseline = await createOpencodeEnv({
+            modelUrl: model.url,
+            pluginPath: baselinePath,
+            pluginOptions: { databaseUrl: baselineUrl },
+          });
+        }
+        await runPluginRunBench(env, bare, model, db, context.signal, baseline);
       } finally {
         await db.end();
+        if (baseline) {
+          await cleanupOpencodeEnv(baseline).catch(() => {});
+          await dropDatabase(context.serverUrl, baselineDb);
+        }
       }
     }
     if (turns === 0) return;

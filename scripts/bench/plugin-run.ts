@@ -85,11 +85,15 @@ export async function runPluginRunBench(
     );
   }
   // Nothing lost for speed: every run's turn (warm-up included) completed, with its user, call, result and answer.
-  const turns = await db.query<{ state: string; n: number }>(
-    `SELECT t.state, (SELECT count(*)::int FROM optchat.records r WHERE r.session_id = t.session_id
-                        AND r.turn_id = t.turn_id) AS n FROM optchat.turns t`,
+  const turns = await db.query<{ marker: string | null; state: string; n: number }>(
+    `SELECT t.state, substring(convert_from(b.content, 'UTF8') FROM '^(S+) RUN-BENCH') AS marker,
+            (SELECT count(*)::int FROM optchat.records x WHERE x.session_id = t.session_id AND x.turn_id = t.turn_id) AS n
+       FROM optchat.turns t
+       LEFT JOIN optchat.records r ON r.session_id = t.session_id AND r.turn_id = t.turn_id AND r.kind = 'user'
+       LEFT JOIN optchat.blobs b ON b.hash = r.payload_hash`,
   );
-  const complete = turns.rows.filter((t) => t.state === "completed" && t.n === 4).length;
+  const complete = new Set(turns.rows.filter((t) => t.state === "completed" && t.n === 4).map((t) => t.marker));
+  const incomplete = ["WARM-A", ...a.map((_, i) => `RUN-A${i}`)].filter((marker) => !complete.has(marker));
   const added = a.map((run, i) => run.wallS - (b[i]?.wallS ?? run.wallS));
   const baselineAdded = c.map((run, i) => run.wallS - (b[i]?.wallS ?? run.wallS));
   emit("plugin", "run", {
@@ -111,7 +115,10 @@ export async function runPluginRunBench(
           baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),
         }
       : {}),
-    turnsCompleteWithFourRecords: `${complete}/${turns.rows.length}`,
+    runsWithTurnCompleteAndFourRecords: `${a.length + 1 - incomplete.length}/${a.length + 1}`,
+    ...(incomplete.length > 0
+      ? { incomplete: turns.rows.map((t) => `${t.marker}:${t.state}:${t.n}`), missing: incomplete }
+      : {}),
     targetAddedS: 0.2,
   });
 }

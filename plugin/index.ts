@@ -42,6 +42,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   // the database does not need an OpenCode restart.
   let unavailable: string | undefined;
   let failedAt = 0;
+  let unregister = () => {};
   const open = async (): Promise<OpencodeAdapter> => {
     const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
     const adapter = new OpencodeAdapter(
@@ -70,7 +71,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
         .catch(() => {});
     }
     // Pending ingestion and outcomes are flushed when OpenCode is told to stop (plugin/shutdown.ts).
-    closeOnSignals(adapter, config.plugin.closeFlushMs);
+    unregister = closeOnSignals(adapter, config.plugin.closeFlushMs);
     unavailable = undefined;
     return adapter;
   };
@@ -173,9 +174,11 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
 
     dispose: async () => {
       // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.
-      await withAdapter((adapter) =>
-        bounded(adapter.close(config.plugin.closeFlushMs), config.plugin.closeFlushMs + 500),
-      );
+      await withAdapter(async (adapter) => {
+        await bounded(adapter.close(config.plugin.closeFlushMs), config.plugin.closeFlushMs + 500);
+        // OpenCode may load the plugin again in this process (a new instance); this adapter is done.
+        unregister();
+      });
     },
   };
 };

@@ -57,7 +57,9 @@ export const PLUGIN_SETTINGS = {
   },
   closeFlushMs: {
     env: "OPTCHAT_CLOSE_FLUSH_MS",
-    default: 3_000,
+    // Ends as soon as the work is done, so a long bound costs nothing normally; 3 s lost a final step's ingestion at
+    // load average ~30 (a tool step's ingestion took 1-4 s there).
+    default: 10_000,
     accepted:
       "an integer from 0 to 60000: how long closing OpenCode (dispose, SIGTERM, SIGINT, SIGHUP) waits for pending ingestion and turn outcomes before it exits",
   },

@@ -1,12 +1,12 @@
 import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
 import type { FoldParams } from "../core/fold.js";
-import { payloadAsText } from "../core/payload.js";
+import { createPayloadTextDecoder } from "../core/payload.js";
 import { freeLeafText, freeParentText, leafSourceText, PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { readRecordWithPayload } from "../store/records.js";
+import { findRecord, readPayloadBytes } from "../store/records.js";
 import {
   applyTreeChanges,
   clearNodeFailure,
@@ -237,17 +237,27 @@ function sha256(text: string): Buffer {
   return createHash("sha256").update(text, "utf8").digest();
 }
 
+/**
+ * Payload bytes read per query for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex string that
+ * was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event loop turns
+ * between them (every page is a round trip).
+ */
+export const LEAF_PAGE_BYTES = 1024 * 1024;
+
 async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
     throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
   }
-  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index);
-  if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  return {
-    kind: found.record.kind,
-    text: leafSourceText(found.record, payloadAsText(found.payload)),
-    hash: found.record.payloadHash,
-  };
+  const record = await findRecord(pool, tree.sessionId, tree.generation, index);
+  if (!record) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
+  // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
+  const decoder = createPayloadTextDecoder();
+  const pieces: string[] = [];
+  for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
+    pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
+  }
+  pieces.push(decoder.end());
+  return { kind: record.kind, text: leafSourceText(record, pieces.join("")), hash: record.payloadHash };
 }
 
 export interface ProviderSettings {

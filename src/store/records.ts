@@ -470,17 +470,23 @@ export async function readPayloadBytes(
   return row.chunk;
 }
 
-/** A record with its whole payload, in one round trip (the compactor's leaf input). */
+/**
+ * A record with its whole payload, in one round trip; with `maxBytes`, the payload only when it is at most that many
+ * bytes (null otherwise), so a caller that needs only small payloads never transfers a large one.
+ */
 export async function readRecordWithPayload(
   db: Queryable,
   sessionId: string,
   generation: number,
   seq: number,
-): Promise<{ record: SourceRecord; payload: Buffer } | undefined> {
-  const result = await db.query<RecordRow & { content: Buffer }>(
-    `SELECT ${RECORD_COLUMNS}, b.content FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+  maxBytes?: number,
+): Promise<{ record: SourceRecord; payload: Buffer | null } | undefined> {
+  const result = await db.query<RecordRow & { content: Buffer | null }>(
+    `SELECT ${RECORD_COLUMNS},
+            CASE WHEN $4::bigint IS NULL OR octet_length(b.content) <= $4::bigint THEN b.content END AS content
+       FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
       WHERE r.session_id = $1::text AND r.generation = $2::int AND r.seq = $3::bigint`,
-    [sessionId, generation, seq],
+    [sessionId, generation, seq, maxBytes ?? null],
   );
   const row = result.rows[0];
   return row ? { record: toSourceRecord(row), payload: row.content } : undefined;

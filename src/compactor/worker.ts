@@ -2,11 +2,11 @@ import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
 import type { FoldParams } from "../core/fold.js";
 import { createPayloadTextDecoder } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceText, PROMPT_VERSION } from "../core/summary.js";
+import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { findRecord, readPayloadBytes } from "../store/records.js";
+import { findRecord, PAYLOAD_READ_BYTES, readPayloadBytes } from "../store/records.js";
 import {
   applyTreeChanges,
   clearNodeFailure,
@@ -238,11 +238,11 @@ function sha256(text: string): Buffer {
 }
 
 /**
- * Payload bytes read per query for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex string that
- * was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event loop turns
- * between them (every page is a round trip).
+ * Payload bytes read and decoded per step for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex
+ * string that was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event
+ * loop turns between them (every page is a round trip).
  */
-export const LEAF_PAGE_BYTES = 1024 * 1024;
+const LEAF_PAGE_BYTES = PAYLOAD_READ_BYTES;
 
 async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
@@ -251,13 +251,16 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   const record = await findRecord(pool, tree.sessionId, tree.generation, index);
   if (!record) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
   // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
+  // The text is joined once, with the leaf's prefix and suffix: each concatenation of a 64 MiB string is another
+  // copy of it in one task when the chunker first reads it.
+  const { prefix, suffix } = leafSourceAffixes(record);
   const decoder = createPayloadTextDecoder();
-  const pieces: string[] = [];
+  const pieces: string[] = [prefix];
   for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
     pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
   }
-  pieces.push(decoder.end());
-  return { kind: record.kind, text: leafSourceText(record, pieces.join("")), hash: record.payloadHash };
+  pieces.push(decoder.end(), suffix);
+  return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };
 }
 
 export interface ProviderSettings {

@@ -39,20 +39,25 @@ export function kindLabel(kind: string): string {
  * The text a leaf summarizes: the payload as text, a tool call prefixed by its tool's name, and a note when the host
  * had already cut the output (we can only say so). Free leaves and compactor calls both start from this.
  */
-export function leafSourceText(
-  record: {
-    readonly kind: string;
-    readonly toolName: string | null;
-    readonly hostTruncated: boolean;
-    readonly hostOriginalBytes: number | null;
-  },
-  payloadText: string,
-): string {
-  let text = record.kind === "tool_call" && record.toolName ? `${record.toolName} ${payloadText}` : payloadText;
-  if (record.hostTruncated) {
-    text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
-  }
-  return text;
+export function leafSourceText(record: LeafSourceRecord, payloadText: string): string {
+  const { prefix, suffix } = leafSourceAffixes(record);
+  return `${prefix}${payloadText}${suffix}`;
+}
+
+export interface LeafSourceRecord {
+  readonly kind: string;
+  readonly toolName: string | null;
+  readonly hostTruncated: boolean;
+  readonly hostOriginalBytes: number | null;
+}
+
+/** What {@link leafSourceText} puts before and after the payload's text (so a large text can be joined once). */
+export function leafSourceAffixes(record: LeafSourceRecord): { prefix: string; suffix: string } {
+  const prefix = record.kind === "tool_call" && record.toolName ? `${record.toolName} ` : "";
+  const suffix = record.hostTruncated
+    ? `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`
+    : "";
+  return { prefix, suffix };
 }
 
 /** A leaf whose labelled text fits is its own summary, verbatim, with no model call (seed 002 §3). */

@@ -486,15 +486,16 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
 
 async function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): Promise<RecordToSeal> {
   const content = event.content as string | Uint8Array;
-  const bytes = typeof content === "string" ? Buffer.byteLength(content, "utf8") : content.length;
-  if (bytes > MAX_PAYLOAD_BYTES) {
+  // A string has at least one UTF-8 byte per code unit: one longer than the limit is refused without encoding it.
+  const surelyTooLarge = content.length > MAX_PAYLOAD_BYTES;
+  const prepared = await preparePayload(surelyTooLarge ? "" : content, event.toolName);
+  const bytes = surelyTooLarge ? content.length : prepared.payload.length;
+  if (surelyTooLarge || bytes > MAX_PAYLOAD_BYTES) {
     issues.push({
       field: `${prefix}content`,
-      problem: `is ${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
+      problem: `is ${surelyTooLarge && typeof content === "string" ? "at least " : ""}${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
     });
   }
-  // Refused anyway: not worth encoding, hashing and tokenizing up to the schema's own bound.
-  const prepared = await preparePayload(bytes > MAX_PAYLOAD_BYTES ? "" : content, event.toolName);
   const attributes: Record<string, unknown> = { ...(event.attributes ?? {}) };
   if (prepared.loneSurrogatesReplaced > 0) attributes.loneSurrogatesReplaced = prepared.loneSurrogatesReplaced;
   return {

@@ -47,6 +47,7 @@ describe("a large record", () => {
       turnId: "t0",
       kind: "tool_result",
       toolName: "bash",
+      toolCallId: "call_0",
       finalization: { hostSessionId: "big", messageId: "m0", partId: "p0" },
       occurredAt: "2026-12-01T10:00:00.000Z",
       content: text,

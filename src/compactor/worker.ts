@@ -6,7 +6,7 @@ import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION } from 
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { findRecord, PAYLOAD_READ_BYTES, readPayloadBytes } from "../store/records.js";
+import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
 import {
   applyTreeChanges,
   clearNodeFailure,
@@ -248,16 +248,22 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
     throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
   }
-  const record = await findRecord(pool, tree.sessionId, tree.generation, index);
-  if (!record) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
+  // One round trip for a payload of at most a page (nearly every record), with the record's fields.
+  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index, LEAF_PAGE_BYTES);
+  if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
+  const { record } = found;
   // The text is joined once, with the leaf's prefix and suffix: each concatenation of a 64 MiB string is another
   // copy of it in one task when the chunker first reads it.
   const { prefix, suffix } = leafSourceAffixes(record);
   const decoder = createPayloadTextDecoder();
   const pieces: string[] = [prefix];
-  for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
-    pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
+  if (found.payload) {
+    pieces.push(decoder.push(found.payload));
+  } else {
+    // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
+    for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
+      pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
+    }
   }
   pieces.push(decoder.end(), suffix);
   return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };

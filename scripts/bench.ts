@@ -17,6 +17,7 @@ import {
   serverUrlFromEnv,
 } from "./bench/common.js";
 import { runIngestBench } from "./bench/ingest.js";
+import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
 import { runPluginBench } from "./bench/plugin.js";
 import { runPublicationBench } from "./bench/publication.js";
@@ -32,6 +33,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "one large scope built through the real path (ingest, turns, compactor); p50/p99 of assembleContext, zoom, search",
     run: runSharedBench,
+  },
+  "large-records": {
+    description:
+      "1, 8 and 64 MiB records ingested, summarized by the real worker, searched and zoomed: time and longest event-loop stall",
+    run: runLargeRecordsBench,
   },
   locomo: {
     description:

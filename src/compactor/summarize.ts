@@ -1,7 +1,7 @@
+import { chunkEnds, fitsInBytes } from "../core/chunk.js";
 import {
   buildSummaryRequest,
   type ChatMessage,
-  chunkText,
   fitContext,
   freeLeafText,
   freeParentText,
@@ -13,6 +13,13 @@ import {
   utf8Bytes,
 } from "../core/summary.js";
 import { type Summarizer, SummarizerError } from "./summarizer.js";
+import { collectYielding, yieldToEventLoop } from "./yield.js";
+
+/**
+ * Part boundaries found between two turns of the event loop: at a 32 KiB part size (the fake summarizer's window)
+ * 16 parts are 512 KiB of scanning, a few milliseconds.
+ */
+const CHUNK_ENDS_PER_TURN = 16;
 
 export interface SummaryOutcome {
   readonly text: string;
@@ -84,26 +91,30 @@ export async function summarizeLeaf(
   const free = freeLeafText(kind, text);
   if (free !== undefined) return { text: free, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
   const maxStep = Math.floor(summarizer.windowBytes / 2);
-  if (utf8Bytes(text) <= maxStep) {
+  if (fitsInBytes(text, maxStep)) {
     const result = await runStep(summarizer, context, { type: "compress", kind, text }, NODE_BYTES, signal);
     return { ...result, chunks: [] };
   }
-  const parts = chunkText(text, maxStep);
+  // Every step below yields to the event loop: a fast summarizer (the fake one, a cached answer) resolves without
+  // one, and thousands of parts of a 64 MiB record would otherwise run as one task and starve the job's heartbeat.
+  const ends = await collectYielding(chunkEnds(text, maxStep), CHUNK_ENDS_PER_TURN);
   const chunks: { chunkLevel: number; chunkIndex: number; charStart: number; charEnd: number; text: string }[] = [];
   let level: { text: string; start: number; end: number }[] = [];
   let calls = 0;
   let inputBytes = 0;
   let overshoot = false;
   let at = 0;
-  for (const [k, part] of parts.entries()) {
-    const step: SummaryStep = { type: "compress_part", kind, text: part, part: k + 1, parts: parts.length };
+  for (const [k, end] of ends.entries()) {
+    const part = text.slice(at, end);
+    const step: SummaryStep = { type: "compress_part", kind, text: part, part: k + 1, parts: ends.length };
     const result = await runStep(summarizer, context, step, NODE_BYTES, signal);
     calls += result.calls;
     inputBytes += result.inputBytes;
     overshoot ||= result.overshoot;
-    level.push({ text: result.text, start: at, end: at + part.length });
-    chunks.push({ chunkLevel: 0, chunkIndex: k, charStart: at, charEnd: at + part.length, text: result.text });
-    at += part.length;
+    level.push({ text: result.text, start: at, end });
+    chunks.push({ chunkLevel: 0, chunkIndex: k, charStart: at, charEnd: end, text: result.text });
+    at = end;
+    await yieldToEventLoop();
   }
   for (let chunkLevel = 1; level.length > 1; chunkLevel++) {
     const next: typeof level = [];
@@ -128,6 +139,7 @@ export async function summarizeLeaf(
         inputBytes += result.inputBytes;
         overshoot ||= result.overshoot;
         merged = result.text;
+        await yieldToEventLoop();
       }
       next.push({ text: merged, start: left.start, end: right.end });
       chunks.push({ chunkLevel, chunkIndex: k / 2, charStart: left.start, charEnd: right.end, text: merged });

@@ -1,12 +1,12 @@
 import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
 import type { FoldParams } from "../core/fold.js";
-import { payloadAsText } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceText, PROMPT_VERSION } from "../core/summary.js";
+import { createPayloadTextDecoder } from "../core/payload.js";
+import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { readRecordWithPayload } from "../store/records.js";
+import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
 import {
   applyTreeChanges,
   clearNodeFailure,
@@ -244,17 +244,36 @@ function sha256(text: string): Buffer {
   return createHash("sha256").update(text, "utf8").digest();
 }
 
+/**
+ * Payload bytes read and decoded per step for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex
+ * string that was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event
+ * loop turns between them (every page is a round trip).
+ */
+const LEAF_PAGE_BYTES = PAYLOAD_READ_BYTES;
+
 async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
     throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
   }
-  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index);
+  // One round trip for a payload of at most a page (nearly every record), with the record's fields.
+  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index, LEAF_PAGE_BYTES);
   if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  return {
-    kind: found.record.kind,
-    text: leafSourceText(found.record, payloadAsText(found.payload)),
-    hash: found.record.payloadHash,
-  };
+  const { record } = found;
+  // The text is joined once, with the leaf's prefix and suffix: each concatenation of a 64 MiB string is another
+  // copy of it in one task when the chunker first reads it.
+  const { prefix, suffix } = leafSourceAffixes(record);
+  const decoder = createPayloadTextDecoder();
+  const pieces: string[] = [prefix];
+  if (found.payload) {
+    pieces.push(decoder.push(found.payload));
+  } else {
+    // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
+    for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
+      pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
+    }
+  }
+  pieces.push(decoder.end(), suffix);
+  return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };
 }
 
 export interface ProviderSettings {

@@ -112,3 +112,16 @@ export function hashPrefixOf(hash: Uint8Array): string {
 export function payloadAsText(bytes: Uint8Array): string {
   return new TextDecoder("utf-8", { fatal: false }).decode(bytes).replaceAll("\u0000", "\u2400");
 }
+
+/**
+ * {@link payloadAsText} page by page, for payloads too large to decode in one task (64 MiB took about a second):
+ * the pieces pushed, then `end()`, concatenate to exactly `payloadAsText` of the concatenated pages (the decoder
+ * carries a code point split between pages over, and a BOM is dropped only at the very start, as TextDecoder does).
+ */
+export function createPayloadTextDecoder(): { push(page: Uint8Array): string; end(): string } {
+  const decoder = new TextDecoder("utf-8", { fatal: false });
+  return {
+    push: (page) => decoder.decode(page, { stream: true }).replaceAll("\u0000", "\u2400"),
+    end: () => decoder.decode().replaceAll("\u0000", "\u2400"),
+  };
+}

@@ -3,6 +3,10 @@
  * our own words. Pure: building prompts, measuring and cutting UTF-8, free nodes and deterministic chunking.
  */
 
+import { fitsInBytes, prefixEndWithinBytes } from "./chunk.js";
+
+export { chunkText } from "./chunk.js";
+
 /** Target size of one summary line in UTF-8 bytes (seed 002 §3: 128 was too short to be useful, 512 works). */
 export const NODE_BYTES = 512;
 /** Attempts per node to get under the limit, in one conversation (seed 002 §1: TRIES). */
@@ -21,18 +25,9 @@ export function utf8Bytes(text: string): number {
   return encoder.encode(text).length;
 }
 
-/** The longest prefix of `text` within `limit` UTF-8 bytes, never ending inside a code point. */
+/** The longest prefix of `text` within `limit` UTF-8 bytes, never ending inside a code point; looks only at the prefix. */
 export function cutToBytes(text: string, limit: number): string {
-  if (utf8Bytes(text) <= limit) return text;
-  let bytes = 0;
-  let out = "";
-  for (const char of text) {
-    const width = utf8Bytes(char);
-    if (bytes + width > limit) break;
-    bytes += width;
-    out += char;
-  }
-  return out;
+  return text.slice(0, prefixEndWithinBytes(text, 0, limit));
 }
 
 /** How a record kind is labelled inside summaries: the tag the model sees and keeps (seed 002 §4.4). */
@@ -44,32 +39,37 @@ export function kindLabel(kind: string): string {
  * The text a leaf summarizes: the payload as text, a tool call prefixed by its tool's name, and a note when the host
  * had already cut the output (we can only say so). Free leaves and compactor calls both start from this.
  */
-export function leafSourceText(
-  record: {
-    readonly kind: string;
-    readonly toolName: string | null;
-    readonly hostTruncated: boolean;
-    readonly hostOriginalBytes: number | null;
-  },
-  payloadText: string,
-): string {
-  let text = record.kind === "tool_call" && record.toolName ? `${record.toolName} ${payloadText}` : payloadText;
-  if (record.hostTruncated) {
-    text += `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`;
-  }
-  return text;
+export function leafSourceText(record: LeafSourceRecord, payloadText: string): string {
+  const { prefix, suffix } = leafSourceAffixes(record);
+  return `${prefix}${payloadText}${suffix}`;
+}
+
+export interface LeafSourceRecord {
+  readonly kind: string;
+  readonly toolName: string | null;
+  readonly hostTruncated: boolean;
+  readonly hostOriginalBytes: number | null;
+}
+
+/** What {@link leafSourceText} puts before and after the payload's text (so a large text can be joined once). */
+export function leafSourceAffixes(record: LeafSourceRecord): { prefix: string; suffix: string } {
+  const prefix = record.kind === "tool_call" && record.toolName ? `${record.toolName} ` : "";
+  const suffix = record.hostTruncated
+    ? `\n[the host truncated this output${record.hostOriginalBytes ? ` from ${record.hostOriginalBytes} bytes` : ""}]`
+    : "";
+  return { prefix, suffix };
 }
 
 /** A leaf whose labelled text fits is its own summary, verbatim, with no model call (seed 002 §3). */
 export function freeLeafText(kind: string, text: string, limit = NODE_BYTES): string | undefined {
   const line = `${kindLabel(kind)}: ${text}`;
-  return utf8Bytes(line) <= limit ? line : undefined;
+  return fitsInBytes(line, limit) ? line : undefined;
 }
 
 /** A parent whose two children, joined by a newline, fit is their concatenation (seed 002 §3). */
 export function freeParentText(left: string, right: string, limit = NODE_BYTES): string | undefined {
   const joined = `${left}\n${right}`;
-  return utf8Bytes(joined) <= limit ? joined : undefined;
+  return fitsInBytes(joined, limit) ? joined : undefined;
 }
 
 /** Newlines become single spaces: one summary per line, in views and in the compactor's context. */
@@ -186,29 +186,6 @@ export function shortestTry(tries: readonly string[]): string {
   let best = tries[0] ?? "";
   for (const line of tries) if (utf8Bytes(line) < utf8Bytes(best)) best = line;
   return best;
-}
-
-/**
- * Splits a message too large for the summarizer's window into consecutive parts of at most `maxBytes` UTF-8 bytes,
- * deterministically: each part ends at the last newline in its second half when there is one, else at the last
- * space there, else at a code point boundary. Concatenating the parts gives the text back exactly.
- */
-export function chunkText(text: string, maxBytes: number): string[] {
-  if (maxBytes < 8) throw new RangeError("chunkText: maxBytes below 8");
-  const parts: string[] = [];
-  let rest = text;
-  while (utf8Bytes(rest) > maxBytes) {
-    const head = cutToBytes(rest, maxBytes);
-    const half = Math.floor(head.length / 2);
-    let end = head.lastIndexOf("\n");
-    if (end < half) end = head.lastIndexOf(" ");
-    end = end < half ? head.length : end + 1;
-    // Never split a surrogate pair (cutToBytes already respects code points; the newline/space search does too).
-    parts.push(rest.slice(0, end));
-    rest = rest.slice(end);
-  }
-  if (rest.length > 0 || parts.length === 0) parts.push(rest);
-  return parts;
 }
 
 /** Keeps the latest context lines that fit in `maxBytes` (oldest dropped first), as whole lines. */

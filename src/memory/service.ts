@@ -1,4 +1,4 @@
-import { createHash, randomBytes } from "node:crypto";
+import { randomBytes } from "node:crypto";
 import { readdirSync } from "node:fs";
 import type { PgBoss } from "pg-boss";
 import { z } from "zod";
@@ -6,16 +6,7 @@ import { createBoss, enqueueNodeJobs } from "../compactor/queue.js";
 import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
-import {
-  countLoneSurrogates,
-  decodePayloadCursor,
-  encodePayloadCursor,
-  hashPrefixOf,
-  isValidUtf8,
-  payloadAsText,
-  utf8SafePrefixLength,
-} from "../core/payload.js";
-import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
+import { decodePayloadCursor, encodePayloadCursor, hashPrefixOf, utf8SafePrefixLength } from "../core/payload.js";
 import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
 import { jobQueueInstalled, MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
@@ -37,6 +28,7 @@ import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
+import { preparePayload } from "./payload-prep.js";
 import {
   admitTurnSchema,
   assembleSchema,
@@ -252,16 +244,16 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
     const issues: FieldIssue[] = [];
     const valid: ValidIngestEvent[] = [];
     const prepared: RecordToSeal[] = [];
-    events.forEach((event, index) => {
+    for (const [index, event] of events.entries()) {
       const prefix = where === "ingest" ? "" : `events[${index}]`;
       const parsed = ingestEventSchema.safeParse(event);
       if (!parsed.success) {
         issues.push(...issuesOf(parsed.error, prefix));
-        return;
+        continue;
       }
       valid.push(parsed.data);
-      prepared.push(prepareRecord(parsed.data, prefix ? `${prefix}.` : "", issues));
-    });
+      prepared.push(await prepareRecord(parsed.data, prefix ? `${prefix}.` : "", issues));
+    }
     if (issues.length > 0) throw new InputInvalidError(where, issues);
 
     return await retryOnTwinInsert(() =>
@@ -506,18 +498,20 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
   return memory;
 }
 
-function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): RecordToSeal {
-  const text = typeof event.content === "string" ? event.content : undefined;
-  const payload = text !== undefined ? Buffer.from(text, "utf8") : Buffer.from(event.content as Uint8Array);
-  if (payload.length > MAX_PAYLOAD_BYTES) {
+async function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): Promise<RecordToSeal> {
+  const content = event.content as string | Uint8Array;
+  // A string has at least one UTF-8 byte per code unit: one longer than the limit is refused without encoding it.
+  const surelyTooLarge = content.length > MAX_PAYLOAD_BYTES;
+  const prepared = await preparePayload(surelyTooLarge ? "" : content, event.toolName);
+  const bytes = surelyTooLarge ? content.length : prepared.payload.length;
+  if (surelyTooLarge || bytes > MAX_PAYLOAD_BYTES) {
     issues.push({
       field: `${prefix}content`,
-      problem: `is ${payload.length} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
+      problem: `is ${surelyTooLarge && typeof content === "string" ? "at least " : ""}${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
     });
   }
   const attributes: Record<string, unknown> = { ...(event.attributes ?? {}) };
-  const replaced = text !== undefined ? countLoneSurrogates(text) : 0;
-  if (replaced > 0) attributes.loneSurrogatesReplaced = replaced;
+  if (prepared.loneSurrogatesReplaced > 0) attributes.loneSurrogatesReplaced = prepared.loneSurrogatesReplaced;
   return {
     sessionId: event.sessionId,
     generation: event.generation,
@@ -526,9 +520,9 @@ function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIss
     turnId: event.turnId,
     kind: event.kind,
     occurredAt: typeof event.occurredAt === "string" ? new Date(event.occurredAt) : event.occurredAt,
-    payload,
-    payloadHash: createHash("sha256").update(payload).digest(),
-    validUtf8: isValidUtf8(payload),
+    payload: prepared.payload,
+    payloadHash: prepared.payloadHash,
+    validUtf8: prepared.validUtf8,
     toolCallId: event.toolCallId ?? null,
     toolName: event.toolName ?? null,
     hostTruncated: event.hostTruncated !== undefined,
@@ -537,19 +531,8 @@ function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIss
     worktreeId: event.worktreeId ?? null,
     commitId: event.commit ?? null,
     attributes,
-    search: searchVectorOf(event.toolName, payload),
+    search: prepared.search,
   };
-}
-
-/**
- * The search vector of a record: its tool name and the first SEARCH_INDEX_BYTES of its text. The index stops there
- * (a 10 MB log would take seconds to tokenize and hit Postgres's tsvector limits); the whole payload stays readable.
- */
-export const SEARCH_INDEX_BYTES = 1024 * 1024;
-
-function searchVectorOf(toolName: string | undefined, payload: Buffer): string {
-  const text = payloadAsText(payload.subarray(0, SEARCH_INDEX_BYTES));
-  return toTsvectorLiteral(tokenize(toolName ? `${toolName} ${text}` : text));
 }
 
 /**

@@ -222,6 +222,9 @@ async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): P
   return { nextSeq, currentGeneration };
 }
 
+/** Payloads up to this size are written in the batch's one statement; larger ones in their own (see sealRecords). */
+const INLINE_BLOB_BYTES = 256 * 1024;
+
 async function allocateAndInsert(
   db: Queryable,
   items: readonly RecordToSeal[],
@@ -246,7 +249,23 @@ async function allocateAndInsert(
   // and cannot deadlock on the blobs primary key (reproduced: 25 deadlocks in 200 rounds of reversed batches).
   const blobs = new Map<string, RecordToSeal>();
   for (const { item } of fresh) blobs.set(item.payloadHash.toString("hex"), item);
-  const blobItems = [...blobs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, item]) => item);
+  const sortedBlobs = [...blobs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, item]) => item);
+  // Large payloads go first, one statement each, as a plain bytea parameter (sent in binary): inside the bytea[]
+  // array below a payload travels as hex text built in one task (a 64 MiB record stalled the host's event loop for
+  // seconds, issue 9 item 3). Size decides the order once per hash, so (large first, then by hash) is one total order
+  // for every batch and the deadlock argument above still holds.
+  const blobItems: RecordToSeal[] = [];
+  for (const blob of sortedBlobs) {
+    if (blob.payload.length <= INLINE_BLOB_BYTES) {
+      blobItems.push(blob);
+      continue;
+    }
+    await db.query(
+      `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
+       VALUES ($1::bytea, $2::bigint, $3::boolean, $4::bytea) ON CONFLICT (hash) DO NOTHING`,
+      [blob.payloadHash, blob.payload.length, blob.validUtf8, blob.payload],
+    );
+  }
   const touched = new Map<string, { sessionId: string; generation: number }>();
   for (const e of fresh)
     touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
@@ -454,13 +473,33 @@ export async function findRecord(
   return first && first.seq === seq ? first : undefined;
 }
 
-/** `length` bytes of a payload from byte `offset` (0-based); fewer at the end. */
+/**
+ * Bytes of a payload transferred per statement. A bytea arrives as hex text (twice its size) that the driver parses in
+ * one task: a 4 MiB zoom page read in one statement blocked the event loop for about 0.3 s on a loaded machine.
+ */
+export const PAYLOAD_READ_BYTES = 1024 * 1024;
+
+/**
+ * `length` bytes of a payload from byte `offset` (0-based); fewer at the end. Read in statements of at most
+ * {@link PAYLOAD_READ_BYTES} (a blob never changes, so the pieces belong together).
+ */
 export async function readPayloadBytes(
   db: Queryable,
   payloadHash: Buffer,
   offset: number,
   length: number,
 ): Promise<Buffer> {
+  const pieces: Buffer[] = [];
+  for (let at = 0; at === 0 || at < length; at += PAYLOAD_READ_BYTES) {
+    const want = Math.min(PAYLOAD_READ_BYTES, length - at);
+    const piece = await readPayloadPiece(db, payloadHash, offset + at, want);
+    pieces.push(piece);
+    if (piece.length < want) break;
+  }
+  return pieces.length === 1 ? (pieces[0] as Buffer) : Buffer.concat(pieces);
+}
+
+async function readPayloadPiece(db: Queryable, payloadHash: Buffer, offset: number, length: number): Promise<Buffer> {
   const result = await db.query<{ chunk: Buffer }>(
     "SELECT substring(content FROM $2::int + 1 FOR $3::int) AS chunk FROM optchat.blobs WHERE hash = $1::bytea",
     [payloadHash, offset, length],
@@ -470,17 +509,23 @@ export async function readPayloadBytes(
   return row.chunk;
 }
 
-/** A record with its whole payload, in one round trip (the compactor's leaf input). */
+/**
+ * A record with its whole payload, in one round trip; with `maxBytes`, the payload only when it is at most that many
+ * bytes (null otherwise), so a caller that needs only small payloads never transfers a large one.
+ */
 export async function readRecordWithPayload(
   db: Queryable,
   sessionId: string,
   generation: number,
   seq: number,
-): Promise<{ record: SourceRecord; payload: Buffer } | undefined> {
-  const result = await db.query<RecordRow & { content: Buffer }>(
-    `SELECT ${RECORD_COLUMNS}, b.content FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
+  maxBytes?: number,
+): Promise<{ record: SourceRecord; payload: Buffer | null } | undefined> {
+  const result = await db.query<RecordRow & { content: Buffer | null }>(
+    `SELECT ${RECORD_COLUMNS},
+            CASE WHEN $4::bigint IS NULL OR octet_length(b.content) <= $4::bigint THEN b.content END AS content
+       FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
       WHERE r.session_id = $1::text AND r.generation = $2::int AND r.seq = $3::bigint`,
-    [sessionId, generation, seq],
+    [sessionId, generation, seq, maxBytes ?? null],
   );
   const row = result.rows[0];
   return row ? { record: toSourceRecord(row), payload: row.content } : undefined;

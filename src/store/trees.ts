@@ -9,7 +9,7 @@ import {
   viewBytes,
 } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceText } from "../core/summary.js";
+import { freeLeafText, freeParentText, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import {
   childrenOf,
@@ -547,8 +547,11 @@ async function nextFreeNode(
     checked.add(key);
     if (node.level === 0) {
       if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) continue;
-      const found = await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index);
-      if (!found) continue;
+      // A free leaf's line is at most NODE_BYTES, and its text has at least the payload's bytes less 3 (a dropped
+      // BOM; invalid bytes and NUL only grow when rendered): a larger payload is never free, and is not read here,
+      // inside the ingest transaction (a 64 MiB record was read back whole just to learn that).
+      const found = await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3);
+      if (!found?.payload) continue;
       const text = freeLeafText(found.record.kind, leafSourceText(found.record, payloadAsText(found.payload)));
       if (text !== undefined) return freeNode(node, text, [found.record.payloadHash]);
     } else {

@@ -128,3 +128,51 @@ describe("leaves and parents", () => {
     expect(result.calls).toBeGreaterThanOrEqual(leaves.length);
   });
 });
+
+/** Counts turns of the event loop (setImmediate callbacks) until stopped: a task that never yields sees none. */
+function loopTurns(): { stop(): number } {
+  let turns = 0;
+  let running = true;
+  const tick = () => {
+    if (!running) return;
+    turns++;
+    setImmediate(tick);
+  };
+  setImmediate(tick);
+  return {
+    stop() {
+      running = false;
+      return turns;
+    },
+  };
+}
+
+describe("large messages (issue 9 item 3)", () => {
+  const log = (bytes: number) => {
+    const line = "build step passed with output café 部署\n";
+    return line.repeat(Math.ceil(bytes / utf8Bytes(line)));
+  };
+
+  // The fake summarizer answers without waiting: before, a 64 MiB record's thousands of parts ran as one task, the
+  // job's heartbeat timer never fired, and another worker took the job over.
+  it("let the event loop turn between every step of a chunked leaf", async () => {
+    const summarizer = createFakeSummarizer({ windowBytes: 8 * 1024 });
+    const probe = loopTurns();
+    const result = await summarizeLeaf(summarizer, [], "tool_result", log(512 * 1024));
+    const turns = probe.stop();
+    expect(result.chunks.filter((c) => c.chunkLevel === 0).length).toBeGreaterThan(100);
+    expect(turns).toBeGreaterThanOrEqual(result.calls);
+  });
+
+  it("cost model calls and input bytes in proportion to their size", async () => {
+    const summarizer = createFakeSummarizer();
+    const small = await summarizeLeaf(summarizer, [], "tool_result", log(1024 * 1024));
+    const large = await summarizeLeaf(summarizer, [], "tool_result", log(8 * 1024 * 1024));
+    // Every part is sent once and the merges are one fewer than the parts: 8x the text is 8x the work.
+    expect(large.calls / small.calls).toBeGreaterThan(7.5);
+    expect(large.calls / small.calls).toBeLessThan(8.5);
+    expect(large.inputBytes / small.inputBytes).toBeGreaterThan(7.5);
+    expect(large.inputBytes / small.inputBytes).toBeLessThan(8.5);
+    expect(large.chunks.at(-1)).toMatchObject({ charStart: 0, charEnd: log(8 * 1024 * 1024).length });
+  });
+});

@@ -187,8 +187,10 @@ async function lockGenerations(
     generation: number;
     next_seq: number;
     sealed: SealedJson[] | null;
-  }>(
-    `SELECT s.session_id, s.current_generation, g.generation, g.next_seq,
+  }>({
+    // Prepared once per connection (named): the hot path of every ingest, planned once instead of per call.
+    name: "optchat.records.lock_generations",
+    text: `SELECT s.session_id, s.current_generation, g.generation, g.next_seq,
             (SELECT json_agg(json_build_object('event_key', r.event_key, 'session_id', r.session_id,
                                                'generation', r.generation, 'seq', r.seq,
                                                'payload_hash', encode(r.payload_hash, 'hex'), 'kind', r.kind,
@@ -201,13 +203,13 @@ async function lockGenerations(
              OR (g.session_id, g.generation) IN (SELECT * FROM unnest($2::text[], $3::int[])))
       ORDER BY g.session_id, g.generation
         FOR UPDATE OF g`,
-    [
+    values: [
       [...new Set(items.map((item) => item.sessionId))],
       explicit.map((item) => item.sessionId),
       explicit.map((item) => item.generation),
       items.map((item) => item.eventKey),
     ],
-  );
+  });
   const sealed = new Map<string, ExistingRow>(
     (result.rows[0]?.sealed ?? []).map((row) => [
       row.event_key,
@@ -274,8 +276,9 @@ async function allocateAndInsert(
   const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
 
   // One statement: blobs, records, the generations' counters, and the staged copies the records replace.
-  await db.query(
-    `WITH new_blobs AS (
+  await db.query({
+    name: "optchat.records.seal",
+    text: `WITH new_blobs AS (
        INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
        SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
        ON CONFLICT (hash) DO NOTHING
@@ -292,7 +295,7 @@ async function allocateAndInsert(
      UPDATE optchat.generations g SET next_seq = u.next_seq
        FROM unnest($23::text[], $24::int[], $25::bigint[]) AS u(session_id, generation, next_seq)
       WHERE g.session_id = u.session_id AND g.generation = u.generation`,
-    [
+    values: [
       blobItems.map((b) => b.payloadHash),
       blobItems.map((b) => b.payload.length),
       blobItems.map((b) => b.validUtf8),
@@ -320,7 +323,7 @@ async function allocateAndInsert(
       counters.map(([key]) => nextSeq.get(key) as number),
       column((e) => e.item.search),
     ],
-  );
+  });
 
   for (const e of fresh) {
     outcomes[e.index] = {

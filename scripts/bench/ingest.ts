@@ -21,6 +21,10 @@
  *   OPTCHAT_BENCH_PGBENCH_SCALE      pgbench -i -s (default 10)
  *   OPTCHAT_BENCH_PGBENCH            path of the pgbench binary (default: PATH, /usr/bin, /usr/lib/postgresql/N/bin)
  *
+ *   growth                            turns through a worker, rows per record in every table before and after the
+ *                                     retention floor, next to the documented bound (scripts/bench/growth.ts;
+ *                                     OPTCHAT_BENCH_GROWTH=0 skips it)
+ *
  * Each case also reports the rows written per sealed record in every optchat table and in pgboss.job
  * (rowsWrittenPerRecord, split by operation in rowOpsPerRecord) and the growth of each table in bytes per record
  * (bytesPerRecord), from the scratch database's statistics around the measured run (scripts/bench/table-writes.ts).
@@ -44,6 +48,7 @@ import {
   summarizeLatencies,
   withDatabase,
 } from "./common.js";
+import { runGrowthCase } from "./growth.js";
 import { findPgbench, type PgbenchOutcome, runPgbench } from "./pgbench.js";
 import { readTableWrites, writesPerRecord } from "./table-writes.js";
 
@@ -378,6 +383,27 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
     });
   } finally {
     restore();
+    await memory?.close().catch(() => {});
+    await dropDatabase(context.serverUrl, name).catch((error) =>
+      note(`could not drop ${name}: ${errorMessage(error)}`),
+    );
+  }
+  if (!context.signal.aborted && process.env.OPTCHAT_BENCH_GROWTH !== "0") await growth(context);
+}
+
+/** The growth case (scripts/bench/growth.ts) in a database of its own, so its counts are its records' alone. */
+async function growth(context: BenchContext): Promise<void> {
+  const name = scratchDatabaseName("growth");
+  const databaseUrl = withDatabase(context.serverUrl, name);
+  await dropDatabase(context.serverUrl, name);
+  let memory: Memory | undefined;
+  try {
+    await migrateAll(databaseUrl);
+    const config = resolveConfig({ overrides: { databaseUrl } });
+    memory = await openMemory(config, { applicationName: "optchat-bench" });
+    note("growth: turns through a worker, then the retention floor");
+    await runGrowthCase(BENCH, memory, config);
+  } finally {
     await memory?.close().catch(() => {});
     await dropDatabase(context.serverUrl, name).catch((error) =>
       note(`could not drop ${name}: ${errorMessage(error)}`),

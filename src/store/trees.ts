@@ -475,9 +475,10 @@ export async function inspectNodeJob(
  * event, and in one final statement writes the parts that entered and left the view, persists a new view revision
  * when the view changed, updates the tree's counters and fold state and, when a node was built, announces it (NOTIFY,
  * delivered on commit) to the callers waiting for readiness (settleTree). Appends alone do not notify: they make
- * nothing more ready, and a notifying transaction holds PostgreSQL's cluster-wide notification lock from its
- * pre-commit to the end of its commit, so notifying commits cannot share a WAL flush (measured in issue 9 item 6:
- * 8 ingesting clients scaled 2.4x over one while pgbench scaled 8.3x). Returns the nodes that became ready.
+ * nothing more ready, and a notifying transaction takes PostgreSQL's cluster-wide notification lock at pre-commit and
+ * holds it to the end of its commit, which serializes notifying commits (8 ingesting clients scaled 2.4x over one
+ * while pgbench scaled 8.3x in the same run; on the loaded 2-core machine of issue 9 the gain from dropping it was
+ * within the run-to-run noise). Returns the nodes that became ready.
  *
  * Events are not stored: a built event is its node row (nodes.tree_event), every other event number is an append of
  * the next leaf (listTreeEvents). Appends that cannot merge anything (appendWithoutFit: the common case of an ingest)

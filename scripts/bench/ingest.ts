@@ -5,6 +5,8 @@
  * Cases (defaults; the numbers follow OPTCHAT_BENCH_CLIENTS and OPTCHAT_BENCH_BATCH):
  *   ingest-1client                    one `memory.ingest(event)` (one transaction) at a time
  *   ingest-8clients-own-sessions      8 async loops sharing one Memory, each writing to its own session
+ *   ingest-8clients-own-sessions-after-1000  the same, each session already holding 1000 records (a view of that many
+ *                                     parts when no compactor runs: what a long session's write costs)
  *   ingest-8clients-one-session       the same 8 loops all writing to one session (one hot generation row)
  *   ingestMany100-1client             `memory.ingestMany(100 events)` per call, one loop
  *   ingestMany100-8clients-own-sessions  the same with 8 loops, each on its own session
@@ -14,9 +16,18 @@
  *   OPTCHAT_BENCH_WARMUP_SECONDS     unmeasured warm-up per case (default 0.5)
  *   OPTCHAT_BENCH_CLIENTS            concurrent loops in the concurrent cases and pgbench clients (default 8)
  *   OPTCHAT_BENCH_BATCH              events per ingestMany call (default 100)
+ *   OPTCHAT_BENCH_PREFILL            records per session before the "-after-N" case (default 1000; 0 skips the case)
  *   OPTCHAT_BENCH_PGBENCH_SECONDS    pgbench -T for the multi-client run (default 10; 0 skips pgbench)
  *   OPTCHAT_BENCH_PGBENCH_SCALE      pgbench -i -s (default 10)
  *   OPTCHAT_BENCH_PGBENCH            path of the pgbench binary (default: PATH, /usr/bin, /usr/lib/postgresql/N/bin)
+ *
+ *   growth                            turns through a worker, rows per record in every table before and after the
+ *                                     retention floor, next to the documented bound (scripts/bench/growth.ts;
+ *                                     OPTCHAT_BENCH_GROWTH=0 skips it)
+ *
+ * Each case also reports the rows written per sealed record in every optchat table and in pgboss.job
+ * (rowsWrittenPerRecord, split by operation in rowOpsPerRecord) and the growth of each table in bytes per record
+ * (bytesPerRecord), from the scratch database's statistics around the measured run (scripts/bench/table-writes.ts).
  */
 import pg from "pg";
 import { resolveConfig } from "../../src/memory/config.js";
@@ -37,7 +48,9 @@ import {
   summarizeLatencies,
   withDatabase,
 } from "./common.js";
+import { runGrowthCase } from "./growth.js";
 import { findPgbench, type PgbenchOutcome, runPgbench } from "./pgbench.js";
+import { readTableWrites, writesPerRecord } from "./table-writes.js";
 
 const BENCH = "ingest";
 const PAYLOAD_BYTES = 300;
@@ -53,6 +66,7 @@ interface Settings {
   readonly batch: number;
   readonly pgbenchSeconds: number;
   readonly pgbenchScale: number;
+  readonly prefill: number;
 }
 
 function readSettings(): Settings {
@@ -63,6 +77,7 @@ function readSettings(): Settings {
     batch: envNumber("OPTCHAT_BENCH_BATCH", 100, { min: 1, integer: true }),
     pgbenchSeconds: envNumber("OPTCHAT_BENCH_PGBENCH_SECONDS", 10, { integer: true }),
     pgbenchScale: envNumber("OPTCHAT_BENCH_PGBENCH_SCALE", 10, { min: 1, integer: true }),
+    prefill: envNumber("OPTCHAT_BENCH_PREFILL", 1000, { integer: true }),
   };
 }
 
@@ -73,13 +88,18 @@ interface CaseSpec {
   readonly oneSession: boolean;
   /** 1: `ingest(event)`; more: `ingestMany(events)`. */
   readonly batch: number;
+  /** Records each session already holds before the measured run (sealed with ingestMany, not measured). */
+  readonly prefill?: number;
 }
 
-function caseSpecs({ clients, batch }: Settings): CaseSpec[] {
+function caseSpecs({ clients, batch, prefill }: Settings): CaseSpec[] {
   const many = `${clients}clients`;
   return [
     { name: "ingest-1client", clients: 1, oneSession: false, batch: 1 },
     { name: `ingest-${many}-own-sessions`, clients, oneSession: false, batch: 1 },
+    ...(prefill > 0
+      ? [{ name: `ingest-${many}-own-sessions-after-${prefill}`, clients, oneSession: false, batch: 1, prefill }]
+      : []),
     { name: `ingest-${many}-one-session`, clients, oneSession: true, batch: 1 },
     { name: `ingestMany${batch}-1client`, clients: 1, oneSession: false, batch },
     { name: `ingestMany${batch}-${many}-own-sessions`, clients, oneSession: false, batch },
@@ -193,6 +213,18 @@ async function drive(
   };
 }
 
+/** Seals `count` records in every session, in batches (not measured). */
+async function prefill(memory: Memory, sessions: readonly BenchSession[], count: number, phase: string): Promise<void> {
+  const BATCH = 250;
+  for (const session of sessions) {
+    for (let n = 0; n < count; ) {
+      const events: IngestEvent[] = [];
+      for (let i = 0; i < BATCH && n < count; i++) events.push(makeEvent(session, `${phase}-m${n++}`));
+      await memory.ingestMany(events);
+    }
+  }
+}
+
 /** Checks what the case wrote: one row per sealed result, and seqs 0..n-1 without gaps in every session. */
 async function verify(memory: Memory, sessions: readonly BenchSession[], expectedRecords: number) {
   const result = await memory.pool.query<{ records: number; gaps: number }>(
@@ -217,6 +249,7 @@ async function runCase(
   settings: Settings,
   references: ReadonlyMap<number, number>,
   signal: AbortSignal,
+  poolSize: number,
 ): Promise<CaseOutcome | undefined> {
   const sessionCount = spec.oneSession ? 1 : spec.clients;
   const sessions: BenchSession[] = [];
@@ -225,23 +258,28 @@ async function runCase(
     const session = await memory.openSession({ host: "bench", hostSessionId, projectId: "bench-project" });
     sessions.push({ sessionId: session.sessionId, hostSessionId });
   }
+  if (spec.prefill) await prefill(memory, sessions, spec.prefill, `${spec.name}-prefill`);
   note(`${spec.name}: ${spec.clients} client(s), ${sessionCount} session(s), ${spec.batch} record(s) per call`);
   const warm =
     settings.warmupSeconds > 0
       ? await drive(memory, spec, sessions, settings.warmupSeconds, `${spec.name}-warm`, signal)
       : undefined;
   if (signal.aborted) return undefined;
+  // Table statistics around the measured run only (the warm-up's writes are flushed and counted before it).
+  const writesBefore = await readTableWrites(memory.pool, poolSize);
   const run = await drive(memory, spec, sessions, settings.seconds, spec.name, signal);
+  const writes = writesPerRecord(writesBefore, await readTableWrites(memory.pool, poolSize), run.sealed);
   // Interrupted while measuring: the figures cover a shorter run; report them, flagged, but leave them out of ratios.
   const interrupted = signal.aborted;
   const seconds = run.elapsedMs / 1000;
   const records = run.sealed;
   const recordsPerSec = round(records / seconds, 1);
-  const check = await verify(memory, sessions, (warm?.sealed ?? 0) + run.sealed);
+  const check = await verify(memory, sessions, (spec.prefill ?? 0) * sessionCount + (warm?.sealed ?? 0) + run.sealed);
   emit(BENCH, spec.name, {
     clients: spec.clients,
     sessions: sessionCount,
     recordsPerCall: spec.batch,
+    ...(spec.prefill ? { prefilledRecordsPerSession: spec.prefill } : {}),
     api: spec.batch === 1 ? "ingest" : "ingestMany",
     payloadBytes: PAYLOAD_BYTES,
     seconds: round(seconds, 2),
@@ -255,6 +293,7 @@ async function runCase(
     nodeCpuPct: round((run.cpuMs / run.elapsedMs) * 100, 1),
     vsPgbench: ratio(recordsPerSec, references.get(settings.clients)),
     vsPgbenchSameClients: ratio(recordsPerSec, references.get(spec.clients)),
+    ...writes,
     notSealed: run.notSealed,
     errors: run.errors,
     ...(run.firstError ? { firstError: run.firstError } : {}),
@@ -324,7 +363,7 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
     for (const spec of caseSpecs(settings)) {
       if (context.signal.aborted) break;
       await checkpoint(context.serverUrl);
-      const outcome = await runCase(memory, spec, settings, references, context.signal);
+      const outcome = await runCase(memory, spec, settings, references, context.signal, poolSize);
       if (outcome) outcomes.push(outcome);
     }
     if (context.signal.aborted) return;
@@ -344,6 +383,27 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
     });
   } finally {
     restore();
+    await memory?.close().catch(() => {});
+    await dropDatabase(context.serverUrl, name).catch((error) =>
+      note(`could not drop ${name}: ${errorMessage(error)}`),
+    );
+  }
+  if (!context.signal.aborted && process.env.OPTCHAT_BENCH_GROWTH !== "0") await growth(context);
+}
+
+/** The growth case (scripts/bench/growth.ts) in a database of its own, so its counts are its records' alone. */
+async function growth(context: BenchContext): Promise<void> {
+  const name = scratchDatabaseName("growth");
+  const databaseUrl = withDatabase(context.serverUrl, name);
+  await dropDatabase(context.serverUrl, name);
+  let memory: Memory | undefined;
+  try {
+    await migrateAll(databaseUrl);
+    const config = resolveConfig({ overrides: { databaseUrl } });
+    memory = await openMemory(config, { applicationName: "optchat-bench" });
+    note("growth: turns through a worker, then the retention floor");
+    await runGrowthCase(BENCH, memory, config);
+  } finally {
     await memory?.close().catch(() => {});
     await dropDatabase(context.serverUrl, name).catch((error) =>
       note(`could not drop ${name}: ${errorMessage(error)}`),

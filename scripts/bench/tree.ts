@@ -704,7 +704,7 @@ interface NodeCounts {
   overshoot_nodes: number;
   text_bytes: number;
   view_revisions: number;
-  tree_events: number;
+  view_parts: number;
   final_view_lines: number;
   final_view_bytes: number;
 }
@@ -724,10 +724,9 @@ async function countNodes(memory: Memory, sessions: readonly BenchSession[]): Pr
             count(*) FILTER (WHERE n.overshoot)::int AS overshoot_nodes,
             coalesce(sum(n.byte_length), 0)::bigint AS text_bytes,
             (SELECT count(*) FROM optchat.view_revisions v WHERE v.tree_id IN (SELECT tree_id FROM t))::int AS view_revisions,
-            (SELECT count(*) FROM optchat.tree_events e WHERE e.tree_id IN (SELECT tree_id FROM t))::int AS tree_events,
-            (SELECT coalesce(sum(cardinality(v.levels)), 0) FROM optchat.trees tr
-               JOIN optchat.view_revisions v ON v.tree_id = tr.tree_id AND v.revision = tr.view_revision
-              WHERE tr.tree_id IN (SELECT tree_id FROM t))::int AS final_view_lines,
+            (SELECT count(*) FROM optchat.view_parts p WHERE p.tree_id IN (SELECT tree_id FROM t))::int AS view_parts,
+            (SELECT count(*) FROM optchat.view_parts p
+              WHERE p.tree_id IN (SELECT tree_id FROM t) AND p.until_revision IS NULL)::int AS final_view_lines,
             (SELECT coalesce(sum(v.bytes), 0) FROM optchat.trees tr
                JOIN optchat.view_revisions v ON v.tree_id = tr.tree_id AND v.revision = tr.view_revision
               WHERE tr.tree_id IN (SELECT tree_id FROM t))::int AS final_view_bytes
@@ -866,7 +865,7 @@ async function runPhase(
 async function relationSizes(memory: Memory): Promise<Record<string, number>> {
   const result = await memory.pool.query<Record<string, number>>(
     `SELECT pg_total_relation_size('optchat.view_revisions')::bigint AS view_revisions,
-            pg_total_relation_size('optchat.tree_events')::bigint AS tree_events,
+            pg_total_relation_size('optchat.view_parts')::bigint AS view_parts,
             pg_total_relation_size('optchat.nodes')::bigint AS nodes`,
   );
   return result.rows[0] ?? {};
@@ -903,7 +902,8 @@ function phaseFields(result: PhaseResult): Record<string, unknown> {
     systemPromptBytes: Buffer.byteLength(COMPACT_SYSTEM_PROMPT, "utf8"),
     summarizerBusyMs: round(stats.busyMs, 0),
     viewRevisionsPerMessage: ratio(counts.view_revisions, messages),
-    treeEventsPerMessage: ratio(counts.tree_events, messages),
+    // Fold events are derived from the nodes (migration 005); a revision's parts are rows valid over revisions.
+    viewPartRowsPerMessage: ratio(counts.view_parts, messages),
     finalViewLines: counts.final_view_lines,
     finalViewBytes: counts.final_view_bytes,
     events: result.events,

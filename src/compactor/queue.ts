@@ -30,6 +30,10 @@ export interface NodeJobData {
  *   is effectively unbounded: scheduling is event-driven, so a job given up would never be scheduled again.
  * - heartbeatSeconds 10 (pg-boss's minimum) with a 1 s supervisor: a SIGKILLed worker's job is re-run in ~11 s.
  * - notify: workers are woken by NOTIFY when a job is created, instead of one job per polling interval.
+ * - deleteAfterSeconds: finished jobs are kept this long, then pg-boss's maintenance deletes them (issue 9 item 8: the
+ *   7-day default kept 1.1-1.3 rows per record, 4 under crashes). This is the installer's default; every worker sets
+ *   the queues to OPTCHAT_JOB_RETENTION_SECONDS when it starts (applyJobRetention), and a job keeps the value its
+ *   queue had when it was created.
  */
 export const NODE_QUEUE_OPTIONS = {
   retryLimit: 1_000_000,
@@ -37,7 +41,7 @@ export const NODE_QUEUE_OPTIONS = {
   retryBackoff: false,
   heartbeatSeconds: 10,
   expireInSeconds: 3600,
-  deleteAfterSeconds: 7 * 24 * 3600,
+  deleteAfterSeconds: 3600,
   notify: true,
 } as const;
 
@@ -48,7 +52,11 @@ export type BossRole = "installer" | "producer" | "worker";
  * (every memory service) only insert jobs inside our transactions; workers also supervise expired claims and listen
  * for new jobs.
  */
-export function createBoss(databaseUrl: string, role: BossRole): PgBoss {
+export function createBoss(
+  databaseUrl: string,
+  role: BossRole,
+  options: { maintenanceIntervalSeconds?: number } = {},
+): PgBoss {
   const boss = new PgBoss({
     connectionString: databaseUrl,
     schema: "pgboss",
@@ -61,8 +69,18 @@ export function createBoss(databaseUrl: string, role: BossRole): PgBoss {
     superviseIntervalSeconds: 1,
     monitorIntervalSeconds: 1,
     useListenNotify: role === "worker",
+    // How often a supervising worker runs the deletion of finished jobs past their retention (pg-boss's default is
+    // once a day, whatever the retention): OPTCHAT_RETENTION_SWEEP_SECONDS.
+    ...(options.maintenanceIntervalSeconds !== undefined
+      ? { maintenanceIntervalSeconds: options.maintenanceIntervalSeconds }
+      : {}),
   });
   return boss;
+}
+
+/** Sets how long finished jobs of our queues are kept (jobs created from now on; see NODE_QUEUE_OPTIONS). */
+export async function applyJobRetention(boss: PgBoss, deleteAfterSeconds: number): Promise<void> {
+  for (const name of [NODE_QUEUE, PUBLISH_QUEUE]) await boss.updateQueue(name, { deleteAfterSeconds });
 }
 
 export async function installQueues(boss: PgBoss): Promise<void> {

@@ -340,6 +340,8 @@ export interface CompactorSettings {
   readonly concurrency: number;
   readonly fold: FoldParams;
   readonly failureRetrySeconds: number;
+  /** How often this worker's pg-boss deletes finished jobs past their retention (src/compactor/retention.ts). */
+  readonly retentionSweepSeconds?: number;
 }
 
 export interface RunningCompactor {
@@ -359,7 +361,9 @@ export async function startCompactor(
   summarizer: Summarizer,
   report: (event: CompactorEvent) => void,
 ): Promise<RunningCompactor> {
-  const boss = createBoss(settings.databaseUrl, "worker");
+  const boss = createBoss(settings.databaseUrl, "worker", {
+    maintenanceIntervalSeconds: settings.retentionSweepSeconds,
+  });
   boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
   await boss.start();
   const deps: CompactorDeps = {

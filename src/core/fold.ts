@@ -139,6 +139,35 @@ export function applyFoldEvent(state: FoldState, event: FoldEvent, bytesOf: Node
   return fitView({ parts, leafCount, shrinking: state.shrinking }, bytesOf, params);
 }
 
+/** What a writer knows of the latest fold state without its parts: how many leaves, its size, its mode. */
+export interface FoldSummary {
+  readonly leafCount: number;
+  /** viewBytes of the parts with the node sizes the fold saw (every size change is a `built` event, which refits). */
+  readonly bytes: number;
+  readonly shrinking: boolean;
+}
+
+/**
+ * The result of appending leaf `index` (not built yet) when it can be decided without the parts or any node size, or
+ * undefined when the full fold is needed. Equal to `applyFoldEvent` in both cases it answers:
+ * - not shrinking, and the new size stays within the upper threshold: fitView merges nothing;
+ * - shrinking: a fit ends in shrinking mode only when it found no pair to merge (its loop otherwise runs until the
+ *   size is at most the lower threshold, which ends the mode). Whether a pair can merge depends on its parent being
+ *   built and on sizes, not on the leaf count, so appending leaves every old pair as it was; the one new pair (the new
+ *   leaf and its left sibling) needs a parent over a leaf that is not built, and a parent is built only after both its
+ *   children (seed 002 §4.1). So nothing merges, and the mode ends only if the size is at most the lower threshold.
+ * This is what lets an ingest append a leaf without reading the view's parts (issue 9 item 6).
+ */
+export function appendWithoutFit(summary: FoldSummary, index: number, params: FoldParams): FoldSummary | undefined {
+  if (index !== summary.leafCount) {
+    throw new RangeError(`fold: leaf ${index} appended to a view of ${summary.leafCount} leaves`);
+  }
+  const bytes = summary.bytes + partBytes({ level: 0, index }, () => undefined);
+  const leafCount = summary.leafCount + 1;
+  if (!summary.shrinking) return bytes <= params.upperBytes ? { leafCount, bytes, shrinking: false } : undefined;
+  return { leafCount, bytes, shrinking: bytes > params.lowerBytes };
+}
+
 export function fitView(state: FoldState, bytesOf: NodeBytes, params: FoldParams): FitResult {
   // Each part's rendered size is measured once per fit; merges update the array alongside the parts.
   let parts: NodeAddress[] | undefined;

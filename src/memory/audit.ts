@@ -1,8 +1,8 @@
-import { applyFoldEvent, EMPTY_FOLD, type FoldState, tilingProblem } from "../core/fold.js";
-import { nodeKey } from "../core/tree.js";
+import { applyFoldEvent, EMPTY_FOLD, type FoldState, tilingProblem, viewBytes } from "../core/fold.js";
+import { type NodeAddress, nodeKey } from "../core/tree.js";
 import { listTreeIds, runSqlAudits, type Violation } from "../store/audits.js";
 import type { Queryable } from "../store/db.js";
-import { listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
+import { findTree, listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
 
 export interface TreeAuditProblem {
   readonly treeId: number;
@@ -11,21 +11,25 @@ export interface TreeAuditProblem {
 }
 
 /**
- * Replays a tree's event log through the pure fold, with each node's size as it was when the event happened, and
- * checks every persisted view revision against the replay: same parts, same shrinking state, and a tiling of its
- * prefix (DESIGN §5: a refold from scratch must reproduce the persisted frontier).
+ * Replays a tree's event log (derived from its nodes and counters, listTreeEvents) through the pure fold, with each
+ * node's size as it was when the event happened, and checks every persisted view revision against the replay: same
+ * parts, same shrinking state, same size, and a tiling of its prefix (DESIGN §5: a refold from scratch must reproduce
+ * the persisted frontier). Also checks the tree row's fold state (the size and mode appends continue from) against
+ * the replay's end.
  */
 export async function auditTreeViews(db: Queryable, treeId: number): Promise<TreeAuditProblem[]> {
-  const [events, sizes, revisions] = await Promise.all([
+  const [{ events, problems: eventProblems }, sizes, revisions, tree] = await Promise.all([
     listTreeEvents(db, treeId),
     listNodeSizes(db, treeId),
     listViewRevisions(db, treeId),
+    findTree(db, treeId),
   ]);
-  const problems: TreeAuditProblem[] = [];
+  const problems: TreeAuditProblem[] = eventProblems.map((problem) => ({ treeId, problem: `event log: ${problem}` }));
   const current = new Map<number, number>();
   let nextSize = 0;
   let state: FoldState = EMPTY_FOLD;
   let r = 0;
+  const bytesOf = (node: NodeAddress) => current.get(nodeKey(node));
   for (const { eventNo, event } of events) {
     while (nextSize < sizes.length && (sizes[nextSize] as { treeEvent: number }).treeEvent <= eventNo) {
       const node = sizes[nextSize] as { level: number; index: number; bytes: number };
@@ -35,7 +39,7 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
     // The thresholds in effect are those recorded by the next persisted revision (settings can change between runs).
     const params = revisions[r]?.params ?? revisions[revisions.length - 1]?.params;
     if (!params) break;
-    state = applyFoldEvent(state, event, (node) => current.get(nodeKey(node)), params).state;
+    state = applyFoldEvent(state, event, bytesOf, params).state;
     while (r < revisions.length && (revisions[r] as { eventNo: number }).eventNo === eventNo) {
       const revision = revisions[r] as (typeof revisions)[number];
       const tiling = tilingProblem(revision.parts, revision.leafCount);
@@ -46,12 +50,23 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
         revision.parts.every((p, k) => p.level === state.parts[k]?.level && p.index === state.parts[k]?.index);
       if (!same || revision.shrinking !== state.shrinking || revision.leafCount !== state.leafCount) {
         problems.push({ treeId, revision: revision.revision, problem: "differs from a refold of the event log" });
+      } else if (revision.bytes !== viewBytes(state.parts, bytesOf)) {
+        problems.push({ treeId, revision: revision.revision, problem: "records a size other than its parts' size" });
       }
       r += 1;
     }
   }
   if (r < revisions.length)
     problems.push({ treeId, problem: `${revisions.length - r} revision(s) refer to events that are not in the log` });
+  // Appends continue from the tree row's size and mode without reading the parts (appendWithoutFit): they must be
+  // those of the refold's end.
+  if (
+    tree &&
+    revisions.length > 0 &&
+    (tree.viewBytes !== viewBytes(state.parts, bytesOf) || tree.viewShrinking !== state.shrinking)
+  ) {
+    problems.push({ treeId, problem: "the tree's recorded view size or mode differs from a refold of the event log" });
+  }
   return problems;
 }
 

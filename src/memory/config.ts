@@ -75,6 +75,23 @@ export const SETTINGS = {
     default: 30_000,
     accepted: "an integer from 0 to 600000: how long to wait for the compactor before reporting MEMORY_NOT_READY",
   },
+  jobRetentionSeconds: {
+    env: "OPTCHAT_JOB_RETENTION_SECONDS",
+    default: 3600,
+    accepted:
+      "an integer from 1 to 2592000: how long finished compactor jobs (pgboss.job rows) are kept before a worker deletes them",
+  },
+  revisionRetentionSeconds: {
+    env: "OPTCHAT_REVISION_RETENTION_SECONDS",
+    default: 86_400,
+    accepted:
+      "an integer from 60 to 31536000: how long a view revision that no turn pins and that is no longer a tree's latest is kept after it was superseded",
+  },
+  retentionSweepSeconds: {
+    env: "OPTCHAT_RETENTION_SWEEP_SECONDS",
+    default: 300,
+    accepted: "an integer from 1 to 86400: how often a worker deletes what the two retention settings let go",
+  },
 } as const;
 
 export type SettingName = keyof typeof SETTINGS;
@@ -110,6 +127,9 @@ const configSchema = z.object({
   summarizerModel: z.string().min(1, "empty"),
   summarizerApiKey: z.string(),
   settleTimeoutMs: integerFrom(0, 600_000),
+  jobRetentionSeconds: integerFrom(1, 2_592_000),
+  revisionRetentionSeconds: integerFrom(60, 31_536_000),
+  retentionSweepSeconds: integerFrom(1, 86_400),
 });
 
 export type Config = Readonly<z.infer<typeof configSchema>>;

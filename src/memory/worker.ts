@@ -1,3 +1,4 @@
+import { type RunningRetention, startRetention } from "../compactor/retention.js";
 import {
   type CompactorEvent,
   type RunningCompactor,
@@ -9,20 +10,28 @@ import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
 
-/** Starts a compactor worker on the memory service's pool, configured from the resolved settings. */
+export interface RunningWorker extends RunningCompactor {
+  readonly retention: RunningRetention;
+}
+
+/**
+ * Starts a compactor worker on the memory service's pool, configured from the resolved settings, with its retention
+ * duties (src/compactor/retention.ts).
+ */
 export async function startWorker(
   memory: Memory,
   config: Config,
   report: (event: CompactorEvent) => void,
   overrides: { concurrency?: number } = {},
-): Promise<RunningCompactor> {
-  return await startCompactor(
+): Promise<RunningWorker> {
+  const compactor = await startCompactor(
     memory.pool,
     {
       databaseUrl: config.databaseUrl,
       concurrency: overrides.concurrency ?? config.workerConcurrency,
       fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
       failureRetrySeconds: config.failureRetrySeconds,
+      retentionSweepSeconds: config.retentionSweepSeconds,
     },
     summarizerFromSetting(config.summarizer, {
       url: config.summarizerUrl,
@@ -31,4 +40,19 @@ export async function startWorker(
     }),
     report,
   );
+  let retention: RunningRetention;
+  try {
+    retention = await startRetention(memory.pool, compactor.boss, config, (error) => report({ type: "error", error }));
+  } catch (error) {
+    await compactor.stop(0).catch(() => {});
+    throw error;
+  }
+  return {
+    boss: compactor.boss,
+    retention,
+    async stop(timeoutMs) {
+      await retention.stop();
+      await compactor.stop(timeoutMs);
+    },
+  };
 }

@@ -56,15 +56,6 @@ interface ExistingRow {
   tool_call_id: string | null;
 }
 
-async function findSealed(db: Queryable, eventKeys: readonly string[]): Promise<Map<string, ExistingRow>> {
-  const result = await db.query<ExistingRow>(
-    `SELECT event_key, session_id, generation, seq, payload_hash, kind, turn_id, tool_call_id
-       FROM optchat.records WHERE event_key = ANY($1::text[])`,
-    [eventKeys],
-  );
-  return new Map(result.rows.map((row) => [row.event_key, row]));
-}
-
 /** Same finalization, same content: a re-delivery. Anything else under the same key is a conflict. */
 function sameContent(row: ExistingRow, item: RecordToSeal): boolean {
   return (
@@ -81,19 +72,20 @@ function groupKey(sessionId: string, generation: number): string {
 }
 
 /**
- * Seals final records inside the caller's transaction (READ COMMITTED). The generation rows the batch writes to are
- * locked first, in one statement and in sorted order (so concurrent batches cannot deadlock on them), then the keys are
- * looked up: a re-delivery is reported as a duplicate and allocates nothing; a different content under a sealed key is
- * recorded in ingest_conflicts and reported as a conflict; new records get consecutive seqs. A concurrent twin sealed
- * while we waited for the lock is therefore seen as a duplicate.
+ * Seals final records inside the caller's transaction (READ COMMITTED). One statement locks the generation rows the
+ * batch writes to, in sorted order (so concurrent batches cannot deadlock on them), and looks the keys up: a
+ * re-delivery is reported as a duplicate and allocates nothing; a different content under a sealed key is recorded in
+ * ingest_conflicts and reported as a conflict; new records get consecutive seqs.
+ *
+ * The lookup sees the snapshot taken before the statement waited for the locks, so a twin of the same key sealed by
+ * the writer we waited for is not seen; inserting it again then fails on records.event_key, and the caller runs the
+ * transaction again (retryOnTwinInsert in src/memory/service.ts), which sees the twin and reports a duplicate. That
+ * race is rare (two deliveries of one finalization at the same moment); a separate lookup after the lock would cost
+ * every ingest a round trip (issue 9 item 6).
  */
 export async function sealRecords(db: Queryable, items: readonly RecordToSeal[]): Promise<SealOutcome[]> {
   const outcomes: (SealOutcome | undefined)[] = new Array(items.length);
-  const locked = await lockGenerations(db, items);
-  const sealed = await findSealed(
-    db,
-    items.map((item) => item.eventKey),
-  );
+  const { sealed, ...locked } = await lockGenerations(db, items);
   await allocateAndInsert(db, items, sealed, locked, outcomes);
 
   const conflicts: { index: number; row: ExistingRow }[] = [];
@@ -168,19 +160,42 @@ interface LockedGenerations {
   readonly currentGeneration: ReadonlyMap<string, number>;
 }
 
+interface SealedJson {
+  event_key: string;
+  session_id: string;
+  generation: number;
+  seq: number;
+  payload_hash: string;
+  kind: string;
+  turn_id: string;
+  tool_call_id: string | null;
+}
+
 /**
  * Locks, in one statement and sorted order, the generation row of every (session, generation) the batch writes to:
- * the explicit generations and each session's current one.
+ * the explicit generations and each session's current one; the same statement returns the batch's keys that are
+ * already sealed (see sealRecords for the snapshot this lookup sees).
  */
-async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): Promise<LockedGenerations> {
+async function lockGenerations(
+  db: Queryable,
+  items: readonly RecordToSeal[],
+): Promise<LockedGenerations & { sealed: Map<string, ExistingRow> }> {
   const explicit = items.filter((item) => item.generation !== undefined);
   const result = await db.query<{
     session_id: string;
     current_generation: number;
     generation: number;
     next_seq: number;
-  }>(
-    `SELECT s.session_id, s.current_generation, g.generation, g.next_seq
+    sealed: SealedJson[] | null;
+  }>({
+    // Prepared once per connection (named): the hot path of every ingest, planned once instead of per call.
+    name: "optchat.records.lock_generations",
+    text: `SELECT s.session_id, s.current_generation, g.generation, g.next_seq,
+            (SELECT json_agg(json_build_object('event_key', r.event_key, 'session_id', r.session_id,
+                                               'generation', r.generation, 'seq', r.seq,
+                                               'payload_hash', encode(r.payload_hash, 'hex'), 'kind', r.kind,
+                                               'turn_id', r.turn_id, 'tool_call_id', r.tool_call_id))
+               FROM optchat.records r WHERE r.event_key = ANY($4::text[])) AS sealed
        FROM optchat.sessions s
        JOIN optchat.generations g ON g.session_id = s.session_id
       WHERE s.session_id = ANY($1::text[])
@@ -188,11 +203,18 @@ async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): P
              OR (g.session_id, g.generation) IN (SELECT * FROM unnest($2::text[], $3::int[])))
       ORDER BY g.session_id, g.generation
         FOR UPDATE OF g`,
-    [
+    values: [
       [...new Set(items.map((item) => item.sessionId))],
       explicit.map((item) => item.sessionId),
       explicit.map((item) => item.generation),
+      items.map((item) => item.eventKey),
     ],
+  });
+  const sealed = new Map<string, ExistingRow>(
+    (result.rows[0]?.sealed ?? []).map((row) => [
+      row.event_key,
+      { ...row, seq: Number(row.seq), payload_hash: Buffer.from(row.payload_hash, "hex") },
+    ]),
   );
   const nextSeq = new Map<string, number>();
   const currentGeneration = new Map<string, number>();
@@ -219,7 +241,7 @@ async function lockGenerations(db: Queryable, items: readonly RecordToSeal[]): P
       });
     }
   }
-  return { nextSeq, currentGeneration };
+  return { nextSeq, currentGeneration, sealed };
 }
 
 /** Payloads up to this size are written in the batch's one statement; larger ones in their own (see sealRecords). */
@@ -273,8 +295,9 @@ async function allocateAndInsert(
   const column = <T>(pick: (entry: (typeof fresh)[number]) => T): T[] => fresh.map(pick);
 
   // One statement: blobs, records, the generations' counters, and the staged copies the records replace.
-  await db.query(
-    `WITH new_blobs AS (
+  await db.query({
+    name: "optchat.records.seal",
+    text: `WITH new_blobs AS (
        INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
        SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
        ON CONFLICT (hash) DO NOTHING
@@ -291,7 +314,7 @@ async function allocateAndInsert(
      UPDATE optchat.generations g SET next_seq = u.next_seq
        FROM unnest($23::text[], $24::int[], $25::bigint[]) AS u(session_id, generation, next_seq)
       WHERE g.session_id = u.session_id AND g.generation = u.generation`,
-    [
+    values: [
       blobItems.map((b) => b.payloadHash),
       blobItems.map((b) => b.payload.length),
       blobItems.map((b) => b.validUtf8),
@@ -319,7 +342,7 @@ async function allocateAndInsert(
       counters.map(([key]) => nextSeq.get(key) as number),
       column((e) => e.item.search),
     ],
-  );
+  });
 
   for (const e of fresh) {
     outcomes[e.index] = {

@@ -1,10 +1,12 @@
 import { createHash } from "node:crypto";
 import {
+  appendWithoutFit,
   applyFoldEvent,
   EMPTY_FOLD,
   type FoldEvent,
   type FoldParams,
   type FoldState,
+  type FoldSummary,
   type NodeBytes,
   viewBytes,
 } from "../core/fold.js";
@@ -37,6 +39,9 @@ interface TreeRow {
   built_leaves: number;
   event_count: number;
   view_revision: number;
+  view_bytes: number;
+  view_shrinking: boolean;
+  view_unbuilt: number;
 }
 
 export interface Tree {
@@ -49,6 +54,10 @@ export interface Tree {
   readonly builtLeaves: number;
   readonly eventCount: number;
   readonly viewRevision: number;
+  /** The latest revision's size, mode and placeholder count, kept on the locked row (see applyTreeChanges). */
+  readonly viewBytes: number;
+  readonly viewShrinking: boolean;
+  readonly viewUnbuilt: number;
 }
 
 function toTree(row: TreeRow): Tree {
@@ -62,11 +71,14 @@ function toTree(row: TreeRow): Tree {
     builtLeaves: row.built_leaves,
     eventCount: row.event_count,
     viewRevision: row.view_revision,
+    viewBytes: row.view_bytes,
+    viewShrinking: row.view_shrinking,
+    viewUnbuilt: row.view_unbuilt,
   };
 }
 
 const TREE_COLUMNS =
-  "tree_id, kind, session_id, generation, scope_id, leaf_count, built_leaves, event_count, view_revision";
+  "tree_id, kind, session_id, generation, scope_id, leaf_count, built_leaves, event_count, view_revision, view_bytes, view_shrinking, view_unbuilt";
 
 export async function findSessionTree(
   db: Queryable,
@@ -79,6 +91,13 @@ export async function findSessionTree(
      ${lock ? "FOR UPDATE" : ""}`,
     [sessionId, generation],
   );
+  return result.rows[0] ? toTree(result.rows[0]) : undefined;
+}
+
+export async function findTree(db: Queryable, treeId: number): Promise<Tree | undefined> {
+  const result = await db.query<TreeRow>(`SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE tree_id = $1::bigint`, [
+    treeId,
+  ]);
   return result.rows[0] ? toTree(result.rows[0]) : undefined;
 }
 
@@ -202,6 +221,10 @@ export interface NodeChunk {
 
 // ---------------------------------------------------------------------------------------------------------------
 // Views
+//
+// A revision's parts are the view_parts rows valid at it (from_revision <= R < until_revision, migration 005): a part
+// is written once when it enters the view and closed once when it is merged, so revisions cost their changes, not
+// their whole frontier, and every revision, pinned or not, reads back exactly as it was folded.
 
 export interface ViewRevision {
   readonly treeId: number;
@@ -217,15 +240,13 @@ export interface ViewRevision {
 }
 
 const VIEW_COLUMNS =
-  "tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt, upper_bytes, lower_bytes, created_at";
+  "tree_id, revision, event_no, leaf_count, bytes, shrinking, unbuilt, upper_bytes, lower_bytes, created_at";
 
 interface ViewRow {
   tree_id: number;
   revision: number;
   event_no: number;
   leaf_count: number;
-  levels: number[];
-  idxs: number[];
   bytes: number;
   shrinking: boolean;
   unbuilt: number;
@@ -234,13 +255,13 @@ interface ViewRow {
   created_at: Date;
 }
 
-function toViewRevision(row: ViewRow): ViewRevision {
+function toViewRevision(row: ViewRow, parts: readonly NodeAddress[]): ViewRevision {
   return {
     treeId: row.tree_id,
     revision: row.revision,
     eventNo: row.event_no,
     leafCount: row.leaf_count,
-    parts: row.levels.map((level, k) => ({ level, index: Number(row.idxs[k]) })),
+    parts,
     bytes: row.bytes,
     shrinking: row.shrinking,
     unbuilt: row.unbuilt,
@@ -249,27 +270,70 @@ function toViewRevision(row: ViewRow): ViewRevision {
   };
 }
 
-/** A revision of a tree's view; the latest when `revision` is omitted. */
+/** Parts in view order (by first leaf; a view's parts never overlap). */
+function partsInOrder(levels: readonly number[] | null, idxs: readonly (number | string)[] | null): NodeAddress[] {
+  if (!levels || !idxs) return [];
+  return levels
+    .map((level, k) => ({ level, index: Number(idxs[k]) }))
+    .sort((a, b) => a.index * 2 ** a.level - b.index * 2 ** b.level);
+}
+
+/** The parts valid at revision `r` (a SQL expression) of tree $1, as two arrays, for a LATERAL join. */
+const PARTS_AT = (r: string) => `(
+  SELECT array_agg(p.level) AS levels, array_agg(p.idx) AS idxs
+    FROM optchat.view_parts p
+   WHERE p.tree_id = $1::bigint AND p.from_revision <= ${r} AND (p.until_revision IS NULL OR p.until_revision > ${r}))`;
+
+/** A revision of a tree's view; the latest when `revision` is omitted. One statement: one snapshot. */
 export async function findViewRevision(
   db: Queryable,
   treeId: number,
   revision?: number,
 ): Promise<ViewRevision | undefined> {
-  const result = await db.query<ViewRow>(
-    `SELECT ${VIEW_COLUMNS}
-       FROM optchat.view_revisions WHERE tree_id = $1::bigint AND ($2::int IS NULL OR revision = $2::int)
-      ORDER BY revision DESC LIMIT 1`,
+  const result = await db.query<ViewRow & { levels: number[] | null; idxs: string[] | null }>(
+    `SELECT v.*, parts.levels, parts.idxs
+       FROM (SELECT ${VIEW_COLUMNS} FROM optchat.view_revisions
+              WHERE tree_id = $1::bigint AND ($2::int IS NULL OR revision = $2::int)
+              ORDER BY revision DESC LIMIT 1) v
+       CROSS JOIN LATERAL ${PARTS_AT("v.revision")} parts`,
     [treeId, revision ?? null],
   );
-  return result.rows[0] ? toViewRevision(result.rows[0]) : undefined;
+  const row = result.rows[0];
+  return row ? toViewRevision(row, partsInOrder(row.levels, row.idxs)) : undefined;
 }
 
+/** Every persisted revision of a tree with its parts, oldest first (audits: reads the tree's whole history). */
 export async function listViewRevisions(db: Queryable, treeId: number): Promise<ViewRevision[]> {
-  const result = await db.query<ViewRow>(
-    `SELECT ${VIEW_COLUMNS} FROM optchat.view_revisions WHERE tree_id = $1::bigint ORDER BY revision`,
-    [treeId],
-  );
-  return result.rows.map(toViewRevision);
+  const [revisions, parts] = await Promise.all([
+    db.query<ViewRow>(
+      `SELECT ${VIEW_COLUMNS} FROM optchat.view_revisions WHERE tree_id = $1::bigint ORDER BY revision`,
+      [treeId],
+    ),
+    db.query<{ level: number; idx: string; from_revision: number; until_revision: number | null }>(
+      "SELECT level, idx, from_revision, until_revision FROM optchat.view_parts WHERE tree_id = $1::bigint ORDER BY from_revision",
+      [treeId],
+    ),
+  ]);
+  // One sweep over the revisions: parts enter at from_revision and leave at until_revision.
+  const alive = new Map<string, NodeAddress & { until: number | null }>();
+  let next = 0;
+  return revisions.rows.map((row) => {
+    while (next < parts.rows.length && (parts.rows[next]?.from_revision as number) <= row.revision) {
+      const part = parts.rows[next] as (typeof parts.rows)[number];
+      alive.set(`${part.level}:${part.idx}`, {
+        level: part.level,
+        index: Number(part.idx),
+        until: part.until_revision,
+      });
+      next += 1;
+    }
+    for (const [key, part] of alive) if (part.until !== null && part.until <= row.revision) alive.delete(key);
+    const at = [...alive.values()].map(({ level, index }) => ({ level, index }));
+    return toViewRevision(
+      row,
+      at.sort((a, b) => a.index * 2 ** a.level - b.index * 2 ** b.level),
+    );
+  });
 }
 
 export interface CachedProjection {
@@ -334,38 +398,39 @@ export interface AppliedChanges {
 /** How many free nodes one compactor commit builds inline at most (see applyTreeChanges). */
 const MAX_INLINE_BUILDS = 64;
 
-/** A tree locked for change in the caller's transaction, with its latest view revision. */
+/** A tree locked for change in the caller's transaction. */
 export interface LockedTree {
   readonly tree: Tree;
-  readonly latest: ViewRevision | undefined;
 }
 
 /**
- * Locks a tree's row (FOR UPDATE), then reads its latest view revision. Every writer of a tree (sealing leaves,
- * committing nodes) goes through here, so readiness decisions and folds see each other's commits.
+ * Locks a tree's row (FOR UPDATE). Every writer of a tree (sealing leaves, committing nodes) goes through here, so
+ * readiness decisions and folds see each other's commits.
  *
- * Two statements on purpose: under READ COMMITTED, a statement that waited for the row lock re-reads only the locked
- * row; a view revision joined in the same statement would come from the snapshot taken before the wait, i.e. the
- * revision the previous lock holder just replaced. The refold audit caught exactly that (a fold continued from a
- * stale shrinking state). The second statement takes a fresh snapshot after the lock is held.
+ * The fold state a writer continues from (counters, the latest revision's size and mode) is on the locked row itself:
+ * under READ COMMITTED, a statement that waited for a row lock re-reads that row at its newest version, but anything
+ * joined from another table in the same statement comes from the snapshot taken before the wait, i.e. the state the
+ * previous lock holder just replaced (the refold audit caught exactly that once, with the revision in a join). The
+ * parts, when a fold needs them, are read by a later statement (loadFrontier), after the lock is held.
  */
 export async function lockTree(
   db: Queryable,
   where: { treeId: number } | { sessionId: string; generation: number },
 ): Promise<LockedTree | undefined> {
   const byId = "treeId" in where;
-  const result = await db.query<TreeRow>(
-    `SELECT ${TREE_COLUMNS} FROM optchat.trees
+  const result = await db.query<TreeRow>({
+    name: byId ? "optchat.trees.lock_by_id" : "optchat.trees.lock_session",
+    text: `SELECT ${TREE_COLUMNS} FROM optchat.trees
       WHERE ${byId ? "tree_id = $1::bigint" : "kind = 'session' AND session_id = $1::text AND generation = $2::int"}
         FOR UPDATE`,
-    byId ? [where.treeId] : [where.sessionId, where.generation],
-  );
+    values: byId ? [where.treeId] : [where.sessionId, where.generation],
+  });
   const row = result.rows[0];
-  if (!row) return undefined;
-  return { tree: toTree(row), latest: await findViewRevision(db, row.tree_id) };
+  return row ? { tree: toTree(row) } : undefined;
 }
 
 export interface NodeJobState extends LockedTree {
+  readonly latest: ViewRevision | undefined;
   readonly built: boolean;
   readonly failing: boolean;
 }
@@ -382,11 +447,12 @@ export async function inspectNodeJob(
       .join(", ")},
             ${VIEW_COLUMNS.split(", ")
               .map((c) => `v.${c} AS v_${c}`)
-              .join(", ")},
+              .join(", ")}, parts.levels AS v_levels, parts.idxs AS v_idxs,
             EXISTS (SELECT 1 FROM optchat.nodes n WHERE n.tree_id = t.tree_id AND n.level = $2::int AND n.idx = $3::bigint) AS built,
             EXISTS (SELECT 1 FROM optchat.node_failures f WHERE f.tree_id = t.tree_id AND f.level = $2::int AND f.idx = $3::bigint) AS failing
        FROM optchat.trees t
        LEFT JOIN LATERAL (SELECT * FROM optchat.view_revisions r WHERE r.tree_id = t.tree_id ORDER BY r.revision DESC LIMIT 1) v ON true
+       LEFT JOIN LATERAL ${PARTS_AT("v.revision")} parts ON true
       WHERE t.tree_id = $1::bigint`,
     [treeId, node.level, node.index],
   );
@@ -395,7 +461,10 @@ export async function inspectNodeJob(
   const view = Object.fromEntries(VIEW_COLUMNS.split(", ").map((c) => [c, row[`v_${c}`]])) as unknown as ViewRow;
   return {
     tree: toTree(row as unknown as TreeRow),
-    latest: view.revision === null ? undefined : toViewRevision(view),
+    latest:
+      view.revision === null
+        ? undefined
+        : toViewRevision(view, partsInOrder(row.v_levels as number[] | null, row.v_idxs as string[] | null)),
     built: row.built as boolean,
     failing: row.failing as boolean,
   };
@@ -403,25 +472,36 @@ export async function inspectNodeJob(
 
 /**
  * Applies changes to a tree locked by `lockTree` in this transaction: inserts built nodes, folds the view with every
- * event, and in one final statement records the events, persists a new view revision when the view changed, updates
- * the tree's counters and announces the change (NOTIFY, delivered on commit). Returns the nodes that became ready.
+ * event, and in one final statement writes the parts that entered and left the view, persists a new view revision
+ * when the view changed, updates the tree's counters and fold state and, when a node was built, announces it (NOTIFY,
+ * delivered on commit) to the callers waiting for readiness (settleTree). Appends alone do not notify: they make
+ * nothing more ready, and a notifying transaction takes PostgreSQL's cluster-wide notification lock at pre-commit and
+ * holds it to the end of its commit, which serializes notifying commits (8 ingesting clients scaled 2.4x over one
+ * while pgbench scaled 8.3x in the same run; on the loaded 2-core machine of issue 9 the gain from dropping it was
+ * within the run-to-run noise). Returns the nodes that became ready.
+ *
+ * Events are not stored: a built event is its node row (nodes.tree_event), every other event number is an append of
+ * the next leaf (listTreeEvents). Appends that cannot merge anything (appendWithoutFit: the common case of an ingest)
+ * never read the view's parts; the first event that needs the full fold reads them once (loadFrontier).
  */
 export async function applyTreeChanges(
   db: Queryable,
-  { tree, latest }: LockedTree,
+  { tree }: LockedTree,
   changes: readonly TreeChange[],
   params: FoldParams,
   options: { buildFreeInline?: boolean } = {},
 ): Promise<AppliedChanges> {
-  let state: FoldState = latest
-    ? { parts: latest.parts, leafCount: latest.leafCount, shrinking: latest.shrinking }
-    : EMPTY_FOLD;
+  let summary: FoldSummary = { leafCount: tree.leafCount, bytes: tree.viewBytes, shrinking: tree.viewShrinking };
+  let unbuilt = tree.viewUnbuilt;
+  // The latest revision's parts, read when an event first needs the full fold; `state` continues from them.
+  let frontier: readonly NodeAddress[] | undefined;
+  let state: FoldState = EMPTY_FOLD;
+  const appendedWithoutParts: NodeAddress[] = [];
   let leafCount = tree.leafCount;
   let builtLeaves = tree.builtLeaves;
   let eventNo = tree.eventCount;
   let changedView = false;
   const ready: NodeAddress[] = [];
-  const events: { eventNo: number; event: FoldEvent }[] = [];
   // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
   // a whole batch of appends.
   const known = new Map<number, number | undefined>();
@@ -458,6 +538,14 @@ export async function applyTreeChanges(
       known.set(nodeKey({ level: 0, index: change.index }), undefined);
       if (change.index % 2 === 1) known.set(nodeKey(parentOf({ level: 0, index: change.index })), undefined);
       if (leafReady(change.index, leafCount, builtLeaves)) ready.push({ level: 0, index: change.index });
+      const appended = frontier === undefined ? appendWithoutFit(summary, change.index, params) : undefined;
+      if (appended) {
+        summary = appended;
+        unbuilt += 1;
+        appendedWithoutParts.push({ level: 0, index: change.index });
+        changedView = true; // an append always adds a part
+        continue;
+      }
     } else {
       const node = { level: change.node.level, index: change.node.index };
       await insertNode(db, tree.treeId, change.node, eventNo);
@@ -471,7 +559,14 @@ export async function applyTreeChanges(
         if (leafReady(builtLeaves, leafCount, builtLeaves)) ready.push({ level: 0, index: builtLeaves });
       }
     }
-    events.push({ eventNo, event });
+    if (frontier === undefined) {
+      frontier = await loadFrontier(db, tree.treeId, known);
+      state = {
+        parts: [...frontier, ...appendedWithoutParts],
+        leafCount: summary.leafCount,
+        shrinking: summary.shrinking,
+      };
+    }
     const before = state;
     // A built node's sibling decides whether their parent is ready: load it with the fold's first round.
     const sibling = event.type === "built" ? siblingOf(event.node) : undefined;
@@ -486,47 +581,102 @@ export async function applyTreeChanges(
     if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
   }
 
+  // What entered and left the view in this call (a part that entered and was merged within it was never in a
+  // revision and is not written).
+  let entered: readonly NodeAddress[] = appendedWithoutParts;
+  let left: readonly NodeAddress[] = [];
+  if (frontier !== undefined) {
+    // Every part's size is in `known`: the fold measured the whole view.
+    const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
+    const was = new Set(frontier.map(nodeKey));
+    const is = new Set(state.parts.map(nodeKey));
+    entered = state.parts.filter((part) => !was.has(nodeKey(part)));
+    left = frontier.filter((part) => !is.has(nodeKey(part)));
+    summary = { leafCount: state.leafCount, bytes: viewBytes(state.parts, bytesOf), shrinking: state.shrinking };
+    unbuilt = state.parts.filter((part) => bytesOf(part) === undefined).length;
+  }
   // Nodes built in this call (explicitly, or inline because free) are not waiting for a job.
   const stillReady = ready.filter((node) => !builtHere.has(nodeKey(node)));
-  const newRevision = changedView || !latest;
+  const newRevision = changedView || tree.viewRevision === 0;
+  if (!newRevision && (entered.length > 0 || left.length > 0))
+    throw new Error(`tree ${tree.treeId}: the view's parts changed without a new revision`);
   const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
-  // Every part's size is in `known`: the fold measured the whole view.
-  const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
-  const updated = await db.query<TreeRow>(
-    `WITH recorded AS (
-       INSERT INTO optchat.tree_events (tree_id, event_no, kind, level, idx)
-       SELECT $1::bigint, * FROM unnest($6::bigint[], $7::text[], $8::int[], $9::bigint[])
+  const updated = await db.query<TreeRow>({
+    // Prepared once per connection: every tree write (each ingest, each node commit) runs it.
+    name: "optchat.trees.apply",
+    text: `WITH closed AS (
+       UPDATE optchat.view_parts p SET until_revision = $5::int
+         FROM unnest($7::int[], $8::bigint[]) AS c(level, idx)
+        WHERE p.tree_id = $1::bigint AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL
+     ), opened AS (
+       INSERT INTO optchat.view_parts (tree_id, level, idx, from_revision)
+       SELECT $1::bigint, o.level, o.idx, $5::int FROM unnest($9::int[], $10::bigint[]) AS o(level, idx)
      ), revision AS (
-       INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, levels, idxs, bytes, shrinking, unbuilt,
-                                           upper_bytes, lower_bytes)
-       SELECT $1::bigint, $5::int, $4::bigint, $2::bigint, $11::int[], $12::bigint[], $13::int, $14::boolean, $15::int,
-              $16::int, $17::int
-        WHERE $10::boolean
+       INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, bytes, shrinking, unbuilt, upper_bytes,
+                                           lower_bytes)
+       SELECT $1::bigint, $5::int, $4::bigint, $2::bigint, $11::int, $12::boolean, $13::int, $14::int, $15::int
+        WHERE $6::boolean
      )
-     UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint, view_revision = $5::int
+     UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint,
+                              view_revision = $5::int, view_bytes = $11::int, view_shrinking = $12::boolean,
+                              view_unbuilt = $13::int
       WHERE tree_id = $1::bigint
-     RETURNING ${TREE_COLUMNS}, pg_notify('${TREE_CHANNEL}', tree_id::text)`,
-    [
+     RETURNING ${TREE_COLUMNS}, CASE WHEN $16::boolean THEN pg_notify('${TREE_CHANNEL}', tree_id::text) END`,
+    values: [
       tree.treeId,
       leafCount,
       builtLeaves,
       eventNo,
       revisionNo,
-      events.map((e) => e.eventNo),
-      events.map((e) => e.event.type),
-      events.map((e) => (e.event.type === "append" ? 0 : e.event.node.level)),
-      events.map((e) => (e.event.type === "append" ? e.event.index : e.event.node.index)),
       newRevision,
-      state.parts.map((p) => p.level),
-      state.parts.map((p) => p.index),
-      viewBytes(state.parts, bytesOf),
-      state.shrinking,
-      state.parts.filter((part) => bytesOf(part) === undefined).length,
+      left.map((p) => p.level),
+      left.map((p) => p.index),
+      entered.map((p) => p.level),
+      entered.map((p) => p.index),
+      summary.bytes,
+      summary.shrinking,
+      unbuilt,
       params.upperBytes,
       params.lowerBytes,
+      builtHere.size > 0,
     ],
-  );
+  });
   return { tree: toTree(updated.rows[0] as TreeRow), ready: stillReady, viewRevision: revisionNo };
+}
+
+/**
+ * The latest revision's parts in order, with the size of each and, for each left sibling, of its parent (the pairs
+ * the fold may merge first) put into `known`, in one statement.
+ */
+async function loadFrontier(
+  db: Queryable,
+  treeId: number,
+  known: Map<number, number | undefined>,
+): Promise<NodeAddress[]> {
+  const result = await db.query<{ level: number; idx: string; bytes: number | null; parent_bytes: number | null }>(
+    `SELECT p.level, p.idx,
+            (SELECT n.byte_length FROM optchat.nodes n WHERE n.tree_id = p.tree_id AND n.level = p.level AND n.idx = p.idx
+              ORDER BY n.revision DESC LIMIT 1) AS bytes,
+            CASE WHEN p.idx % 2 = 0 THEN
+              (SELECT n.byte_length FROM optchat.nodes n
+                WHERE n.tree_id = p.tree_id AND n.level = p.level + 1 AND n.idx = p.idx / 2
+                ORDER BY n.revision DESC LIMIT 1) END AS parent_bytes
+       FROM optchat.view_parts p WHERE p.tree_id = $1::bigint AND p.until_revision IS NULL`,
+    [treeId],
+  );
+  const parts = partsInOrder(
+    result.rows.map((row) => row.level),
+    result.rows.map((row) => row.idx),
+  );
+  for (const row of result.rows) {
+    const part = { level: row.level, index: Number(row.idx) };
+    if (!known.has(nodeKey(part))) known.set(nodeKey(part), row.bytes ?? undefined);
+    if (part.index % 2 === 0) {
+      const parent = parentOf(part);
+      if (!known.has(nodeKey(parent))) known.set(nodeKey(parent), row.parent_bytes ?? undefined);
+    }
+  }
+  return parts;
 }
 
 /**
@@ -739,18 +889,47 @@ export interface TreeEventRow {
   readonly event: FoldEvent;
 }
 
-export async function listTreeEvents(db: Queryable, treeId: number): Promise<TreeEventRow[]> {
-  const result = await db.query<{ event_no: number; kind: "append" | "built"; level: number; idx: number }>(
-    "SELECT event_no, kind, level, idx FROM optchat.tree_events WHERE tree_id = $1::bigint ORDER BY event_no",
-    [treeId],
-  );
-  return result.rows.map((r) => ({
-    eventNo: r.event_no,
-    event:
-      r.kind === "append"
-        ? { type: "append", index: r.idx }
-        : { type: "built", node: { level: r.level, index: r.idx } },
-  }));
+/**
+ * A tree's fold events in order, derived (migration 005): event n is the build of the node row committed at n
+ * (nodes.tree_event), and every other event number up to the tree's event count appends the next leaf, because leaves
+ * are appended strictly in order. The audit checks that the appends come out to the tree's leaf count.
+ */
+export async function listTreeEvents(
+  db: Queryable,
+  treeId: number,
+): Promise<{ events: TreeEventRow[]; problems: string[] }> {
+  const [built, tree] = await Promise.all([
+    db.query<{ tree_event: string; level: number; idx: string }>(
+      "SELECT tree_event, level, idx FROM optchat.nodes WHERE tree_id = $1::bigint ORDER BY tree_event",
+      [treeId],
+    ),
+    db.query<{ event_count: string; leaf_count: string }>(
+      "SELECT event_count, leaf_count FROM optchat.trees WHERE tree_id = $1::bigint",
+      [treeId],
+    ),
+  ]);
+  const eventCount = Number(tree.rows[0]?.event_count ?? 0);
+  const leafCount = Number(tree.rows[0]?.leaf_count ?? 0);
+  const events: TreeEventRow[] = [];
+  const problems: string[] = [];
+  let nextLeaf = 0;
+  let k = 0;
+  for (let eventNo = 1; eventNo <= eventCount; eventNo++) {
+    const node = built.rows[k];
+    if (node && Number(node.tree_event) === eventNo) {
+      events.push({ eventNo, event: { type: "built", node: { level: node.level, index: Number(node.idx) } } });
+      k += 1;
+      const twin = built.rows[k];
+      if (twin && Number(twin.tree_event) === eventNo) problems.push(`two nodes are committed at event ${eventNo}`);
+    } else {
+      events.push({ eventNo, event: { type: "append", index: nextLeaf } });
+      nextLeaf += 1;
+    }
+  }
+  if (k < built.rows.length)
+    problems.push(`${built.rows.length - k} node(s) committed at events beyond the tree's ${eventCount}`);
+  if (nextLeaf !== leafCount) problems.push(`the events append ${nextLeaf} leaves, the tree counts ${leafCount}`);
+  return { events, problems };
 }
 
 /** Byte sizes of every node of a tree with the event that committed each revision (for audits and refolds). */

@@ -106,4 +106,39 @@ describe("seq allocation under concurrency", () => {
       `no-global-lock: 20 ingests into B took ${(sessionBMs / holdMs).toFixed(3)}x of A's lock hold; A's ingest waited ${(sessionAMs / holdMs).toFixed(3)}x`,
     );
   });
+
+  it("reports a twin sealed while the writer waited for the session's lock as a duplicate, not a second record", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "twin", projectId: "prj_lock" });
+    const [first, second] = await Promise.all([connection(), connection()]);
+    const twin = event(session.sessionId, "twin", 1, 0);
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding: () => void = () => {};
+    const isHolding = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const sealed = first.ingestMany([twin], {
+      beforeCommit: async () => {
+        holding();
+        await released;
+      },
+    });
+    await isHolding;
+    // The second delivery's lookup runs before the first commits; it waits on the generation row, then must not
+    // seal the same finalization again.
+    const redelivered = second.ingest(twin);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    release();
+    const [[outcome], again] = await Promise.all([sealed, redelivered]);
+    expect(outcome).toMatchObject({ status: "sealed", seq: 0 });
+    expect(again).toMatchObject({ status: "duplicate", seq: 0 });
+    expect((await db.memory.listRecords(session.sessionId)).map((r) => r.seq)).toEqual([0]);
+    const { rows } = await db.memory.pool.query(
+      "SELECT next_seq FROM optchat.generations WHERE session_id = $1::text",
+      [session.sessionId],
+    );
+    expect(Number(rows[0].next_seq)).toBe(1);
+  });
 });

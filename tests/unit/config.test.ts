@@ -19,6 +19,9 @@ describe("resolveConfig", () => {
       summarizerModel: "optchat-compactor",
       summarizerApiKey: "",
       settleTimeoutMs: 30_000,
+      jobRetentionSeconds: 3600,
+      revisionRetentionSeconds: 86_400,
+      retentionSweepSeconds: 300,
     });
     expect(Object.isFrozen(config)).toBe(true);
   });

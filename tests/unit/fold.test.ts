@@ -1,6 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
+  appendWithoutFit,
   applyFoldEvent,
   EMPTY_FOLD,
   type FoldEvent,
@@ -167,6 +168,39 @@ describe("view fold (property tests)", () => {
       }),
       { numRuns: 200 },
     );
+  });
+
+  it("appends without the parts exactly when the fold would merge nothing (appendWithoutFit)", () => {
+    let decided = 0;
+    let shrinkingDecided = 0;
+    fc.assert(
+      fc.property(historyArb, (history) => {
+        runFold(history, (before, after, e) => {
+          const event = history.events[e] as FoldEvent;
+          if (event.type !== "append") return;
+          // The summary a writer keeps: the size of the parts as the fold measured them before this event.
+          const summary = {
+            leafCount: before.leafCount,
+            bytes: viewBytes(before.parts, sizesAt(history, e)),
+            shrinking: before.shrinking,
+          };
+          const fast = appendWithoutFit(summary, event.index, history.params);
+          if (!fast) return;
+          decided += 1;
+          if (before.shrinking) shrinkingDecided += 1;
+          expect(after.parts).toEqual([...before.parts, { level: 0, index: event.index }]);
+          expect(fast).toEqual({
+            leafCount: after.leafCount,
+            bytes: viewBytes(after.parts, sizesAt(history, e)),
+            shrinking: after.shrinking,
+          });
+        });
+      }),
+      { numRuns: 300 },
+    );
+    // Both answers are exercised (the histories build slowly enough to get stuck over budget).
+    expect(decided).toBeGreaterThan(1000);
+    expect(shrinkingDecided).toBeGreaterThan(10);
   });
 
   it("is within budget once the needed parents are built", () => {

@@ -13,7 +13,7 @@ import {
   type Turn,
 } from "../src/memory/index.js";
 import type { ResolvedPluginConfig } from "./config.js";
-import { memoryMessage, memoryMessageText } from "./memory-message.js";
+import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
   assistantRecordDrafts,
   type HostMessage,
@@ -686,14 +686,15 @@ export class OpencodeAdapter {
         this.config.plugin.mode === "augment"
           ? context.blocks.filter((b) => b.name === "shared_memory")
           : context.blocks;
-      const text = memoryMessageText(
-        blocks.map((b) => b.text),
-        context.omitted,
-        replace,
-      );
-      const anchor = messages.slice(replace).find((m) => m.info.role === "user") ?? request ?? last;
+      // Stable memory first, in its own message; the volatile rest leads the first kept user message (docs/caching.md).
+      const layout = memoryLayout(blocks, context.omitted, replace, context.snapshot.publicationHighWater);
+      const anchorIndex = messages.findIndex((m, i) => i >= replace && m.info.role === "user");
+      const anchor = anchorIndex >= 0 ? messages[anchorIndex] : (request ?? last);
       const keptCount = messages.length - replace;
-      messages.splice(0, replace, memoryMessage(hostSessionId, turnId, text, anchor?.info));
+      const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];
+      messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info));
+      const moved = anchorIndex - replace + 1;
+      if (anchorIndex >= 0) messages[moved] = withLeadingText(messages[moved] as HostMessage, layout.volatile, turnId);
       record(
         "injected",
         {

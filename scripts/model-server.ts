@@ -2,8 +2,8 @@
  * The project's scripted OpenAI-compatible model, for end-to-end tests, the demo and benchmarks. OpenCode 1.18.33
  * talks to it through @ai-sdk/openai-compatible; the compactor talks to it through the OpenAI-compatible summarizer.
  *
- * Main requests are scripted by directives in the text of the LAST user message (the memory plugin may prepend its own
- * user messages; only the person's latest one counts):
+ * Main requests are scripted by directives in the LAST text part of the LAST user message (the memory plugin may
+ * prepend its own user messages, and its own text part to the person's message; only the person's latest words count):
  *
  *   TOOLS=[{"name":"bash","args":{...}},...] END   one tool call per step, then DONE-AFTER-TOOLS + each tool result
  *   PARALLEL=[...] END                             all calls in one step, then DONE-AFTER-TOOLS + each tool result
@@ -369,7 +369,7 @@ async function planReply(
   }
 
   const lastUser = findLastIndex(body.messages, (m) => isRecord(m) && m.role === "user");
-  const text = lastUser < 0 ? "" : contentText((body.messages[lastUser] as Record<string, unknown>).content);
+  const text = lastUser < 0 ? "" : promptText((body.messages[lastUser] as Record<string, unknown>).content);
   const after = lastUser < 0 ? [] : body.messages.slice(lastUser + 1);
   const toolResults = after
     .filter((m) => isRecord(m) && m.role === "tool")
@@ -615,6 +615,13 @@ function contentText(content: unknown): string {
       .join("\n");
   }
   return "";
+}
+
+/** The person's words in a user message: the whole string, or its last text part (earlier ones may be optchat's). */
+function promptText(content: unknown): string {
+  if (!Array.isArray(content)) return contentText(content);
+  const texts = content.filter((part) => isRecord(part) && typeof part.text === "string" && part.text !== "");
+  return texts.length > 0 ? ((texts.at(-1) as Record<string, unknown>).text as string) : "";
 }
 
 /** One line, at most EXCERPT_CHARS characters (code points, so no surrogate is cut in half). */

@@ -31,6 +31,7 @@
  *   OPTCHAT_BENCH_CACHE_PROVIDERS  comma-separated subset of anthropic-sim,openai-sim
  *   OPTCHAT_BENCH_CACHE_VARIANTS   comma-separated subset of native,optchat
  *   OPTCHAT_BENCH_CACHE_PLOT       where the SVG goes (default $TMPDIR/optchat-bench-cache.svg)
+ *   OPTCHAT_BENCH_CACHE_DUMP       a path prefix: every request the model received goes to <prefix>.<provider>.<variant>.jsonl
  */
 import { mkdirSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -226,7 +227,8 @@ function perTurnBilled(requests: readonly AttributedRequest[], session: SessionN
 }
 
 async function runOne(context: BenchContext, provider: Provider, variant: Variant, turns: number): Promise<CacheRun> {
-  const model = await startModelServer();
+  const dump = process.env.OPTCHAT_BENCH_CACHE_DUMP;
+  const model = await startModelServer(dump ? { logFile: `${dump}.${provider}.${variant}.jsonl` } : {});
   const name = scratchDatabaseName(`cache_${variant}_${provider.replace("-", "_")}`);
   const url = variant === "optchat" ? withDatabase(context.serverUrl, name) : undefined;
   if (url) {

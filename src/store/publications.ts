@@ -197,3 +197,24 @@ export async function clearPublicationFailure(
     [turn.sessionId, turn.generation, turn.turnId],
   );
 }
+
+/**
+ * The seq ranges of a session generation's turns among the scope's first `highWater` publications (numbers
+ * 0 … highWater − 1, the shared tree's leaves at that snapshot), ordered by start: what the shared view at that
+ * snapshot already holds of the session (context assembly leaves it out of the session block).
+ */
+export async function publishedRangesOfSession(
+  db: Queryable,
+  scopeId: string,
+  sessionId: string,
+  generation: number,
+  highWater: number,
+): Promise<{ start: number; end: number }[]> {
+  const result = await db.query<{ start_seq: number; end_seq_exclusive: number }>(
+    `SELECT start_seq, end_seq_exclusive FROM optchat.publications
+      WHERE scope_id = $1::text AND session_id = $2::text AND generation = $3::int AND publication_seq < $4::bigint
+      ORDER BY start_seq`,
+    [scopeId, sessionId, generation, highWater],
+  );
+  return result.rows.map((row) => ({ start: Number(row.start_seq), end: Number(row.end_seq_exclusive) }));
+}

@@ -15,6 +15,7 @@
  * - An entry is written at each breakpoint whose prefix is not cached yet and is at least the minimum cacheable length
  *   (1,024 tokens); tokens between what was read and the last breakpoint written are cache writes, tokens after the
  *   last breakpoint are uncached input.
+ * - A top-level `cache_control` (automatic caching) is one more breakpoint, on the last block.
  * - Entries live 5 minutes from their last write or read; a read renews the entry read.
  * - Usage as the API reports it: `input_tokens` (uncached), `cache_read_input_tokens`, `cache_creation_input_tokens`.
  *
@@ -96,6 +97,10 @@ export class AnthropicCache {
   apply(body: Json): CacheUsage {
     const blocks = anthropicBlocks(body);
     const breakpoints = blocks.flatMap((b, i) => (b.breakpoint ? [i] : []));
+    // Automatic caching: a top-level cache_control is a breakpoint on the last block (what @ai-sdk/anthropic sends
+    // when OpenCode's own marks are off, docs/opencode-notes.md "Cache marks").
+    if (body.cache_control && blocks.length > 0 && !breakpoints.includes(blocks.length - 1))
+      breakpoints.push(blocks.length - 1);
     if (breakpoints.length > ANTHROPIC_MAX_BREAKPOINTS) {
       throw new CacheRuleError(
         `A maximum of ${ANTHROPIC_MAX_BREAKPOINTS} blocks with cache_control may be provided. Found ${breakpoints.length}.`,

@@ -110,6 +110,16 @@ describe("Anthropic caching", () => {
     expect(cache.apply(request([text("short system", true)], [])).cacheReadTokens).toBe(0);
   });
 
+  it("treats a top-level cache_control as a breakpoint on the last block (automatic caching)", () => {
+    const cache = new AnthropicCache(clock().now);
+    const body = {
+      ...request([text(BIG)], [{ role: "user", content: [text("q")] }]),
+      cache_control: MARK.cache_control,
+    };
+    expect(cache.apply(body).cacheWriteTokens).toBeGreaterThan(ANTHROPIC_MIN_CACHEABLE_TOKENS);
+    expect(cache.apply(body).cacheReadTokens).toBe(cache.apply(body).inputTokens);
+  });
+
   it("refuses more than 4 breakpoints", () => {
     const cache = new AnthropicCache(clock().now);
     const five = Array.from({ length: 5 }, (_, i) => text(`s${i}`, true));

@@ -314,7 +314,7 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
         const own = summarize(run.requests.filter((r) => r.session === session));
         sessionFigures.set(`${provider}/${variant}/${session}`, own);
         const { bytesAt, ...rest } = own;
-        perSession[session] = { ...rest, requestBytesAtTurn: bytesAt };
+        perSession[session] = { ...rest, requestBytesAtTurn: bytesAt(session) };
       }
       const { bytesAt, ...rest } = all;
       process.stdout.write(

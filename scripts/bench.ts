@@ -7,6 +7,8 @@
  * A benchmark is a module under scripts/bench/ exporting a function `(context: BenchContext) => Promise<void>`;
  * register it in BENCHMARKS below.
  */
+
+import { runCacheBench } from "./bench/cache.js";
 import {
   type BenchContext,
   type BenchModule,
@@ -25,6 +27,11 @@ import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
 
 const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
+  cache: {
+    description:
+      "billed input tokens under simulated Anthropic and OpenAI prompt caches, native OpenCode vs optchat, 2 sessions in real OpenCode",
+    run: runCacheBench,
+  },
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",
     run: runIngestBench,

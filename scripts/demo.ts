@@ -46,10 +46,11 @@ async function until<T>(what: string, check: () => Promise<T | undefined>): Prom
   }
 }
 
+/** The person's words: the last text part of the last user message (optchat's volatile memory part comes first). */
 function lastUser(request: CapturedRequest): string {
   const messages = (request.body as { messages?: { role: string; content?: unknown }[] }).messages ?? [];
-  const users = messages.filter((m) => m.role === "user");
-  return text(users.at(-1)?.content);
+  const content = messages.filter((m) => m.role === "user").at(-1)?.content;
+  return Array.isArray(content) ? text(content.slice(-1)) : text(content);
 }
 
 function text(content: unknown): string {
@@ -138,7 +139,11 @@ async function main(): Promise<void> {
     if (!first) throw new Error("B's request never reached the model");
     const messages = (first.body as { messages: { role: string; content?: unknown; tool_calls?: unknown[] }[] })
       .messages;
-    const memory = messages.map((m) => text(m.content)).find((t) => t.startsWith("optchat memory.")) ?? "";
+    // The stable memory message, then the volatile part that leads B's message (docs/caching.md).
+    const memory = messages
+      .filter((m) => m.role === "user")
+      .map((m) => text(m.content))
+      .join("");
     const shared = block(memory, "shared_memory");
     if (!shared.includes("LISTEN/NOTIFY")) throw new Error(`B's first request lacks A's decision:\n${memory}`);
     if (messages.some((m) => m.role === "tool" || (m.tool_calls?.length ?? 0) > 0)) {

@@ -2,8 +2,8 @@
  * The project's scripted OpenAI-compatible model, for end-to-end tests, the demo and benchmarks. OpenCode 1.18.33
  * talks to it through @ai-sdk/openai-compatible; the compactor talks to it through the OpenAI-compatible summarizer.
  *
- * Main requests are scripted by directives in the text of the LAST user message (the memory plugin may prepend its own
- * user messages; only the person's latest one counts):
+ * Main requests are scripted by directives in the LAST text part of the LAST user message (the memory plugin may
+ * prepend its own user messages, and its own text part to the person's message; only the person's latest words count):
  *
  *   TOOLS=[{"name":"bash","args":{...}},...] END   one tool call per step, then DONE-AFTER-TOOLS + each tool result
  *   PARALLEL=[...] END                             all calls in one step, then DONE-AFTER-TOOLS + each tool result
@@ -16,6 +16,13 @@
  * Title requests, OpenCode's native compaction and optchat's own compactor calls are recognised and answered without
  * directives; compactor calls get exactly what the in-process fake summarizer would answer.
  *
+ * Two wire APIs, one script: `POST /v1/chat/completions` (OpenAI-compatible) and `POST /v1/messages` (Anthropic
+ * Messages, streaming as @ai-sdk/anthropic uses it; its tool_use/tool_result blocks are read as the same directives).
+ * Each applies a provider prompt-cache simulator (scripts/prompt-cache.ts, docs/caching.md): Anthropic's
+ * cache_control breakpoint rules on /messages, automatic longest-common-prefix caching on /chat/completions. Every
+ * captured main request carries the simulated `cache` usage; the wire reports it as Anthropic's
+ * `cache_read_input_tokens`/`cache_creation_input_tokens` and OpenAI's `prompt_tokens_details.cached_tokens`.
+ *
  * CLI: node --import tsx scripts/model-server.ts [--port 18080] [--log requests.jsonl]
  */
 import { appendFileSync, realpathSync } from "node:fs";
@@ -26,8 +33,11 @@ import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { createFakeSummarizer, SummarizerError } from "../src/compactor/summarizer.js";
 import { type ChatMessage, COMPACT_SYSTEM_PROMPT, STEP_MARKERS } from "../src/core/summary.js";
+import { anthropicJson, fromAnthropic, streamAnthropic } from "./anthropic-wire.js";
+import { AnthropicCache, CacheRuleError, type CacheUsage, OpenAiPrefixCache } from "./prompt-cache.js";
 
 export type RequestKind = "title" | "summary" | "compactor" | "main";
+export type WireApi = "openai" | "anthropic";
 
 export interface CapturedRequest {
   readonly index: number;
@@ -39,6 +49,10 @@ export interface CapturedRequest {
   readonly replyMs: number;
   /** "text:...", "tool_calls:bash,read", "error:400"; "pending" while answering; " [client disconnected]" appended. */
   readonly reply: string;
+  /** Which endpoint it came to. */
+  readonly api: WireApi;
+  /** The prompt-cache simulator's accounting of this request (absent when it was refused before that). */
+  readonly cache?: CacheUsage;
 }
 
 export interface ModelServer {
@@ -54,6 +68,8 @@ export interface ModelServerOptions {
   readonly port?: number;
   /** Every finished request is appended here as one JSON line. */
   readonly logFile?: string;
+  /** The prompt caches' clock (tests move it to expire entries); default Date.now. */
+  readonly now?: () => number;
 }
 
 export const TITLE_REPLY = "Scripted session";
@@ -95,6 +111,8 @@ interface PendingRequest {
   started: number;
   replyMs: number | undefined;
   reply: string;
+  api: WireApi;
+  cache: CacheUsage | undefined;
 }
 
 class BadRequest extends Error {}
@@ -105,6 +123,9 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
   let captured: PendingRequest[] = [];
   // One instance for the server's lifetime: with no options the fake is stateless, so answers match any other fake.
   const fake = createFakeSummarizer();
+  // One cache per wire API for the server's lifetime, as one provider account would have.
+  const anthropicCache = new AnthropicCache(options.now);
+  const openAiCache = new OpenAiPrefixCache(options.now);
 
   const snapshot = (entry: PendingRequest): CapturedRequest => ({
     index: entry.index,
@@ -113,6 +134,8 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     body: entry.body,
     replyMs: entry.replyMs ?? Math.round(performance.now() - entry.started),
     reply: entry.reply,
+    api: entry.api,
+    ...(entry.cache ? { cache: entry.cache } : {}),
   });
 
   const finish = (entry: PendingRequest, reply: string, disconnected: boolean): void => {
@@ -122,7 +145,13 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     if (options.logFile) appendFileSync(options.logFile, `${JSON.stringify(snapshot(entry))}\n`);
   };
 
-  const handleCompletion = async (req: IncomingMessage, res: ServerResponse, started: number): Promise<void> => {
+  const handleCompletion = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    started: number,
+    api: WireApi,
+  ): Promise<void> => {
+    const sendError = api === "anthropic" ? sendAnthropicError : sendOpenAiError;
     const entry: PendingRequest = {
       index: nextIndex++,
       at: new Date().toISOString(),
@@ -131,6 +160,8 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
       started,
       replyMs: undefined,
       reply: "pending",
+      api,
+      cache: undefined,
     };
     captured.push(entry);
     // Aborted when the client goes away before the reply is complete, so slow replies stop instead of writing on.
@@ -167,8 +198,14 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
       if (!isRecord(body) || !Array.isArray(body.messages)) {
         throw new BadRequest("model server: the request body needs a 'messages' array");
       }
-      const request = body as Body;
+      const request = api === "anthropic" ? fromAnthropic(body) : (body as Body);
       entry.kind = classify(request);
+      try {
+        entry.cache = api === "anthropic" ? anthropicCache.apply(body) : openAiCache.apply(body);
+      } catch (error) {
+        if (error instanceof CacheRuleError) throw new BadRequest(error.message);
+        throw error;
+      }
       plan = await planReply(entry.kind, request, entry.index, raw.length, fake);
     } catch (error) {
       const status = error instanceof BadRequest ? 400 : 500;
@@ -187,10 +224,18 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
         finish(entry, `error:${plan.status}`, false);
         return;
       }
-      if (stream) await streamAnswer(res, plan, model, entry.index, gone.signal);
+      const cache = entry.cache as CacheUsage;
+      if (stream && api === "anthropic") await streamAnthropic(res, plan, model, entry.index, cache, gone.signal);
+      else if (stream) await streamAnswer(res, plan, model, entry.index, cache, gone.signal);
       else {
         if (plan.slowMs > 0) await delay(plan.slowMs, undefined, { signal: gone.signal });
-        sendJson(res, 200, completionJson(plan, model, entry.index));
+        sendJson(
+          res,
+          200,
+          api === "anthropic"
+            ? anthropicJson(plan, model, entry.index, cache)
+            : completionJson(plan, model, entry.index, cache),
+        );
       }
       finish(entry, describePlan(plan), false);
     } catch (error) {
@@ -207,7 +252,10 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     const started = performance.now();
     const path = (req.url ?? "/").split("?")[0]?.replace(/\/+$/, "") ?? "";
     const route = async (): Promise<void> => {
-      if (path === "/v1/chat/completions" && req.method === "POST") return await handleCompletion(req, res, started);
+      if (path === "/v1/chat/completions" && req.method === "POST")
+        return await handleCompletion(req, res, started, "openai");
+      if (path === "/v1/messages" && req.method === "POST")
+        return await handleCompletion(req, res, started, "anthropic");
       if (path === "/v1/models" && req.method === "GET") {
         req.resume();
         const created = Math.floor(Date.now() / 1000);
@@ -220,19 +268,19 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
         return sendJson(res, 200, { object: "list", data });
       }
       req.resume();
-      const known = path === "/v1/chat/completions" || path === "/v1/models";
-      sendError(
+      const known = path === "/v1/chat/completions" || path === "/v1/messages" || path === "/v1/models";
+      sendOpenAiError(
         res,
         known ? 405 : 404,
         apiError(
-          `model server: ${known ? "method not allowed" : "no such endpoint"}: ${req.method} ${req.url}; use POST /v1/chat/completions or GET /v1/models`,
+          `model server: ${known ? "method not allowed" : "no such endpoint"}: ${req.method} ${req.url}; use POST /v1/chat/completions, POST /v1/messages or GET /v1/models`,
           "invalid_request_error",
         ),
       );
     };
     route().catch((error: unknown) => {
       if (!res.headersSent) {
-        sendError(res, 500, apiError(`model server internal error: ${(error as Error).message}`, "server_error"));
+        sendOpenAiError(res, 500, apiError(`model server internal error: ${(error as Error).message}`, "server_error"));
       } else res.destroy(error as Error);
     });
   });
@@ -321,7 +369,7 @@ async function planReply(
   }
 
   const lastUser = findLastIndex(body.messages, (m) => isRecord(m) && m.role === "user");
-  const text = lastUser < 0 ? "" : contentText((body.messages[lastUser] as Record<string, unknown>).content);
+  const text = lastUser < 0 ? "" : promptText((body.messages[lastUser] as Record<string, unknown>).content);
   const after = lastUser < 0 ? [] : body.messages.slice(lastUser + 1);
   const toolResults = after
     .filter((m) => isRecord(m) && m.role === "tool")
@@ -418,6 +466,7 @@ async function streamAnswer(
   plan: Extract<Plan, { type: "answer" }>,
   model: string,
   index: number,
+  cache: CacheUsage,
   signal: AbortSignal,
 ): Promise<void> {
   const id = `chatcmpl-${index}`;
@@ -458,7 +507,7 @@ async function streamAnswer(
     created,
     model,
     choices: [{ index: 0, delta: {}, finish_reason: finishReason(plan) }],
-    usage: usageOf(plan),
+    usage: usageOf(plan, cache),
   };
   res.write(`data: ${JSON.stringify(final)}\n\n`);
   res.write("data: [DONE]\n\n");
@@ -466,7 +515,12 @@ async function streamAnswer(
   res.end();
 }
 
-function completionJson(plan: Extract<Plan, { type: "answer" }>, model: string, index: number): unknown {
+function completionJson(
+  plan: Extract<Plan, { type: "answer" }>,
+  model: string,
+  index: number,
+  cache: CacheUsage,
+): unknown {
   const toolCalls = plan.toolCalls.map((call) => ({
     id: call.id,
     type: "function",
@@ -488,7 +542,7 @@ function completionJson(plan: Extract<Plan, { type: "answer" }>, model: string, 
         finish_reason: finishReason(plan),
       },
     ],
-    usage: usageOf(plan),
+    usage: usageOf(plan, cache),
   };
 }
 
@@ -496,13 +550,20 @@ function finishReason(plan: Extract<Plan, { type: "answer" }>): string {
   return plan.toolCalls.length > 0 ? "tool_calls" : "stop";
 }
 
-function usageOf(plan: Extract<Plan, { type: "answer" }>): Record<string, number> {
+function completionTokens(plan: Extract<Plan, { type: "answer" }>): number {
   const output = plan.text + plan.toolCalls.map((c) => c.name + c.arguments).join("");
-  const completion = Math.ceil(Buffer.byteLength(output, "utf8") / 4);
+  return Math.ceil(Buffer.byteLength(output, "utf8") / 4);
+}
+
+function usageOf(plan: Extract<Plan, { type: "answer" }>, cache: CacheUsage): Record<string, unknown> {
+  const completion = completionTokens(plan);
   return {
     prompt_tokens: plan.promptTokens,
     completion_tokens: completion,
     total_tokens: plan.promptTokens + completion,
+    // prompt_tokens keeps its own rule (bytes / 4, or USAGE=n) for the scripts that steer OpenCode's compaction; the
+    // simulator counts bytes / 3.5, so its cached figure is capped to stay a part of it.
+    prompt_tokens_details: { cached_tokens: Math.min(cache.cacheReadTokens, plan.promptTokens) },
   };
 }
 
@@ -516,8 +577,13 @@ function apiError(message: string, type: string, code: string | null = null, par
   return { message, type, param, code };
 }
 
-function sendError(res: ServerResponse, status: number, error: OpenAiError): void {
+function sendOpenAiError(res: ServerResponse, status: number, error: OpenAiError): void {
   sendJson(res, status, { error });
+}
+
+function sendAnthropicError(res: ServerResponse, status: number, error: OpenAiError): void {
+  const type = status === 413 ? "request_too_large" : status >= 500 ? "api_error" : "invalid_request_error";
+  sendJson(res, status, { type: "error", error: { type, message: error.message } });
 }
 
 function sendJson(res: ServerResponse, status: number, value: unknown): void {
@@ -549,6 +615,13 @@ function contentText(content: unknown): string {
       .join("\n");
   }
   return "";
+}
+
+/** The person's words in a user message: the whole string, or its last text part (earlier ones may be optchat's). */
+function promptText(content: unknown): string {
+  if (!Array.isArray(content)) return contentText(content);
+  const texts = content.filter((part) => isRecord(part) && typeof part.text === "string" && part.text !== "");
+  return texts.length > 0 ? ((texts.at(-1) as Record<string, unknown>).text as string) : "";
 }
 
 /** One line, at most EXCERPT_CHARS characters (code points, so no surrogate is cut in half). */

@@ -45,8 +45,14 @@ export interface OpencodeEnv {
 }
 
 export interface CreateOpencodeEnvOptions {
-  /** Base URL of the OpenAI-compatible model, e.g. `http://127.0.0.1:PORT/v1`. */
+  /** Base URL of the scripted model, e.g. `http://127.0.0.1:PORT/v1`. */
   modelUrl: string;
+  /**
+   * The AI SDK provider OpenCode talks to `fake/fake` with: "openai-compatible" (default, POST {modelUrl}/chat/completions)
+   * or "anthropic" (OpenCode's bundled @ai-sdk/anthropic, POST {modelUrl}/messages, with OpenCode's cache marks; see
+   * docs/opencode-notes.md "Anthropic provider at a local URL").
+   */
+  modelApi?: "openai-compatible" | "anthropic";
   /** Absolute path of the plugin module; listed as `[path, pluginOptions]` when options are given. */
   pluginPath?: string;
   pluginOptions?: Record<string, unknown>;
@@ -231,7 +237,7 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
     enabled_providers: [FAKE_MODEL.providerID],
     provider: {
       [FAKE_MODEL.providerID]: {
-        npm: "@ai-sdk/openai-compatible",
+        npm: options.modelApi === "anthropic" ? "@ai-sdk/anthropic" : "@ai-sdk/openai-compatible",
         name: "Fake",
         options: { baseURL: options.modelUrl, apiKey: "x" },
         models: {

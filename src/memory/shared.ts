@@ -3,9 +3,11 @@ import { schedulePublicationIfReady } from "../compactor/schedule-publication.js
 import {
   availableMemoryTokens,
   type ContextBudgetInput,
+  coveredPrefixEnd,
   estimateTokens,
   excerptAround,
   type MemoryLine,
+  type RenderedBlock,
   renderPreviousExchange,
   renderSessionBlock,
   renderSharedBlock,
@@ -17,11 +19,16 @@ import { opaqueIdProblem } from "../core/ids.js";
 import { payloadAsText } from "../core/payload.js";
 import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
 import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
-import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
+import { childrenOf, endOf, type NodeAddress, nodeKey, parseRef, refOf, startOf } from "../core/tree.js";
 import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
-import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
+import {
+  findPublication,
+  foreignRangeVisible,
+  publicationTimeSpan,
+  publishedRangesOfSession,
+} from "../store/publications.js";
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
@@ -476,6 +483,8 @@ export interface AssembleOptions extends ContextBudgetInput {
 export interface AssembledBlock {
   readonly name: "shared_memory" | "session_memory" | "previous_exchange";
   readonly text: string;
+  /** The text as pieces (text === pieces.join("\n")): opening, each line, closing (core/context.ts). */
+  readonly pieces: readonly string[];
   readonly tokens: number;
   readonly lines: number;
 }
@@ -514,8 +523,8 @@ async function fitTokens(
   pool: Pool,
   lines: TreeLines,
   tokens: number,
-  render: (lines: readonly MemoryLine[]) => string,
-): Promise<{ text: string; tokens: number; lines: number; fits: boolean }> {
+  render: (lines: readonly MemoryLine[]) => RenderedBlock,
+): Promise<{ text: string; pieces: readonly string[]; tokens: number; lines: number; fits: boolean }> {
   // Node texts are shared by every fitting of the same tree in one assembly (the full-size measure, then the fit):
   // they never change for a pinned revision, so the view is read once, not once per fitting.
   const known = lines.cache;
@@ -540,8 +549,9 @@ async function fitTokens(
       const node = known.get(nodeKey(part));
       return node ? [{ ref: lines.name(part), text: node.text }] : [];
     });
-    const text = render(built);
-    return { text, tokens: estimateTokens(text), lines: built.length };
+    const { text, pieces } = render(built);
+    // Opening and closing pieces aside, one piece per line shown (the session block may leave some out).
+    return { text, pieces, tokens: estimateTokens(text), lines: pieces.length - 2 };
   };
   const full = renderParts(lines.parts);
   if (full.tokens <= tokens) return { ...full, fits: true };
@@ -633,8 +643,21 @@ export async function assembleContext(
       }
     : undefined;
 
-  const renderShared = (lines: readonly MemoryLine[]) =>
-    renderSharedBlock({ scopeId: turn.snapshot.scopeId, snapshot: turn.snapshot.publicationHighWater }, lines);
+  // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
+  // only its lines past the covered prefix, while the shared block is included.
+  const publishedOwn = sharedView
+    ? coveredPrefixEnd(
+        await publishedRangesOfSession(
+          deps.pool,
+          turn.snapshot.scopeId,
+          turn.sessionId,
+          turn.generation,
+          Math.min(turn.snapshot.publicationHighWater, sharedView.leafCount),
+        ),
+      )
+    : 0;
+  let ownFrom = publishedOwn;
+  const renderShared = (lines: readonly MemoryLine[]) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
   const renderOwn = (lines: readonly MemoryLine[]) =>
     renderSessionBlock(
       {
@@ -645,7 +668,10 @@ export async function assembleContext(
           ? {}
           : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
       },
-      lines,
+      lines.filter((line) => {
+        const node = parseRef(line.ref);
+        return node === undefined || endOf(node) > ownFrom;
+      }),
     );
 
   // Needs at full detail decide the 30/70 split with spill-over; each block is then projected into its share.
@@ -670,18 +696,32 @@ export async function assembleContext(
       if (readinessMode === "strict") throw budgetError(message, fitted.tokens, split.shared);
       omitted.push(`shared memory: ${message}`);
     } else {
-      blocks.push({ name: "shared_memory", text: fitted.text, tokens: fitted.tokens, lines: fitted.lines });
+      blocks.push({
+        name: "shared_memory",
+        text: fitted.text,
+        pieces: fitted.pieces,
+        tokens: fitted.tokens,
+        lines: fitted.lines,
+      });
       sharedTokens = fitted.tokens;
     }
   }
   if (ownFull) {
+    // Without the shared block, nothing of this session is shown there: the session block then shows all of it.
+    if (sharedTokens === 0) ownFrom = 0;
     const fitted = await fitTokens(deps.pool, ownLines, available - sharedTokens, renderOwn);
     if (!fitted.fits) {
       const message = `the session memory needs at least ${fitted.tokens} tokens, ${available - sharedTokens} are available (window ${options.windowTokens})`;
       if (readinessMode === "strict") throw budgetError(message, fitted.tokens, available - sharedTokens);
       omitted.push(`session memory: ${message}`);
     } else {
-      blocks.push({ name: "session_memory", text: fitted.text, tokens: fitted.tokens, lines: fitted.lines });
+      blocks.push({
+        name: "session_memory",
+        text: fitted.text,
+        pieces: fitted.pieces,
+        tokens: fitted.tokens,
+        lines: fitted.lines,
+      });
       ownTokens = fitted.tokens;
     }
   }
@@ -693,13 +733,13 @@ export async function assembleContext(
       if (messages.length > 0) {
         const first = messages[0]?.seq as number;
         const last = messages[messages.length - 1]?.seq as number;
-        const text = renderPreviousExchange(
+        const { text, pieces } = renderPreviousExchange(
           { sessionId: turn.sessionId, refs: `${first}+1..${last}+1` },
           messages.map((m) => ({ kind: m.kind, text: payloadAsText(m.payload) })),
         );
         const tokens = estimateTokens(text);
         if (tokens <= available - sharedTokens - ownTokens) {
-          blocks.push({ name: "previous_exchange", text, tokens, lines: messages.length });
+          blocks.push({ name: "previous_exchange", text, pieces, tokens, lines: messages.length });
           previousTokens = tokens;
         } else {
           omitted.push(`previous exchange: needs ${tokens} tokens, ${available - sharedTokens - ownTokens} left`);

@@ -215,3 +215,30 @@ export async function leavesBuiltUpTo(db: Queryable, treeId: number, end: number
   );
   return result.rows[0]?.built === true;
 }
+
+/**
+ * The seq ranges of a session generation's turns among the scope's first `highWater` publications (numbers
+ * 0 … highWater − 1, the shared tree's leaves at that snapshot), ordered by start: what the shared view at that
+ * snapshot already holds of the session (context assembly leaves it out of the session block). A publication covers
+ * only its own turn's records (its runs, which may have gaps where another turn's records interleave), so the ranges
+ * are those runs, never the publication's whole span.
+ */
+export async function publishedRangesOfSession(
+  db: Queryable,
+  scopeId: string,
+  sessionId: string,
+  generation: number,
+  highWater: number,
+): Promise<{ start: number; end: number }[]> {
+  const result = await db.query<{ run_start: string; run_end: string }>(
+    `SELECT r.run_start, r.run_end
+       FROM optchat.publications p
+       JOIN optchat.turns t ON t.session_id = p.session_id AND t.generation = p.generation AND t.turn_id = p.turn_id
+      CROSS JOIN LATERAL unnest(t.run_starts, t.run_ends) AS r(run_start, run_end)
+      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.generation = $3::int
+        AND p.publication_seq < $4::bigint
+      ORDER BY r.run_start`,
+    [scopeId, sessionId, generation, highWater],
+  );
+  return result.rows.map((row) => ({ start: Number(row.run_start), end: Number(row.run_end) }));
+}

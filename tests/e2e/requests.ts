@@ -13,21 +13,38 @@ export function messagesOf(request: CapturedRequest): ChatMessage[] {
   return ((request.body as { messages?: ChatMessage[] }).messages ?? []) as ChatMessage[];
 }
 
-export function textOf(message: ChatMessage): string {
+/** A message's text parts, in order (a string content is one part). */
+export function textPartsOf(message: ChatMessage): string[] {
   const content = message.content;
-  if (typeof content === "string") return content;
+  if (typeof content === "string") return [content];
   if (Array.isArray(content)) {
-    return content
-      .map((part) => (typeof part === "object" && part && "text" in part ? String(part.text) : ""))
-      .join("");
+    return content.map((part) => (typeof part === "object" && part && "text" in part ? String(part.text) : ""));
   }
-  return "";
+  return [];
 }
 
-/** The last user message of a request: the one the scripted model answers. */
+export function textOf(message: ChatMessage): string {
+  return textPartsOf(message).join("");
+}
+
+/** optchat's volatile memory part (plugin/memory-message.ts): it leads the first kept user message. */
+const CONTINUED = "optchat memory, continued:";
+
+function isMemory(message: ChatMessage): boolean {
+  return message.role === "user" && textOf(message).startsWith("optchat memory.");
+}
+
+/** The text of a user message without optchat's volatile memory part. */
+function ownText(message: ChatMessage): string {
+  return textPartsOf(message)
+    .filter((part) => !part.startsWith(CONTINUED))
+    .join("");
+}
+
+/** The last user message of a request, without optchat's memory part: the person's words the model answers. */
 export function lastUserText(request: CapturedRequest): string {
   const users = messagesOf(request).filter((m) => m.role === "user");
-  return users.length > 0 ? textOf(users[users.length - 1] as ChatMessage) : "";
+  return users.length > 0 ? ownText(users[users.length - 1] as ChatMessage) : "";
 }
 
 /** Main (agent) requests whose last user message contains `marker`, in order. */
@@ -35,10 +52,27 @@ export function requestsFor(requests: readonly CapturedRequest[], marker: string
   return requests.filter((r) => r.kind === "main" && lastUserText(r).includes(marker));
 }
 
-/** The text of optchat's injected memory message in a request, or undefined. */
+/** The stable memory message's text parts (head, shared block's opening and lines), or undefined. */
+export function stableMemoryParts(request: CapturedRequest): string[] | undefined {
+  const message = messagesOf(request).find(isMemory);
+  return message ? textPartsOf(message) : undefined;
+}
+
+/** optchat's volatile memory part of a request (counters, session block, previous exchange), or undefined. */
+export function volatileMemoryText(request: CapturedRequest): string | undefined {
+  for (const message of messagesOf(request)) {
+    if (message.role !== "user") continue;
+    const part = textPartsOf(message).find((p) => p.startsWith(CONTINUED));
+    if (part !== undefined) return part;
+  }
+  return undefined;
+}
+
+/** The whole of optchat's injected memory in a request (stable message + volatile part), or undefined. */
 export function memoryText(request: CapturedRequest): string | undefined {
-  const message = messagesOf(request).find((m) => m.role === "user" && textOf(m).startsWith("optchat memory."));
-  return message ? textOf(message) : undefined;
+  const stable = stableMemoryParts(request);
+  if (!stable) return undefined;
+  return stable.join("") + (volatileMemoryText(request) ?? "");
 }
 
 /** The whole `<name …>…</name>` block in a text, or undefined. */
@@ -49,11 +83,11 @@ export function block(text: string | undefined, name: string): string | undefine
   return start >= 0 && end > start ? text.slice(start, end + name.length + 3) : undefined;
 }
 
-/** Every text a request carries outside the memory message (system prompt excluded). */
+/** Every text a request carries outside optchat's memory (system prompt excluded). */
 export function textOutsideMemory(request: CapturedRequest): string {
   return messagesOf(request)
-    .filter((m) => m.role !== "system" && !(m.role === "user" && textOf(m).startsWith("optchat memory.")))
-    .map((m) => `${textOf(m)}\n${(m.tool_calls ?? []).map((c) => c.function.arguments).join("\n")}`)
+    .filter((m) => m.role !== "system" && !isMemory(m))
+    .map((m) => `${ownText(m)}\n${(m.tool_calls ?? []).map((c) => c.function.arguments).join("\n")}`)
     .join("\n");
 }
 

@@ -281,3 +281,115 @@ describe("model server", () => {
     expect(server.requests()[0]?.index).toBe((captured[1]?.index ?? 0) + 1);
   });
 });
+
+describe("model server: Anthropic Messages endpoint with the prompt-cache simulator", () => {
+  const MARK = { cache_control: { type: "ephemeral" } };
+  const SYSTEM_BLOCKS = [{ type: "text", text: `You are a coding agent. ${"Rules. ".repeat(800)}`, ...MARK }];
+  const ANTHROPIC_TOOLS = [{ name: "bash", description: "run", input_schema: { type: "object" } }];
+
+  async function postMessages(body: unknown): Promise<Response> {
+    return await fetch(`${server.url}/messages`, {
+      method: "POST",
+      headers: { "content-type": "application/json", "x-api-key": "x", "anthropic-version": "2023-06-01" },
+      body: JSON.stringify(body),
+    });
+  }
+
+  /** The SSE events of an Anthropic stream, in order. */
+  function events(text: string): Json[] {
+    return text
+      .split("\n")
+      .filter((line) => line.startsWith("data: "))
+      .map((line) => JSON.parse(line.slice("data: ".length)));
+  }
+
+  it("streams message_start … message_stop with the simulated cache usage, and reads what it wrote", async () => {
+    const body = (prompt: string) => ({
+      model: "claude-sim",
+      stream: true,
+      max_tokens: 100,
+      system: SYSTEM_BLOCKS,
+      tools: ANTHROPIC_TOOLS,
+      messages: [{ role: "user", content: [{ type: "text", text: `${prompt} REPLY=fine`, ...MARK }] }],
+    });
+    const first = events(await (await postMessages(body("one"))).text());
+    expect([...new Set(first.map((e) => e.type))]).toEqual([
+      "message_start",
+      "content_block_start",
+      "content_block_delta",
+      "content_block_stop",
+      "message_delta",
+      "message_stop",
+    ]);
+    expect(
+      first
+        .filter((e) => e.type === "content_block_delta")
+        .map((e) => e.delta.text)
+        .join(""),
+    ).toBe("fine");
+    const written = first[0].message.usage;
+    expect(written.cache_read_input_tokens).toBe(0);
+    expect(written.cache_creation_input_tokens).toBeGreaterThan(1024);
+    const second = events(await (await postMessages(body("two"))).text())[0].message.usage;
+    // The system block's entry is read; the changed user block is written anew.
+    expect(second.cache_read_input_tokens).toBeGreaterThan(1024);
+    expect(second.cache_read_input_tokens).toBeLessThan(written.cache_creation_input_tokens);
+    const captured = server.requests();
+    expect(captured.map((r) => r.api)).toEqual(["anthropic", "anthropic"]);
+    expect(captured[1]?.cache?.cacheReadTokens).toBe(second.cache_read_input_tokens);
+  });
+
+  it("scripts tool loops over tool_use / tool_result blocks", async () => {
+    const user = { role: "user", content: 'go TOOLS=[{"name":"bash","args":{"command":"echo hi"}}] END' };
+    const first = events(
+      await (
+        await postMessages({
+          model: "m",
+          stream: true,
+          system: SYSTEM_BLOCKS,
+          tools: ANTHROPIC_TOOLS,
+          messages: [user],
+        })
+      ).text(),
+    );
+    const start = first.find((e) => e.type === "content_block_start");
+    expect(start.content_block).toMatchObject({ type: "tool_use", name: "bash" });
+    expect(JSON.parse(first.find((e) => e.type === "content_block_delta").delta.partial_json)).toEqual({
+      command: "echo hi",
+    });
+    expect(first.find((e) => e.type === "message_delta").delta.stop_reason).toBe("tool_use");
+    const id = start.content_block.id;
+    const answer = await json(
+      await postMessages({
+        model: "m",
+        system: SYSTEM_BLOCKS,
+        tools: ANTHROPIC_TOOLS,
+        messages: [
+          user,
+          { role: "assistant", content: [{ type: "tool_use", id, name: "bash", input: { command: "echo hi" } }] },
+          { role: "user", content: [{ type: "tool_result", tool_use_id: id, content: "hi-out" }] },
+        ],
+      }),
+    );
+    expect(answer.stop_reason).toBe("end_turn");
+    expect(answer.content[0].text).toBe("DONE-AFTER-TOOLS\nhi-out");
+  });
+
+  it("answers more than 4 breakpoints with Anthropic's 400 error shape", async () => {
+    const five = Array.from({ length: 5 }, (_, i) => ({ type: "text", text: `s${i}`, ...MARK }));
+    const res = await postMessages({ model: "m", system: five, messages: [{ role: "user", content: "hi" }] });
+    expect(res.status).toBe(400);
+    const error = await json(res);
+    expect(error.type).toBe("error");
+    expect(error.error.type).toBe("invalid_request_error");
+    expect(error.error.message).toContain("maximum of 4");
+  });
+
+  it("reports OpenAI-compatible prefix hits as prompt_tokens_details.cached_tokens", async () => {
+    const long = { role: "system", content: "Long stable system prompt. ".repeat(400) };
+    await post({ model: "m", messages: [long, { role: "user", content: "one" }] });
+    const answer = await json(await post({ model: "m", messages: [long, { role: "user", content: "two" }] }));
+    expect(answer.usage.prompt_tokens_details.cached_tokens).toBeGreaterThanOrEqual(1024);
+    expect(server.requests()[1]?.cache?.cacheReadTokens).toBeGreaterThanOrEqual(1024);
+  });
+});

@@ -8,12 +8,11 @@ import {
   estimateTokens,
   isOptchatError,
   type Memory,
+  type RunningCompactor,
   type Session,
   type Turn,
 } from "../src/memory/index.js";
 import type { ResolvedPluginConfig } from "./config.js";
-import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
-import { repairPlan, type TurnRepair } from "./host-reconcile.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
   assistantRecordDrafts,
@@ -39,12 +38,6 @@ export const HOST = "opencode";
  */
 const IDLE_GRACE_MS = 5_000;
 
-/**
- * How long a session stays idle before a waiting embedded worker starts (see plugin/embedded-worker.ts): `opencode run`
- * is disposed within ~0.1 s of its idle and must not pay for a start; an interactive process between turns has time.
- */
-const WORKER_IDLE_START_MS = 1_000;
-
 /** Waits before the retries of a failed session job (see `enqueue`): about 30 s in all. */
 const JOB_RETRY_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000] as const;
 
@@ -54,8 +47,6 @@ export interface HostLookups {
   parentOf(hostSessionId: string): Promise<string | undefined>;
   /** A model's context and output limits, in tokens. */
   modelLimits(providerId: string, modelId: string): Promise<{ context: number; output: number } | undefined>;
-  /** OpenCode's stored transcript of a session, oldest first (the host transcript is the source, seed 000 §3). */
-  transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
 }
 
 /** Thrown from `chat.message` to refuse a prompt; the only error the adapter lets reach OpenCode on purpose. */
@@ -125,9 +116,7 @@ interface SessionState {
 export interface AdapterStatus {
   readonly holder: string;
   readonly startedAt: Date;
-  readonly worker: EmbeddedWorkerState;
-  /** What made the embedded worker start (it starts when needed, see plugin/embedded-worker.ts). */
-  readonly workerStartReason: string | undefined;
+  readonly worker: "off" | "starting" | "running" | "failed";
   readonly workerError: string | undefined;
   readonly workerLastEvent: string | undefined;
   readonly problems: number;
@@ -146,12 +135,10 @@ export class OpencodeAdapter {
   private readonly limits = new Map<string, { context: number; output: number }>();
   /** Parents of subagent sessions created in this process (`session.created` carries them). */
   private readonly parents = new Map<string, string>();
-  private worker: EmbeddedWorker | undefined;
+  private worker: RunningCompactor | undefined;
+  private workerState: AdapterStatus["worker"] = "off";
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
-  /** Whether compactor jobs already waited for a worker when this process opened (see `noteWaitingJobs`). */
-  private jobsWaiting = false;
-  private closingDone: Promise<void> | undefined;
   private problems = 0;
   private lastProblem: string | undefined;
   private readonly startedAt = new Date();
@@ -169,17 +156,17 @@ export class OpencodeAdapter {
   // ---------------------------------------------------------------------------------------------------------------
   // Lifecycle
 
-  /** The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). */
-  attachWorker(worker: EmbeddedWorker): void {
-    this.worker = worker;
-  }
-
-  /**
-   * Jobs were already waiting for a worker when this process opened (left by processes that ended before theirs
-   * started): the worker starts once this process's first request is out, so a run-only workflow still makes progress.
-   */
-  noteWaitingJobs(waiting: boolean): void {
-    this.jobsWaiting = waiting;
+  async startWorker(start: () => Promise<RunningCompactor>): Promise<void> {
+    if (!this.config.plugin.embeddedWorker) return;
+    this.workerState = "starting";
+    try {
+      this.worker = await start();
+      this.workerState = "running";
+    } catch (error) {
+      this.workerState = "failed";
+      this.workerError = describe(error);
+      await this.problem("worker", undefined, error);
+    }
   }
 
   noteWorkerEvent(event: { type: string; message?: string; error?: unknown }): void {
@@ -189,70 +176,28 @@ export class OpencodeAdapter {
     }
   }
 
-  /**
-   * Waits until every session's serial work (ingestion, outcomes, lease releases) has run, or `budgetMs` passed. Work
-   * queued while waiting (a final message arriving during a close) is waited for too.
-   */
-  async flush(budgetMs: number): Promise<boolean> {
-    const deadline = Date.now() + budgetMs;
-    for (;;) {
-      const queues = [...this.sessions.values()].map((state) => state.queue);
-      const left = deadline - Date.now();
-      if (left <= 0) return false;
-      let timer: ReturnType<typeof setTimeout> | undefined;
-      const timedOut = await Promise.race([
-        Promise.allSettled(queues).then(() => false),
-        new Promise<boolean>((resolve) => {
-          timer = setTimeout(() => resolve(true), left);
-        }),
-      ]).finally(() => clearTimeout(timer));
-      if (timedOut) return false;
-      const now = [...this.sessions.values()].map((state) => state.queue);
-      if (now.length === queues.length && now.every((queue, i) => queue === queues[i])) return true;
-    }
-  }
-
-  /**
-   * Flushes pending ingestion and outcomes (at most `budgetMs`, setting OPTCHAT_CLOSE_FLUSH_MS), releases the leases
-   * of sessions with no open turn, stops the embedded worker at once and closes the pool. Every caller (dispose, a
-   * signal) gets the same promise: a SIGTERM during a dispose must not end the process before the flush.
-   */
-  close(budgetMs: number = this.config.plugin.closeFlushMs): Promise<void> {
-    this.closingDone ??= this.closeWithin(budgetMs);
-    return this.closingDone;
-  }
-
-  private async closeWithin(budgetMs: number): Promise<void> {
-    const started = performance.now();
+  async close(): Promise<void> {
+    if (this.closed) return;
     this.closed = true;
-    // Retry waits are cut short: a job failing now records its problem once instead of waiting for the database.
     this.closing.abort();
-    const flushed = await this.flush(budgetMs);
-    if (!flushed) {
-      this.log(
-        "warn",
-        `optchat: closing after ${budgetMs} ms with ingestion still pending (setting OPTCHAT_CLOSE_FLUSH_MS); the next OpenCode process stores what is missing from OpenCode's transcript`,
-      );
-    }
     for (const state of this.sessions.values()) {
-      if (flushed) await this.releaseLease(state);
+      await state.queue.catch(() => {});
+      await this.releaseLease(state);
       // Unfinished turns keep their claim until it expires (another process may then take over), but no timer may
       // outlive the pool it renews through.
       if (state.lease?.timer) clearInterval(state.lease.timer);
       if (state.idleCheck) clearTimeout(state.idleCheck.timer);
     }
-    await this.worker?.stop();
+    await this.worker?.stop(5_000).catch(() => {});
     await this.memory.close().catch(() => {});
-    this.timing("close", started, { flushed });
   }
 
   status(): AdapterStatus {
     return {
       holder: this.holder,
       startedAt: this.startedAt,
-      worker: this.worker?.state ?? "off",
-      workerStartReason: this.worker?.startReason,
-      workerError: this.workerError ?? this.worker?.error,
+      worker: this.workerState,
+      workerError: this.workerError,
       workerLastEvent: this.workerLastEvent,
       problems: this.problems,
       lastProblem: this.lastProblem,
@@ -297,10 +242,6 @@ export class OpencodeAdapter {
     message: HostMessageInfo,
     parts: readonly HostPart[],
   ): Promise<void> {
-    // The model's limits are needed by the request transform; asking OpenCode for them now overlaps the admission's
-    // queries instead of adding a client round trip before the first request.
-    const model = message.model;
-    if (model?.providerID && model.modelID) void this.modelLimits(model.providerID, model.modelID);
     const session = await this.open(state);
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
@@ -478,12 +419,6 @@ export class OpencodeAdapter {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;
     state.idleSince ??= Date.now();
-    if (this.worker?.waiting) {
-      const timer = setTimeout(() => {
-        if (state.idleSince !== undefined && !this.closed) this.worker?.startNow("a session stayed idle");
-      }, WORKER_IDLE_START_MS);
-      timer.unref?.();
-    }
     // Decided on the turns open when the event arrived: a stale idle (OpenCode sends two per turn, and the queue may
     // run them late) must never end a turn admitted after it (seen under CI load: a completed turn read as
     // interrupted). A turn with a terminal step is finished by that step's own job, queued before this one.
@@ -707,7 +642,6 @@ export class OpencodeAdapter {
         state.pendingError = actionableError("BUDGET_EXCEEDED", message);
         return record("budget_exceeded", { budget, model }, turnId, message);
       }
-      await this.startWorkerIfBehind(state.session, turn);
       let context: AssembledContext;
       const assembling = performance.now();
       // Every step of a turn reads the same pinned snapshot, so a complete assembly of an earlier step stays right
@@ -786,25 +720,6 @@ export class OpencodeAdapter {
       record("failed", { reason: "memory unavailable: native history sent unchanged" }, undefined, describe(error));
       await this.problem("transform", hostSessionId, error);
     }
-  }
-
-  /**
-   * A request will wait for summaries of the session's own history (readiness): a worker that has not started yet
-   * must start now, or the wait would be for nothing.
-   */
-  private async startWorkerIfBehind(session: Session, turn: Turn): Promise<void> {
-    if (!this.worker?.waiting) return;
-    const progress = await this.memory.host.treeProgress(session.sessionId, turn.generation);
-    if (progress.builtLeaves < turn.snapshot.ownBoundary) this.worker.startNow("memory was not ready for a request");
-  }
-
-  /** `chat.params` of an agent request: the request is on its way (see `noteWaitingJobs`). */
-  noteRequestSent(): void {
-    if (!this.jobsWaiting || !this.worker?.waiting) return;
-    this.jobsWaiting = false;
-    // After the request has left: chat.params runs just before OpenCode sends it.
-    const timer = setTimeout(() => this.worker?.startNow("jobs were waiting for a worker"), 100);
-    timer.unref?.();
   }
 
   /** `chat.params`: raises the actionable error the transform recorded for this request (strict readiness, budget). */
@@ -1033,40 +948,25 @@ export class OpencodeAdapter {
   }
 
   /**
-   * First sight of a session in this process, with its lease held: turns left active by a process that stopped (killed
-   * mid-turn, or closed right after the answer before its ingestion ran) are repaired from OpenCode's transcript
-   * (plugin/host-reconcile.ts): the finished messages optchat lacks are stored, and the turn gets its real outcome.
+   * First sight of a session in this process, with its lease held: turns left active by a process that died (killed
+   * mid-turn, its assistant message never completed) end as interrupted (OpenCode 1.18.33 never repairs them).
    */
   private async reconcile(state: SessionState, session: Session): Promise<void> {
     if (state.reconciled) return;
     try {
-      const stale = (await this.memory.host.activeTurns(session.sessionId)).filter((t) => !state.turns.has(t.turnId));
-      if (stale.length > 0) await this.repairStaleTurns(state, session, stale);
+      const stale = await this.memory.host.activeTurns(session.sessionId);
+      for (const turn of stale) {
+        if (state.turns.has(turn.turnId)) continue;
+        await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, "interrupted");
+        this.log(
+          "info",
+          `optchat: turn ${turn.turnId} of ${state.hostSessionId} was left unfinished by a stopped process; recorded as interrupted`,
+        );
+      }
       state.reconciled = true;
     } catch (error) {
       // The new turn is admitted anyway; the next admission tries again.
       await this.problem("reconcile", state.hostSessionId, error);
-    }
-  }
-
-  private async repairStaleTurns(state: SessionState, session: Session, stale: readonly Turn[]): Promise<void> {
-    const transcript = await this.lookups.transcript(state.hostSessionId).catch(() => undefined);
-    for (const turn of [...stale].sort((a, b) => (a.turnId < b.turnId ? -1 : a.turnId > b.turnId ? 1 : 0))) {
-      const stored = transcript
-        ? new Set((await this.memory.host.hostMessageSeqs(session.sessionId, turn.generation)).keys())
-        : new Set<string>();
-      const plan: TurnRepair = transcript
-        ? repairPlan(transcript, turn.turnId, stored)
-        : { messages: [], outcome: "interrupted", reason: "OpenCode's transcript could not be read" };
-      for (const message of plan.messages) {
-        await this.ingestDrafts(state, session, turn.turnId, message.messageId, message.at, message.drafts);
-      }
-      await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, plan.outcome);
-      const records = plan.messages.reduce((sum, m) => sum + m.drafts.length, 0);
-      this.log(
-        "info",
-        `optchat: turn ${turn.turnId} of ${state.hostSessionId} was left unfinished by a stopped process; ${records} missing record(s) stored from OpenCode's transcript; recorded as ${plan.outcome}: ${plan.reason}`,
-      );
     }
   }
 

@@ -2,9 +2,7 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
 import { openMemory, redactUrl, startWorker } from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter, PromptRefused } from "./adapter.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
-import { EmbeddedWorker } from "./embedded-worker.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
-import { bounded, closeOnSignals } from "./shutdown.js";
 import { memoryTools } from "./tools.js";
 
 /** How long a hook waits for one OpenCode client lookup before going on without it. */
@@ -42,7 +40,6 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   // the database does not need an OpenCode restart.
   let unavailable: string | undefined;
   let failedAt = 0;
-  let unregister = () => {};
   const open = async (): Promise<OpencodeAdapter> => {
     const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
     const adapter = new OpencodeAdapter(
@@ -52,26 +49,11 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       lookups,
       log,
     );
-    adapter.attachWorker(
-      new EmbeddedWorker(
-        config.plugin.embeddedWorker,
-        () =>
-          startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
-            concurrency: config.plugin.embeddedWorkerConcurrency,
-          }),
-        (error) => adapter.problem("worker", undefined, error),
-        config.plugin.embeddedWorkerStartMs,
-      ),
+    void adapter.startWorker(() =>
+      startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
+        concurrency: config.plugin.embeddedWorkerConcurrency,
+      }),
     );
-    if (config.plugin.embeddedWorker) {
-      // In the background: nothing waits for it, and a failure only means the worker waits for its other triggers.
-      void memory.host
-        .jobsWaitingForWorker()
-        .then((waiting) => adapter.noteWaitingJobs(waiting))
-        .catch(() => {});
-    }
-    // Pending ingestion and outcomes are flushed when OpenCode is told to stop (plugin/shutdown.ts).
-    unregister = closeOnSignals(adapter, config.plugin.closeFlushMs);
     unavailable = undefined;
     return adapter;
   };
@@ -160,7 +142,6 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
       // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
       if (hookInput.agent !== "title") {
-        adapter.noteRequestSent();
         const pending = adapter.takePendingError(hookInput.sessionID);
         if (pending) throw new PromptRefused(pending);
       }
@@ -173,12 +154,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
     tool: memoryTools(ready),
 
     dispose: async () => {
-      // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.
-      await withAdapter(async (adapter) => {
-        await bounded(adapter.close(config.plugin.closeFlushMs), config.plugin.closeFlushMs + 500);
-        // OpenCode may load the plugin again in this process (a new instance); this adapter is done.
-        unregister();
-      });
+      await withAdapter((adapter) => adapter.close());
     },
   };
 };
@@ -204,13 +180,6 @@ function clientLookups(input: PluginInput): HostLookups {
       const provider = result?.data?.providers?.find((p) => p.id === providerId);
       const limit = provider?.models?.[modelId]?.limit;
       return limit?.context ? { context: limit.context, output: limit.output ?? 4096 } : undefined;
-    },
-    async transcript(hostSessionId) {
-      // `GET /session/:id/message`: [{info, parts}] oldest first (works inside `opencode run` too: the client calls
-      // the in-process app; docs/opencode-notes.md).
-      const result = await withTimeout(client.session.messages({ path: { id: hostSessionId } }));
-      const data = (result as { data?: unknown } | undefined)?.data;
-      return Array.isArray(data) ? (data as HostMessage[]) : undefined;
     },
   };
 }

@@ -6,7 +6,7 @@ import {
   type SearchAnswer,
   type ZoomAnswer,
 } from "../src/memory/index.js";
-import { holderIsDead, type OpencodeAdapter } from "./adapter.js";
+import type { OpencodeAdapter } from "./adapter.js";
 
 /** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
 const ZOOM_PAGE_TOKENS = 6_000;
@@ -144,7 +144,6 @@ export async function inspectSession(
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
       embeddedWorker: process.worker,
-      workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,
       workerError: process.workerError ?? null,
       problemsSinceStart: process.problems,
@@ -166,10 +165,7 @@ export async function inspectSession(
   report.lastInjectionThisProcess = state?.lastInjection ?? null;
   Object.assign(
     report,
-    await inspectStoredSession(adapter.memory, session, {
-      workerInThisProcess: process.worker === "running",
-      holderIsGone: holderIsDead,
-    }),
+    await inspectStoredSession(adapter.memory, session, { workerInThisProcess: process.worker === "running" }),
   );
   return report;
 }

@@ -1,5 +1,4 @@
 import type { Session } from "../store/sessions.js";
-import { STUCK_TURN_ADVICE } from "../store/status.js";
 import type { Memory } from "./service.js";
 
 /** A job that could run and has waited this long means no worker is taking jobs. */
@@ -13,14 +12,7 @@ const STALLED_AFTER_SECONDS = 60;
 export async function inspectStoredSession(
   memory: Memory,
   session: Session,
-  options: {
-    workerInThisProcess?: boolean;
-    /**
-     * True when the holder of a lease that has not expired yet is known to be gone (the plugin can tell for holders
-     * on its own machine): its active turns are stuck too, without waiting for the lease to expire.
-     */
-    holderIsGone?: (holder: string) => boolean;
-  } = {},
+  options: { workerInThisProcess?: boolean } = {},
 ): Promise<Record<string, unknown>> {
   const [health, injections, problems] = await Promise.all([
     memory.host.sessionHealth(session.sessionId),
@@ -28,24 +20,14 @@ export async function inspectStoredSession(
     memory.host.listProblems(session.host, session.hostSessionId, 3),
   ]);
   const pending = health.leaves > health.builtLeaves || health.unpublishedTurns > 0;
-  // An unexpired lease whose holder is known to be gone leaves its active turns as stuck as an expired one does.
-  const stuck =
-    health.stuckTurns.length === 0 &&
-    health.turns.active > 0 &&
-    health.lease?.live &&
-    options.holderIsGone?.(health.lease.holder)
-      ? await memory.host.stuckTurns(session.sessionId, { holderGone: true })
-      : health.stuckTurns;
   const verdict =
-    stuck.length > 0
-      ? `stuck: turn ${stuck.map((t) => t.turnId).join(", ")} is still active but no OpenCode process holds the session (last holder ${stuck[0]?.holder}); ${STUCK_TURN_ADVICE}`
-      : health.failingNodes > 0 || health.failingPublications > 0
-        ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError and the summarizer settings)"
-        : !pending
-          ? "up to date"
-          : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
-            ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
-            : "working: summaries or publications are pending";
+    health.failingNodes > 0 || health.failingPublications > 0
+      ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError and the summarizer settings)"
+      : !pending
+        ? "up to date"
+        : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
+          ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
+          : "working: summaries or publications are pending";
   const last = injections[0];
   return {
     session: {
@@ -56,7 +38,7 @@ export async function inspectStoredSession(
       generation: session.currentGeneration,
       parent: session.parentSessionId,
     },
-    health: { ...health, stuckTurns: stuck, pendingLeaves: health.leaves - health.builtLeaves, verdict },
+    health: { ...health, pendingLeaves: health.leaves - health.builtLeaves, verdict },
     lastInjection: last
       ? {
           at: last.createdAt.toISOString(),

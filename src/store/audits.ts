@@ -1,5 +1,4 @@
 import type { Queryable } from "./db.js";
-import { STUCK_TURN_ADVICE, STUCK_TURNS_SQL } from "./status.js";
 
 export interface Violation {
   readonly audit:
@@ -8,8 +7,7 @@ export interface Violation {
     | "turn_visibility"
     | "snapshot_visibility"
     | "view_coverage"
-    | "reachability"
-    | "turn_liveness";
+    | "reachability";
   readonly subject: string;
   readonly problem: string;
 }
@@ -147,12 +145,6 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
             LEFT JOIN optchat.trees st ON st.tree_id = tu.shared_tree_id
            WHERE tu.own_boundary > g.next_seq
               OR (tu.shared_tree_id IS NOT NULL AND (st.kind <> 'shared' OR st.scope_id <> tu.scope_id))`,
-  },
-  {
-    audit: "turn_liveness",
-    problem: `stuck: the turn is still active but no process holds its session (the lease expired); ${STUCK_TURN_ADVICE}`,
-    sql: `SELECT x.session_id || ':' || x.turn_id || ' (OpenCode session ' || x.host_session_id || ', last holder ' || x.holder || ')' AS subject
-            FROM (${STUCK_TURNS_SQL.replaceAll("$1::text", "NULL::text").replaceAll("$2::boolean", "false")}) x`,
   },
   {
     audit: "reachability",

@@ -50,7 +50,7 @@ describe("text the database cannot hold", () => {
       await openMemory(config.core),
       config,
       { id: "project-bad-input", worktree: "/tmp/bad-input", directory: "/tmp/bad-input" },
-      { parentOf: async () => undefined, modelLimits: async () => undefined, transcript: async () => undefined },
+      { parentOf: async () => undefined, modelLimits: async () => undefined },
       (level, line) => {
         if (level !== "info") problems.push(line);
       },

@@ -7,6 +7,7 @@ import { openMemory, type PayloadPage } from "../memory/service.js";
 import { readStatus } from "../memory/status.js";
 import { lineAsText, viewAsText } from "../memory/views.js";
 import { startWorker } from "../memory/worker.js";
+import { BROWSE_USAGE, browseCommand, EXPORT_HTML_USAGE, exportHtmlCommand } from "./browse.js";
 import { importCommand } from "./import.js";
 
 const USAGE = `optchat — shared, never-ending memory for OpenCode, kept in PostgreSQL
@@ -30,6 +31,10 @@ Usage:
   optchat audit [--json]                    check publications, snapshots, views and reachability; exit 1 on a violation
   optchat inspect <session> [--json]        a session's health (by optchat id or OpenCode session id): records,
                                             summaries, publications, failures, lease, last injection, recent problems
+  ${BROWSE_USAGE}
+                                            a local read-only web UI of the whole memory (docs/browse.md)
+  ${EXPORT_HTML_USAGE}
+                                            the same pages as static files, linked relatively
   optchat help
 
 Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).`;
@@ -72,6 +77,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
         return await importCommand(rest, resolveConfig({ env }), output);
       case "inspect":
         return await inspectCommand(rest, resolveConfig({ env }), output);
+      case "browse":
+        return await browseCommand(rest, resolveConfig({ env }), output);
+      case "export":
+        return await exportHtmlCommand(rest, resolveConfig({ env }), output);
       case undefined:
       case "help":
       case "--help":

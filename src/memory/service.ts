@@ -59,6 +59,7 @@ import {
   assembleContext,
   dateFor,
   finishTurn,
+  nextTurnOf,
   PinnedNodeCache,
   type SearchAnswer,
   type SearchOptions,
@@ -152,6 +153,11 @@ export interface Memory {
   getTurn(ctx: TurnContext): Promise<Turn>;
   /** The memory blocks for one model request of the turn, within the budget (seed 000 §7). */
   assembleContext(ctx: TurnContext, options: AssembleOptions): Promise<AssembledContext>;
+  /**
+   * The memory blocks the session's next turn would get now, assembled exactly as for a real turn but for a turn that
+   * is only built in memory: nothing is admitted, pinned or written (partial readiness, no wait).
+   */
+  previewContext(sessionId: string, options: Omit<AssembleOptions, "readiness" | "waitMs">): Promise<AssembledContext>;
   /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
   zoom(ctx: TurnContext | Turn, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
   search(ctx: TurnContext | Turn, options: SearchOptions): Promise<SearchAnswer>;
@@ -179,8 +185,11 @@ export function expectedSchemaVersion(): number {
  * Opens the memory service: a pool, after checking that the database is reachable and migrated. Fails with
  * DATABASE_UNAVAILABLE or SCHEMA_OUT_OF_DATE (naming the fix) instead of failing later inside a query.
  */
-export async function openMemory(config: Config, options: { applicationName?: string } = {}): Promise<Memory> {
-  const pool = openPool(config, options.applicationName ?? "optchat");
+export async function openMemory(
+  config: Config,
+  options: { applicationName?: string; readOnly?: boolean } = {},
+): Promise<Memory> {
+  const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false);
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const version = await readSchemaVersion(pool);
@@ -206,6 +215,8 @@ export async function openMemory(config: Config, options: { applicationName?: st
   }
   const boss = createBoss(config.databaseUrl, "producer");
   boss.on("error", () => {}); // producer errors surface from the calls that hit them
+  // A read-only service never enqueues, so its job queue is not started (starting one opens connections that may write).
+  if (options.readOnly) return createMemory(pool, boss, config);
   try {
     await boss.start();
   } catch (error) {
@@ -474,6 +485,12 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
         parseInput(turnContextSchema, ctx, "assembleContext"),
         parseInput(assembleSchema, options, "assembleContext"),
       ),
+    previewContext: async (sessionId, options) =>
+      assembleContext(shared, await nextTurnOf(pool, await getSession(sessionId)), {
+        ...parseInput(assembleSchema, options, "previewContext"),
+        readiness: "partial",
+        waitMs: 0,
+      }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: () => auditAll(pool),
     zoom: (ctx, ref, options = {}) =>

@@ -905,3 +905,28 @@ export async function scopeReader(pool: Pool, scopeId: string): Promise<Turn> {
     publicationState: "none",
   };
 }
+
+/**
+ * The turn a session's next prompt would be admitted as, built in memory: nothing is admitted or pinned. Its snapshot
+ * is the one admitTurn would pin now (store/turns.ts: the shared view's latest revision and publication count, the
+ * session's records so far as its history), and its own view is fixed to the latest revision, so that assembling
+ * context for it never pins one (the only write an assembly makes). Operators' previews (`optchat browse`) use it.
+ */
+export async function nextTurnOf(pool: Pool, session: Session): Promise<Turn> {
+  const reader = await scopeReader(pool, session.scopeId);
+  const own = await findSessionTree(pool, session.sessionId, session.currentGeneration);
+  const ownView = own ? await findViewRevision(pool, own.treeId) : undefined;
+  return {
+    ...reader,
+    sessionId: session.sessionId,
+    generation: session.currentGeneration,
+    publishes: false,
+    snapshot: {
+      ...reader.snapshot,
+      ownGeneration: session.currentGeneration,
+      // Leaves are appended in the transaction that seals their records: the leaf count is the next seq.
+      ownBoundary: own?.leafCount ?? 0,
+      ownViewRevision: ownView?.revision ?? null,
+    },
+  };
+}

@@ -1,0 +1,254 @@
+/**
+ * Read-only listings for the memory browser (`optchat browse`, `optchat export --html`): scopes, the sessions of a
+ * scope, the levels of a tree, the time spans of node ranges, and the compactor's work per tree. Every statement is a
+ * SELECT; the browser's pool is also read-only at the server (db.ts `openPool`).
+ */
+import type { Queryable } from "./db.js";
+import type { ScopeKind } from "./sessions.js";
+import type { Tree } from "./trees.js";
+
+export interface ScopeSummary {
+  readonly scopeId: string;
+  readonly kind: ScopeKind;
+  readonly createdAt: Date;
+  /** Distinct project ids of the scope's sessions (at most 5). */
+  readonly projects: readonly string[];
+  readonly sessions: number;
+  readonly publications: number;
+  readonly lastPublishedAt: Date | null;
+}
+
+/** Every scope, oldest first, with its session and publication counts. */
+export async function listScopes(db: Queryable): Promise<ScopeSummary[]> {
+  const result = await db.query<{
+    scope_id: string;
+    kind: ScopeKind;
+    created_at: Date;
+    projects: string[] | null;
+    sessions: number;
+    publications: number;
+    last_published_at: Date | null;
+  }>(
+    `SELECT sc.scope_id, sc.kind, sc.created_at,
+            (SELECT array_agg(DISTINCT s.project_id) FILTER (WHERE s.project_id IS NOT NULL)
+               FROM (SELECT project_id FROM optchat.sessions WHERE scope_id = sc.scope_id LIMIT 1000) s) AS projects,
+            (SELECT count(*)::int FROM optchat.sessions s WHERE s.scope_id = sc.scope_id) AS sessions,
+            (SELECT count(*)::int FROM optchat.publications p WHERE p.scope_id = sc.scope_id) AS publications,
+            (SELECT max(p.published_at) FROM optchat.publications p WHERE p.scope_id = sc.scope_id) AS last_published_at
+       FROM optchat.scopes sc
+      ORDER BY sc.created_at, sc.scope_id`,
+  );
+  return result.rows.map((row) => ({
+    scopeId: row.scope_id,
+    kind: row.kind,
+    createdAt: row.created_at,
+    projects: (row.projects ?? []).slice(0, 5),
+    sessions: row.sessions,
+    publications: row.publications,
+    lastPublishedAt: row.last_published_at,
+  }));
+}
+
+export interface SessionSummary {
+  readonly sessionId: string;
+  readonly host: string;
+  readonly hostSessionId: string;
+  readonly title: string | null;
+  readonly projectId: string | null;
+  readonly parentSessionId: string | null;
+  readonly createdAt: Date;
+  readonly generation: number;
+  /** Records of the current generation. */
+  readonly records: number;
+  readonly turns: number;
+  readonly publications: number;
+  /** Host times of the first and the last record (by seq: two index lookups, not a scan of the session). */
+  readonly firstAt: Date | null;
+  readonly lastAt: Date | null;
+}
+
+/** Sessions of a scope in creation order, `offset` of them skipped: every session, published or not. */
+export async function listSessionsOfScope(
+  db: Queryable,
+  scopeId: string,
+  offset: number,
+  limit: number,
+): Promise<SessionSummary[]> {
+  const result = await db.query<{
+    session_id: string;
+    host: string;
+    host_session_id: string;
+    title: string | null;
+    project_id: string | null;
+    parent_session_id: string | null;
+    created_at: Date;
+    generation: number;
+    records: number;
+    turns: number;
+    publications: number;
+    first_at: Date | null;
+    last_at: Date | null;
+  }>(
+    `SELECT s.session_id, s.host, s.host_session_id, s.title, s.project_id, s.parent_session_id, s.created_at,
+            s.current_generation AS generation, g.next_seq AS records,
+            (SELECT count(*)::int FROM optchat.turns t
+              WHERE t.session_id = s.session_id AND t.generation = s.current_generation) AS turns,
+            (SELECT count(*)::int FROM optchat.publications p
+              WHERE p.session_id = s.session_id AND p.generation = s.current_generation) AS publications,
+            (SELECT r.occurred_at FROM optchat.records r
+              WHERE r.session_id = s.session_id AND r.generation = s.current_generation ORDER BY r.seq LIMIT 1) AS first_at,
+            (SELECT r.occurred_at FROM optchat.records r
+              WHERE r.session_id = s.session_id AND r.generation = s.current_generation ORDER BY r.seq DESC LIMIT 1) AS last_at
+       FROM optchat.sessions s
+       JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation
+      WHERE s.scope_id = $1::text
+      ORDER BY s.created_at, s.session_id
+     OFFSET $2::int LIMIT $3::int`,
+    [scopeId, offset, limit],
+  );
+  return result.rows.map((row) => ({
+    sessionId: row.session_id,
+    host: row.host,
+    hostSessionId: row.host_session_id,
+    title: row.title,
+    projectId: row.project_id,
+    parentSessionId: row.parent_session_id,
+    createdAt: row.created_at,
+    generation: row.generation,
+    records: row.records,
+    turns: row.turns,
+    publications: row.publications,
+    firstAt: row.first_at,
+    lastAt: row.last_at,
+  }));
+}
+
+export interface LevelSummary {
+  readonly level: number;
+  /** Built nodes at this level (their latest revisions). */
+  readonly nodes: number;
+  readonly bytes: number;
+}
+
+/** The built levels of a tree, top first. */
+export async function listTreeLevels(db: Queryable, treeId: number): Promise<LevelSummary[]> {
+  const result = await db.query<{ level: number; nodes: number; bytes: number }>(
+    `SELECT level, count(*)::int AS nodes, sum(byte_length)::bigint AS bytes
+       FROM (SELECT DISTINCT ON (level, idx) level, byte_length FROM optchat.nodes
+              WHERE tree_id = $1::bigint ORDER BY level, idx, revision DESC) n
+      GROUP BY level ORDER BY level DESC`,
+    [treeId],
+  );
+  return result.rows.map((row) => ({ level: row.level, nodes: row.nodes, bytes: Number(row.bytes) }));
+}
+
+export interface LevelNode {
+  readonly level: number;
+  readonly index: number;
+  readonly revision: number;
+  readonly text: string;
+  readonly bytes: number;
+  readonly summarizer: string;
+  readonly attempts: number;
+  readonly overshoot: boolean;
+  readonly builtAt: Date;
+}
+
+/** Built nodes of one level with indexes in [fromIndex, toIndex), in order (their latest revisions). */
+export async function listLevelNodes(
+  db: Queryable,
+  treeId: number,
+  level: number,
+  fromIndex: number,
+  toIndex: number,
+): Promise<LevelNode[]> {
+  const result = await db.query<{
+    level: number;
+    idx: number;
+    revision: number;
+    text: string;
+    byte_length: number;
+    summarizer: string;
+    attempts: number;
+    overshoot: boolean;
+    built_at: Date;
+  }>(
+    `SELECT DISTINCT ON (idx) level, idx, revision, text, byte_length, summarizer, attempts, overshoot, built_at
+       FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx >= $3::bigint AND idx < $4::bigint
+      ORDER BY idx, revision DESC`,
+    [treeId, level, fromIndex, toIndex],
+  );
+  return result.rows.map((row) => ({
+    level: row.level,
+    index: Number(row.idx),
+    revision: row.revision,
+    text: row.text,
+    bytes: row.byte_length,
+    summarizer: row.summarizer,
+    attempts: row.attempts,
+    overshoot: row.overshoot,
+    builtAt: row.built_at,
+  }));
+}
+
+export interface TimeSpan {
+  readonly first: Date;
+  readonly last: Date;
+}
+
+/**
+ * The time span of each leaf range [start, end) of a tree, keyed `start:end`: for a session tree the host times of
+ * its records, for a shared tree the completion times of its publications (the records behind a high shared node can
+ * be a whole project's history; the turns' completion times are one index range).
+ */
+export async function rangeTimeSpans(
+  db: Queryable,
+  tree: Tree,
+  ranges: readonly { start: number; end: number }[],
+): Promise<Map<string, TimeSpan>> {
+  if (ranges.length === 0) return new Map();
+  const span =
+    tree.kind === "session"
+      ? `SELECT min(r.occurred_at) AS first, max(r.occurred_at) AS last FROM optchat.records r
+          WHERE r.session_id = $3::text AND r.generation = $4::int AND r.seq >= a.start AND r.seq < a.stop`
+      : `SELECT min(p.completed_at) AS first, max(p.completed_at) AS last FROM optchat.publications p
+          WHERE p.scope_id = $3::text AND p.publication_seq >= a.start AND p.publication_seq < a.stop`;
+  const result = await db.query<{ start: number; stop: number; first: Date | null; last: Date | null }>(
+    `SELECT a.start, a.stop, s.first, s.last
+       FROM unnest($1::bigint[], $2::bigint[]) AS a(start, stop)
+       CROSS JOIN LATERAL (${span}) s`,
+    [
+      ranges.map((r) => r.start),
+      ranges.map((r) => r.end),
+      tree.kind === "session" ? tree.sessionId : tree.scopeId,
+      ...(tree.kind === "session" ? [tree.generation] : []),
+    ],
+  );
+  const spans = new Map<string, TimeSpan>();
+  for (const row of result.rows) {
+    if (row.first && row.last)
+      spans.set(`${Number(row.start)}:${Number(row.stop)}`, { first: row.first, last: row.last });
+  }
+  return spans;
+}
+
+export interface CompactorWork {
+  /** `free` (no model call: the text fit as it was) or the summarizer's identity. */
+  readonly summarizer: string;
+  /** Node rows built, every revision counted. */
+  readonly nodes: number;
+  /** Model calls made for them (chunks included). */
+  readonly calls: number;
+  readonly overshoots: number;
+}
+
+/** What the compactor did for a tree, by summarizer: the only cost measure optchat records (no token ledger). */
+export async function listCompactorWork(db: Queryable, treeId: number): Promise<CompactorWork[]> {
+  const result = await db.query<{ summarizer: string; nodes: number; calls: number; overshoots: number }>(
+    `SELECT summarizer, count(*)::int AS nodes, coalesce(sum(attempts), 0)::int AS calls,
+            count(*) FILTER (WHERE overshoot)::int AS overshoots
+       FROM optchat.nodes WHERE tree_id = $1::bigint GROUP BY summarizer ORDER BY summarizer`,
+    [treeId],
+  );
+  return result.rows.map((row) => ({ ...row }));
+}

@@ -13,10 +13,8 @@ import { endOf, type NodeAddress, nodeKey, parseRef, refOf, startOf } from "../c
 import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import {
   type CompactorWork,
-  type LevelNode,
   type LevelSummary,
   listCompactorWork,
-  listLevelNodes,
   listScopes,
   listSessionsOfScope,
   listTreeLevels,
@@ -28,7 +26,14 @@ import {
 import { listPublicationFailures, listPublications, type PublicationFailure } from "../store/publications.js";
 import type { SourceRecord } from "../store/records.js";
 import { findScope, type Scope, type Session } from "../store/sessions.js";
-import { findNodes, findSessionTree, findSharedTreeOfScope, listNodeFailures, type Tree } from "../store/trees.js";
+import {
+  findNodes,
+  findSessionTree,
+  findSharedTreeOfScope,
+  listNodeFailures,
+  type NodeRecord,
+  type Tree,
+} from "../store/trees.js";
 import type { TurnOutcome } from "../store/turns.js";
 import type { AdapterProblem, Injection } from "./host.js";
 import { inspectStoredSession } from "./inspect.js";
@@ -114,7 +119,7 @@ export interface PublicationsPage {
 export interface LevelPage {
   readonly owner: TreeOwner;
   readonly level: number;
-  readonly lines: readonly (BrowseLine & Pick<LevelNode, "summarizer" | "attempts" | "overshoot">)[];
+  readonly lines: readonly (BrowseLine & Pick<NodeRecord, "summarizer" | "attempts" | "overshoot">)[];
   readonly from: number;
   readonly next: number | null;
 }
@@ -374,24 +379,29 @@ export function createBrowseModel(memory: Memory): BrowseModel {
 
     async level(owner, level, from) {
       const tree = await treeOf(owner);
-      const page = await listLevelNodes(pool, tree.treeId, level, from, from + PAGE_SIZE.nodes);
+      // Only whole ranges are nodes: a level holds at most leafCount / 2^level of them.
+      const nodesAtLevel = Math.floor(tree.leafCount / 2 ** level);
+      const addresses: NodeAddress[] = [];
+      for (let index = from; index < Math.min(from + PAGE_SIZE.nodes, nodesAtLevel); index++)
+        addresses.push({ level, index });
+      const found = await findNodes(pool, tree.treeId, addresses);
+      const page = addresses.flatMap((a) => found.get(nodeKey(a)) ?? []);
       const lines = await withSpans(
         tree,
         page.map((n) => {
           const node = { level: n.level, index: n.index };
-          return { ref: nameIn(tree)(node), node, text: n.text, built: true, bytes: n.bytes };
+          return { ref: nameIn(tree)(node), node, text: n.text, built: true, bytes: n.byteLength };
         }),
       );
       return {
         owner,
         level,
         lines: lines.map((line, k) => {
-          const n = page[k] as LevelNode;
+          const n = page[k] as NodeRecord;
           return { ...line, summarizer: n.summarizer, attempts: n.attempts, overshoot: n.overshoot };
         }),
         from,
-        // Only whole ranges are nodes: a level holds at most leafCount / 2^level of them.
-        next: pageAfter(from, PAGE_SIZE.nodes, Math.floor(tree.leafCount / 2 ** level)),
+        next: pageAfter(from, PAGE_SIZE.nodes, nodesAtLevel),
       };
     },
 

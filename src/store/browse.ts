@@ -142,55 +142,6 @@ export async function listTreeLevels(db: Queryable, treeId: number): Promise<Lev
   return result.rows.map((row) => ({ level: row.level, nodes: row.nodes, bytes: Number(row.bytes) }));
 }
 
-export interface LevelNode {
-  readonly level: number;
-  readonly index: number;
-  readonly revision: number;
-  readonly text: string;
-  readonly bytes: number;
-  readonly summarizer: string;
-  readonly attempts: number;
-  readonly overshoot: boolean;
-  readonly builtAt: Date;
-}
-
-/** Built nodes of one level with indexes in [fromIndex, toIndex), in order (their latest revisions). */
-export async function listLevelNodes(
-  db: Queryable,
-  treeId: number,
-  level: number,
-  fromIndex: number,
-  toIndex: number,
-): Promise<LevelNode[]> {
-  const result = await db.query<{
-    level: number;
-    idx: number;
-    revision: number;
-    text: string;
-    byte_length: number;
-    summarizer: string;
-    attempts: number;
-    overshoot: boolean;
-    built_at: Date;
-  }>(
-    `SELECT DISTINCT ON (idx) level, idx, revision, text, byte_length, summarizer, attempts, overshoot, built_at
-       FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx >= $3::bigint AND idx < $4::bigint
-      ORDER BY idx, revision DESC`,
-    [treeId, level, fromIndex, toIndex],
-  );
-  return result.rows.map((row) => ({
-    level: row.level,
-    index: Number(row.idx),
-    revision: row.revision,
-    text: row.text,
-    bytes: row.byte_length,
-    summarizer: row.summarizer,
-    attempts: row.attempts,
-    overshoot: row.overshoot,
-    builtAt: row.built_at,
-  }));
-}
-
 export interface TimeSpan {
   readonly first: Date;
   readonly last: Date;

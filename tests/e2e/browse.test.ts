@@ -9,7 +9,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBrowseModel, PREVIEW_WINDOW } from "../../src/memory/browse.js";
 import type { Session } from "../../src/store/sessions.js";
 import {
+  collect,
   databaseDigest,
+  type Finished,
   HOSTILE_TEXT,
   ROOT,
   runCli,
@@ -37,7 +39,7 @@ let a: Session;
 let b: Session;
 let texts: Map<string, string>;
 let digestBefore: Record<string, string>;
-let browse: { child: ChildProcess; url: string; origin: string; stdout: () => string; stderr: () => string };
+let browse: { child: ChildProcess; url: string; origin: string; finished: Promise<Finished> };
 let browser: Browser | undefined;
 const exportDir = mkdtempSync(join(tmpdir(), "optchat-export-"));
 
@@ -47,16 +49,9 @@ async function startBrowse(databaseUrl: string): Promise<typeof browse> {
     env: { ...process.env, DATABASE_URL: databaseUrl },
     stdio: ["ignore", "pipe", "pipe"],
   });
-  let stdout = "";
-  let stderr = "";
-  child.stdout?.on("data", (chunk) => {
-    stdout += chunk;
-  });
-  child.stderr?.on("data", (chunk) => {
-    stderr += chunk;
-  });
+  const finished = collect(child);
   const url = await waitForLine(child, /^http:\/\/127\.0\.0\.1:\d+\/\?token=[A-Za-z0-9_-]+$/);
-  return { child, url, origin: new URL(url).origin, stdout: () => stdout, stderr: () => stderr };
+  return { child, url, origin: new URL(url).origin, finished };
 }
 
 beforeAll(async () => {
@@ -68,11 +63,8 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await browser?.close();
-  if (browse && browse.child.exitCode === null) {
-    const exited = new Promise((done) => browse.child.once("close", done));
-    browse.child.kill("SIGTERM");
-    await exited;
-  }
+  if (browse?.child.exitCode === null) browse.child.kill("SIGTERM");
+  await browse?.finished;
   rmSync(exportDir, { recursive: true, force: true });
 });
 
@@ -291,10 +283,13 @@ describe("optchat export --html", () => {
 });
 
 describe("after all of it", () => {
-  it("printed the token once, on stdout, and nowhere else", () => {
+  it("stops on SIGTERM, having printed the token once, on stdout, and nowhere else", async () => {
+    browse.child.kill("SIGTERM");
+    const { code, stdout, stderr } = await browse.finished;
+    expect(code).toBe(0);
     const token = new URL(browse.url).searchParams.get("token") as string;
-    expect(browse.stdout().split(token).length - 1).toBe(1);
-    expect(browse.stderr()).not.toContain(token);
+    expect(stdout.split(token).length - 1).toBe(1);
+    expect(stderr).not.toContain(token);
   });
 
   it("wrote nothing to the database while browsing and exporting", async () => {

@@ -22,7 +22,7 @@ import {
   stageItem,
 } from "../store/records.js";
 import { ensureScope, findSession, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
-import { applyTreeChanges, lockTree } from "../store/trees.js";
+import { applyTreeChanges, lockTree } from "../store/tree-changes.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";

@@ -15,7 +15,7 @@ import {
   viewBytes,
 } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceText, NODE_BYTES } from "../core/summary.js";
+import { freeLeafText, freeParentText, type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import {
   childrenOf,
@@ -56,6 +56,23 @@ export interface AppliedChanges {
   readonly ready: readonly NodeAddress[];
   /** The view revision after the changes (a new one when the view changed). */
   readonly viewRevision: number;
+}
+
+export interface PlanOptions {
+  /** Build the nodes that became ready and are free in the same transaction (see planTreeChanges). */
+  readonly buildFreeInline?: boolean;
+  /**
+   * A leaf's record and payload when the caller holds them: the ingest plans the fold of records it has not written
+   * yet (they are written by the same statement as the fold), so a free leaf among them is read from here.
+   */
+  readonly leafSource?: (index: number) => LeafSource | undefined;
+}
+
+/** What a free leaf is built from. */
+export interface LeafSource {
+  readonly record: LeafSourceRecord & { readonly payloadHash: Buffer };
+  /** null: larger than a free leaf can be (not transferred). */
+  readonly payload: Buffer | null;
 }
 
 /** How many free nodes one compactor commit builds inline at most (see applyTreeChanges). */
@@ -134,10 +151,11 @@ export async function inspectNodeJob(
 }
 
 /**
- * Applies changes to a tree locked by `lockTree` in this transaction: inserts built nodes, folds the view with every
- * event, and in one final statement writes the parts that entered and left the view, persists a new view revision
- * when the view changed, updates the tree's counters and fold state and, when a node was built, announces it (NOTIFY,
- * delivered on commit) to the callers waiting for readiness (settleTree). Appends alone do not notify: they make
+ * Plans changes to a tree locked by `lockTree` in this transaction: inserts built nodes, folds the view with every
+ * event, and returns what one statement then writes (writeTreeChanges, or the ingest's commit statement): the parts
+ * that entered and left the view, a new view revision when the view changed, the tree's counters and fold state and,
+ * when a node was built, an announcement (NOTIFY, delivered on commit) to the callers waiting for readiness
+ * (settleTree). Appends alone do not notify: they make
  * nothing more ready, and a notifying transaction takes PostgreSQL's cluster-wide notification lock at pre-commit and
  * holds it to the end of its commit, which serializes notifying commits (8 ingesting clients scaled 2.4x over one
  * while pgbench scaled 8.3x in the same run; on the loaded 2-core machine of issue 9 the gain from dropping it was
@@ -147,13 +165,13 @@ export async function inspectNodeJob(
  * the next leaf (listTreeEvents). Appends that cannot merge anything (appendWithoutFit: the common case of an ingest)
  * never read the view's parts; the first event that needs the full fold reads them once (loadFrontier).
  */
-export async function applyTreeChanges(
+export async function planTreeChanges(
   db: Queryable,
   { tree }: LockedTree,
   changes: readonly TreeChange[],
   params: FoldParams,
-  options: { buildFreeInline?: boolean } = {},
-): Promise<AppliedChanges> {
+  options: PlanOptions = {},
+): Promise<TreeChangePlan> {
   let summary: FoldSummary = { leafCount: tree.leafCount, bytes: tree.viewBytes, shrinking: tree.viewShrinking };
   let unbuilt = tree.viewUnbuilt;
   // The latest revision's parts, read when an event first needs the full fold; `state` continues from them.
@@ -185,7 +203,7 @@ export async function applyTreeChanges(
       // At most MAX_INLINE_BUILDS per commit: the tree row stays locked meanwhile, and ingestion into this session
       // waits for it. Whatever is still ready afterwards becomes jobs, which continue the cascade.
       if (!options.buildFreeInline || inlineBuilds >= MAX_INLINE_BUILDS) break;
-      const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree);
+      const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree, options.leafSource);
       if (!free) break;
       inlineBuilds += 1;
       change = { type: "built", node: free };
@@ -264,47 +282,154 @@ export async function applyTreeChanges(
   if (!newRevision && (entered.length > 0 || left.length > 0))
     throw new Error(`tree ${tree.treeId}: the view's parts changed without a new revision`);
   const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
-  const updated = await db.query<TreeRow>({
-    // Prepared once per connection: every tree write (each ingest, each node commit) runs it.
-    name: "optchat.trees.apply",
-    text: `WITH closed AS (
-       UPDATE optchat.view_parts p SET until_revision = $5::int
-         FROM unnest($7::int[], $8::bigint[]) AS c(level, idx)
-        WHERE p.tree_id = $1::bigint AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL
-     ), opened AS (
+  return {
+    treeId: tree.treeId,
+    leafCount,
+    builtLeaves,
+    eventNo,
+    revision: revisionNo,
+    newRevision,
+    left,
+    entered,
+    bytes: summary.bytes,
+    shrinking: summary.shrinking,
+    unbuilt,
+    upperBytes: params.upperBytes,
+    lowerBytes: params.lowerBytes,
+    notify: builtHere.size > 0,
+    ready: stillReady,
+  };
+}
+
+/**
+ * What planTreeChanges decided for one tree, written by one statement (writeTreeChanges, or the ingest's commit
+ * statement in store/ingest-commit.ts, which writes the records and their trees' folds together).
+ */
+export interface TreeChangePlan {
+  readonly treeId: number;
+  readonly leafCount: number;
+  readonly builtLeaves: number;
+  readonly eventNo: number;
+  /** The view revision after the changes; a new one when `newRevision`. */
+  readonly revision: number;
+  readonly newRevision: boolean;
+  readonly left: readonly NodeAddress[];
+  readonly entered: readonly NodeAddress[];
+  readonly bytes: number;
+  readonly shrinking: boolean;
+  readonly unbuilt: number;
+  readonly upperBytes: number;
+  readonly lowerBytes: number;
+  /** A node was built: announce it on commit (see planTreeChanges). */
+  readonly notify: boolean;
+  /** Nodes that became ready to build: enqueue exactly these. */
+  readonly ready: readonly NodeAddress[];
+}
+
+/** The number of parameters {@link treeWriteCtes} takes. */
+export const TREE_WRITE_PARAMS = 26;
+
+/**
+ * The data-modifying CTEs that write any number of plans (parameters $first .. $first+25, values from
+ * treeWriteValues): view parts closed and opened, new view revisions, the trees' counters and fold state. The last,
+ * `tree_updates`, returns the updated tree rows. One statement for a whole batch: a batch over many sessions costs
+ * the same round trips as one session.
+ */
+export function treeWriteCtes(first: number): string {
+  const p = (k: number) => `$${first + k}`;
+  return `tree_parts_closed AS (
+       UPDATE optchat.view_parts p SET until_revision = c.revision
+         FROM unnest(${p(0)}::bigint[], ${p(1)}::int[], ${p(2)}::bigint[], ${p(3)}::int[]) AS c(tree_id, level, idx, revision)
+        WHERE p.tree_id = c.tree_id AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL
+     ), tree_parts_opened AS (
        INSERT INTO optchat.view_parts (tree_id, level, idx, from_revision)
-       SELECT $1::bigint, o.level, o.idx, $5::int FROM unnest($9::int[], $10::bigint[]) AS o(level, idx)
-     ), revision AS (
+       SELECT * FROM unnest(${p(4)}::bigint[], ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::int[])
+     ), tree_revisions AS (
        INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, bytes, shrinking, unbuilt, upper_bytes,
                                            lower_bytes)
-       SELECT $1::bigint, $5::int, $4::bigint, $2::bigint, $11::int, $12::boolean, $13::int, $14::int, $15::int
-        WHERE $6::boolean
-     )
-     UPDATE optchat.trees SET leaf_count = $2::bigint, built_leaves = $3::bigint, event_count = $4::bigint,
-                              view_revision = $5::int, view_bytes = $11::int, view_shrinking = $12::boolean,
-                              view_unbuilt = $13::int
-      WHERE tree_id = $1::bigint
-     RETURNING ${TREE_COLUMNS}, CASE WHEN $16::boolean THEN pg_notify('${TREE_CHANNEL}', tree_id::text) END`,
-    values: [
-      tree.treeId,
-      leafCount,
-      builtLeaves,
-      eventNo,
-      revisionNo,
-      newRevision,
-      left.map((p) => p.level),
-      left.map((p) => p.index),
-      entered.map((p) => p.level),
-      entered.map((p) => p.index),
-      summary.bytes,
-      summary.shrinking,
-      unbuilt,
-      params.upperBytes,
-      params.lowerBytes,
-      builtHere.size > 0,
-    ],
+       SELECT * FROM unnest(${p(8)}::bigint[], ${p(9)}::int[], ${p(10)}::bigint[], ${p(11)}::bigint[], ${p(12)}::int[],
+                            ${p(13)}::boolean[], ${p(14)}::int[], ${p(15)}::int[], ${p(16)}::int[])
+     ), tree_updates AS (
+       UPDATE optchat.trees t SET leaf_count = u.leaf_count, built_leaves = u.built_leaves, event_count = u.event_count,
+                                  view_revision = u.view_revision, view_bytes = u.view_bytes,
+                                  view_shrinking = u.view_shrinking, view_unbuilt = u.view_unbuilt
+         FROM unnest(${p(17)}::bigint[], ${p(18)}::bigint[], ${p(19)}::bigint[], ${p(20)}::bigint[], ${p(21)}::int[],
+                     ${p(22)}::int[], ${p(23)}::boolean[], ${p(24)}::int[], ${p(25)}::boolean[])
+              AS u(tree_id, leaf_count, built_leaves, event_count, view_revision, view_bytes, view_shrinking, view_unbuilt,
+                   notify)
+        WHERE t.tree_id = u.tree_id
+       RETURNING ${TREE_COLUMNS.split(", ")
+         .map((c) => `t.${c}`)
+         .join(", ")}, CASE WHEN u.notify THEN pg_notify('${TREE_CHANNEL}', t.tree_id::text) END AS notified
+     )`;
+}
+
+/** The parameters of {@link treeWriteCtes} for these plans, in order. */
+export function treeWriteValues(plans: readonly TreeChangePlan[]): unknown[] {
+  const parts = (pick: (plan: TreeChangePlan) => readonly NodeAddress[]) => {
+    const rows = plans.flatMap((plan) => pick(plan).map((part) => ({ plan, part })));
+    return [
+      rows.map((r) => r.plan.treeId),
+      rows.map((r) => r.part.level),
+      rows.map((r) => r.part.index),
+      rows.map((r) => r.plan.revision),
+    ];
+  };
+  const revised = plans.filter((plan) => plan.newRevision);
+  return [
+    ...parts((plan) => plan.left),
+    ...parts((plan) => plan.entered),
+    revised.map((plan) => plan.treeId),
+    revised.map((plan) => plan.revision),
+    revised.map((plan) => plan.eventNo),
+    revised.map((plan) => plan.leafCount),
+    revised.map((plan) => plan.bytes),
+    revised.map((plan) => plan.shrinking),
+    revised.map((plan) => plan.unbuilt),
+    revised.map((plan) => plan.upperBytes),
+    revised.map((plan) => plan.lowerBytes),
+    plans.map((plan) => plan.treeId),
+    plans.map((plan) => plan.leafCount),
+    plans.map((plan) => plan.builtLeaves),
+    plans.map((plan) => plan.eventNo),
+    plans.map((plan) => plan.revision),
+    plans.map((plan) => plan.bytes),
+    plans.map((plan) => plan.shrinking),
+    plans.map((plan) => plan.unbuilt),
+    plans.map((plan) => plan.notify),
+  ];
+}
+
+/** The updated trees of a write, by tree id. */
+export function treesWritten(rows: readonly TreeRow[]): Map<number, Tree> {
+  return new Map(rows.map((row) => [Number(row.tree_id), toTree(row)]));
+}
+
+/** Writes plans in one statement; returns the updated trees by id. */
+export async function writeTreeChanges(db: Queryable, plans: readonly TreeChangePlan[]): Promise<Map<number, Tree>> {
+  if (plans.length === 0) return new Map();
+  const result = await db.query<TreeRow>({
+    // Prepared once per connection: every node commit and publication runs it.
+    name: "optchat.trees.write",
+    text: `WITH ${treeWriteCtes(1)} SELECT * FROM tree_updates`,
+    values: treeWriteValues(plans),
   });
-  return { tree: toTree(updated.rows[0] as TreeRow), ready: stillReady, viewRevision: revisionNo };
+  return treesWritten(result.rows);
+}
+
+/** planTreeChanges and writeTreeChanges for one tree, for callers with nothing else to write in the same statement. */
+export async function applyTreeChanges(
+  db: Queryable,
+  locked: LockedTree,
+  changes: readonly TreeChange[],
+  params: FoldParams,
+  options: PlanOptions = {},
+): Promise<AppliedChanges> {
+  const plan = await planTreeChanges(db, locked, changes, params, options);
+  const written = await writeTreeChanges(db, [plan]);
+  const tree = written.get(plan.treeId);
+  if (!tree) throw new Error(`tree ${plan.treeId}: the write updated no tree row`);
+  return { tree, ready: plan.ready, viewRevision: plan.revision };
 }
 
 /**
@@ -353,6 +478,7 @@ async function nextFreeNode(
   ready: readonly NodeAddress[],
   builtHere: ReadonlySet<number>,
   checked: Set<number>,
+  leafSource: PlanOptions["leafSource"],
 ): Promise<NewNode | undefined> {
   for (const node of ready) {
     const key = nodeKey(node);
@@ -363,7 +489,9 @@ async function nextFreeNode(
       // A free leaf's line is at most NODE_BYTES, and its text has at least the payload's bytes less 3 (a dropped
       // BOM; invalid bytes and NUL only grow when rendered): a larger payload is never free, and is not read here,
       // inside the ingest transaction (a 64 MiB record was read back whole just to learn that).
-      const found = await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3);
+      const found =
+        leafSource?.(node.index) ??
+        (await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3));
       if (!found?.payload) continue;
       const text = freeLeafText(found.record.kind, leafSourceText(found.record, payloadAsText(found.payload)));
       if (text !== undefined) return freeNode(node, text, [found.record.payloadHash]);

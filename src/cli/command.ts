@@ -23,6 +23,8 @@ export interface Command {
   readonly usage: readonly string[];
   /** What the command does, one or two lines (the overview and `--help` print it). */
   readonly summary: string;
+  /** More for `optchat <name> --help`: options, where ids come from, exit codes. */
+  readonly details?: string;
   /** Returns the process exit code; throws OptchatError for bad input or a failure (main reports it). */
   run(args: readonly string[], ctx: CommandContext): Promise<number>;
 }

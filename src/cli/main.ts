@@ -1,24 +1,27 @@
 import { isOptchatError } from "../core/errors.js";
 import { resolveConfig } from "../memory/config.js";
 import type { Output } from "./command.js";
-import { findCommand, overview } from "./registry.js";
+import { processOutput } from "./output.js";
+import { commandHelp, findCommand, overview } from "./registry.js";
+
+const HELP_FLAGS = new Set(["--help", "-h"]);
 
 /** Runs one command; returns the process exit code. Never throws. */
 export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
   const [name, ...rest] = argv;
-  const output: Output = {
-    json: rest.includes("--json"),
-    out: (line) => process.stdout.write(`${line}\n`),
-    err: (line) => process.stderr.write(`${line}\n`),
-  };
-  if (name === undefined || name === "help" || name === "--help" || name === "-h") {
-    output.out(overview());
+  const output = processOutput(rest.includes("--json"));
+  if (name === undefined || name === "help" || HELP_FLAGS.has(name)) {
+    const topic = name === "help" && rest[0] !== undefined ? findCommand(rest[0]) : undefined;
+    if (name === "help" && rest[0] !== undefined && !topic) return unknownCommand(rest[0], output);
+    output.out(topic ? commandHelp(topic) : overview());
     return 0;
   }
   const command = findCommand(name);
-  if (!command) {
-    output.err(`optchat: unknown command "${name}".\n\n${overview()}`);
-    return 2;
+  if (!command) return unknownCommand(name, output);
+  // Before the settings are read: help must work with a broken environment, and without a database.
+  if (rest.some((arg) => HELP_FLAGS.has(arg))) {
+    output.out(commandHelp(command));
+    return 0;
   }
   try {
     return await command.run(rest, { config: resolveConfig({ env }), output });
@@ -26,6 +29,11 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     reportError(error, output);
     return 1;
   }
+}
+
+function unknownCommand(name: string, output: Output): number {
+  output.err(`optchat: unknown command "${name}".\n\n${overview()}`);
+  return 2;
 }
 
 function reportError(error: unknown, output: Output): void {

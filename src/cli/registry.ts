@@ -5,6 +5,7 @@ import { auditCommand } from "./commands/audit.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
 import { migrateCommand } from "./commands/migrate.js";
+import { scopesCommand } from "./commands/scopes.js";
 import { searchCommand } from "./commands/search.js";
 import { sessionsCommand } from "./commands/sessions.js";
 import { statusCommand } from "./commands/status.js";
@@ -18,6 +19,7 @@ export const COMMANDS: readonly Command[] = [
   workerCommand,
   viewCommand,
   zoomCommand,
+  scopesCommand,
   searchCommand,
   sessionsCommand,
   importFileCommand,
@@ -36,9 +38,21 @@ export function overview(): string {
     for (const usage of command.usage) lines.push(`  ${usage}`);
     for (const line of command.summary.split("\n")) lines.push(`      ${line}`);
   }
-  lines.push("  optchat help", "");
+  lines.push(
+    "  optchat help [command]",
+    "      this overview, or one command's help (also `optchat <command> --help`)",
+    "",
+  );
   lines.push(
     'Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).',
   );
+  return lines.join("\n");
+}
+
+/** `optchat <name> --help`: the command's usage, what it does, and its details. */
+export function commandHelp(command: Command): string {
+  const lines = ["Usage:", ...command.usage.map((usage) => `  ${usage}`), "", command.summary.replace(/\n/g, " ")];
+  if (command.details) lines.push("", command.details);
+  lines.push("", "Every command accepts --json (one JSON object on stdout) and --help.");
   return lines.join("\n");
 }

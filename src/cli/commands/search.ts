@@ -1,4 +1,5 @@
 import { OptchatError } from "../../core/errors.js";
+import { resolveSession } from "../../memory/resolve-session.js";
 import { type Command, parseCommand, withMemory } from "../command.js";
 import { renderSearch } from "../render.js";
 import { requireScope } from "./scope-flag.js";
@@ -26,7 +27,7 @@ export const searchCommand: Command = {
       memory.search(await memory.readScope(scope), {
         query: positionals.join(" "),
         ...(values.any ? { match: "any" as const } : {}),
-        ...(values.session ? { sessionId: values.session } : {}),
+        ...(values.session ? { sessionId: (await resolveSession(memory, values.session)).sessionId } : {}),
         ...(values.before ? { before: values.before } : {}),
         ...(values.after ? { after: values.after } : {}),
         ...(values.cursor ? { cursor: values.cursor } : {}),

@@ -1,3 +1,4 @@
+import { resolveSession } from "../../memory/resolve-session.js";
 import { viewAsText } from "../../memory/views.js";
 import { type Command, integerFlag, parseCommand, withMemory } from "../command.js";
 import { describeView } from "../render.js";
@@ -11,9 +12,10 @@ export const viewCommand: Command = {
   async run(args, { config, output }) {
     const { values, positionals } = parseCommand(args, { budget: { type: "string" } }, 1, usage);
     const budget = integerFlag(values.budget, "budget", 1, 100_000_000);
-    const view = await withMemory(config, "optchat-cli", (memory) =>
-      memory.view(positionals[0] as string, budget === undefined ? {} : { budget }),
-    );
+    const view = await withMemory(config, "optchat-cli", async (memory) => {
+      const session = await resolveSession(memory, positionals[0] as string);
+      return await memory.view(session.sessionId, budget === undefined ? {} : { budget });
+    });
     if (output.json) output.out(JSON.stringify({ ok: true, ...view }));
     else {
       output.out(viewAsText(view));

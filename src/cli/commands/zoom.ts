@@ -1,4 +1,5 @@
 import { OptchatError } from "../../core/errors.js";
+import { resolveSession } from "../../memory/resolve-session.js";
 import type { Memory, PayloadPage } from "../../memory/service.js";
 import { lineAsText } from "../../memory/views.js";
 import { type Command, type CommandContext, parseCommand, withMemory } from "../command.js";
@@ -44,8 +45,9 @@ async function zoomScope(
   return 0;
 }
 
-async function zoomSession(sessionId: string, ref: string, { config, output }: CommandContext): Promise<number> {
+async function zoomSession(id: string, ref: string, { config, output }: CommandContext): Promise<number> {
   return await withMemory(config, "optchat-cli", async (memory) => {
+    const { sessionId } = await resolveSession(memory, id);
     const result = await memory.zoomSession(sessionId, ref);
     if (result.kind === "children") {
       if (output.json) output.out(JSON.stringify({ ok: true, ...result }));

@@ -37,10 +37,14 @@ export function eventKeyOf(key: FinalizationKey): string {
 
 const SESSION_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"; // Crockford base32, lowercase
 
-/** A new opaque session ID from 16 random bytes (the caller supplies the randomness: core reads no entropy source). */
+/**
+ * A new opaque session ID from 16 random bytes (the caller supplies the randomness: core reads no entropy source).
+ * The `mem_` prefix tells optchat's ids from OpenCode's `ses_…` at a glance (issue 12: both looked alike). Sessions
+ * created before it keep their `ses_…` ids: an id is opaque, nothing parses the prefix.
+ */
 export function sessionIdFromRandom(bytes: Uint8Array): string {
   if (bytes.length < 16) throw new RangeError("sessionIdFromRandom needs at least 16 random bytes");
-  let out = "ses_";
+  let out = "mem_";
   let buffer = 0;
   let bits = 0;
   for (const byte of bytes.subarray(0, 16)) {

@@ -15,11 +15,9 @@ import {
   type CompactorWork,
   type LevelSummary,
   listCompactorWork,
-  listScopes,
   listSessionsOfScope,
   listTreeLevels,
   rangeTimeSpans,
-  type ScopeSummary,
   type SessionSummary,
   type TimeSpan,
 } from "../store/browse.js";
@@ -37,6 +35,8 @@ import {
 import type { TurnOutcome } from "../store/turns.js";
 import type { AdapterProblem, Injection } from "./host.js";
 import { inspectStoredSession } from "./inspect.js";
+import { resolveSession } from "./resolve-session.js";
+import { listScopes, type ScopeSummary } from "./scopes.js";
 import type { Memory, PayloadPage } from "./service.js";
 import type { AssembledContext, SearchAnswer } from "./shared.js";
 import { renderView } from "./views.js";
@@ -215,7 +215,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
 
   async function treeOf(owner: TreeOwner): Promise<Tree> {
     if (owner.kind === "shared") return await sharedTreeOf(owner.scopeId);
-    const session = await memory.getSession(owner.sessionId);
+    const session = await resolveSession(memory, owner.sessionId);
     const tree = await findSessionTree(pool, session.sessionId, session.currentGeneration);
     if (!tree) throw new OptchatError("SESSION_NOT_FOUND", `Session ${session.sessionId} has no tree`, {});
     return tree;
@@ -319,7 +319,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
   }
 
   async function sessionZoom(sessionId: string, ref: string): Promise<ZoomPage> {
-    const session = await memory.getSession(sessionId);
+    const session = await resolveSession(memory, sessionId);
     const result = await memory.zoomSession(session.sessionId, ref);
     if (result.kind === "record") return { kind: "message", sessionId: session.sessionId, seq: result.seq };
     const tree = await treeOf({ kind: "session", sessionId: session.sessionId });
@@ -338,7 +338,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
   }
 
   return {
-    scopes: () => listScopes(pool),
+    scopes: () => listScopes(memory, { includeIsolated: true }),
 
     async scope(scopeId, from) {
       const scope = await findScope(pool, scopeId);
@@ -409,7 +409,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
       owner.kind === "shared" ? sharedZoom(owner.scopeId, ref) : sessionZoom(owner.sessionId, ref),
 
     async session(sessionId, windowTokens = PREVIEW_WINDOW.windowTokens) {
-      const session = await memory.getSession(sessionId);
+      const session = await resolveSession(memory, sessionId);
       const tree = await treeOf({ kind: "session", sessionId: session.sessionId });
       const [view, preview, health, nodeFailures, publicationFailures, problems] = await Promise.all([
         treeView(tree),
@@ -440,7 +440,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
     },
 
     async records(sessionId, from) {
-      const session = await memory.getSession(sessionId);
+      const session = await resolveSession(memory, sessionId);
       const tree = await treeOf({ kind: "session", sessionId: session.sessionId });
       const shown = await memory.listRecords(session.sessionId, { fromSeq: from, limit: PAGE_SIZE.records });
       const records = [];
@@ -453,7 +453,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
     },
 
     async message(sessionId, seq, cursor) {
-      const session = await memory.getSession(sessionId);
+      const session = await resolveSession(memory, sessionId);
       const [record] = await memory.listRecords(session.sessionId, { fromSeq: seq, limit: 1 });
       if (!record || record.seq !== seq)
         throw new OptchatError("REF_NOT_FOUND", `Session ${session.sessionId} has no message ${seq}`, { seq });
@@ -465,7 +465,7 @@ export function createBrowseModel(memory: Memory): BrowseModel {
     },
 
     async injections(sessionId) {
-      const session = await memory.getSession(sessionId);
+      const session = await resolveSession(memory, sessionId);
       return { session, injections: await memory.host.listInjections(session.sessionId, 100) };
     },
 

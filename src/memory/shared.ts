@@ -32,14 +32,8 @@ import {
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
-import {
-  findNodes,
-  findSessionTree,
-  findSharedTreeOfScope,
-  findViewRevision,
-  lockTree,
-  type Tree,
-} from "../store/trees.js";
+import { lockTree } from "../store/tree-changes.js";
+import { findNodes, findSessionTree, findSharedTreeOfScope, findViewRevision, type Tree } from "../store/trees.js";
 import {
   admitTurn as admitTurnRow,
   findPreviousTurn,

@@ -1,53 +1,10 @@
 /**
- * Read-only listings for the memory browser (`optchat browse`, `optchat export --html`): scopes, the sessions of a
- * scope, the levels of a tree, the time spans of node ranges, and the compactor's work per tree. Every statement is a
- * SELECT; the browser's pool is also read-only at the server (db.ts `openPool`).
+ * Read-only listings for the memory browser (`optchat browse`, `optchat export --html`): the sessions of a scope, the
+ * levels of a tree, the time spans of node ranges, and the compactor's work per tree (scopes: store/scopes.ts). Every
+ * statement is a SELECT; the browser's pool is also read-only at the server (db.ts `openPool`).
  */
 import type { Queryable } from "./db.js";
-import type { ScopeKind } from "./sessions.js";
 import type { Tree } from "./trees.js";
-
-export interface ScopeSummary {
-  readonly scopeId: string;
-  readonly kind: ScopeKind;
-  readonly createdAt: Date;
-  /** Distinct project ids of the scope's sessions (at most 5). */
-  readonly projects: readonly string[];
-  readonly sessions: number;
-  readonly publications: number;
-  readonly lastPublishedAt: Date | null;
-}
-
-/** Every scope, oldest first, with its session and publication counts. */
-export async function listScopes(db: Queryable): Promise<ScopeSummary[]> {
-  const result = await db.query<{
-    scope_id: string;
-    kind: ScopeKind;
-    created_at: Date;
-    projects: string[] | null;
-    sessions: number;
-    publications: number;
-    last_published_at: Date | null;
-  }>(
-    `SELECT sc.scope_id, sc.kind, sc.created_at,
-            (SELECT array_agg(DISTINCT s.project_id) FILTER (WHERE s.project_id IS NOT NULL)
-               FROM (SELECT project_id FROM optchat.sessions WHERE scope_id = sc.scope_id LIMIT 1000) s) AS projects,
-            (SELECT count(*)::int FROM optchat.sessions s WHERE s.scope_id = sc.scope_id) AS sessions,
-            (SELECT count(*)::int FROM optchat.publications p WHERE p.scope_id = sc.scope_id) AS publications,
-            (SELECT max(p.published_at) FROM optchat.publications p WHERE p.scope_id = sc.scope_id) AS last_published_at
-       FROM optchat.scopes sc
-      ORDER BY sc.created_at, sc.scope_id`,
-  );
-  return result.rows.map((row) => ({
-    scopeId: row.scope_id,
-    kind: row.kind,
-    createdAt: row.created_at,
-    projects: (row.projects ?? []).slice(0, 5),
-    sessions: row.sessions,
-    publications: row.publications,
-    lastPublishedAt: row.last_published_at,
-  }));
-}
 
 export interface SessionSummary {
   readonly sessionId: string;

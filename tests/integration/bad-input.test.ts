@@ -4,7 +4,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
-import { importCommand } from "../../src/cli/import.js";
+import { importCommand } from "../../src/cli/commands/import.js";
 import { InputInvalidError, OptchatError } from "../../src/core/errors.js";
 import { checkJsonl, ImportLineError, importJsonl } from "../../src/memory/import.js";
 import { openMemory } from "../../src/memory/service.js";

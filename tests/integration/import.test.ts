@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { importCommand } from "../../src/cli/import.js";
+import { importCommand } from "../../src/cli/commands/import.js";
 import { checkJsonl, ImportLineError, importJsonl } from "../../src/memory/import.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";

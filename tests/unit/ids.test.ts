@@ -60,7 +60,7 @@ describe("opaque IDs", () => {
         (a, b) => {
           const idA = sessionIdFromRandom(a);
           expect(opaqueIdProblem(idA)).toBeUndefined();
-          expect(idA).toMatch(/^ses_[0-9a-z]{26}$/);
+          expect(idA).toMatch(/^mem_[0-9a-z]{26}$/);
           expect(idA === sessionIdFromRandom(b)).toBe(Buffer.from(a).equals(Buffer.from(b)));
         },
       ),

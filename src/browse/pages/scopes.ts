@@ -2,15 +2,21 @@
 import { html } from "hono/html";
 import { parseMemoryRef } from "../../core/refs.js";
 import type { PublicationsPage, ScopePage, SearchPage, SharedPage, TreeOwner, TreeView } from "../../memory/browse.js";
-import type { ScopeSummary } from "../../store/browse.js";
+import type { ScopeSummary } from "../../memory/scopes.js";
 import { crumbsOf, documentOf, type Html, linesOf, literal, pager, tag, timeOf } from "../layout.js";
 import type { Links } from "../links.js";
 
 export function homePage(links: Links, scopes: readonly ScopeSummary[]): Promise<string> {
   const rows = scopes.map(
     (s) => html`<tr>
-<td><a href="${links.scope(s.scopeId)}">${s.scopeId}</a></td><td>${s.kind}</td><td>${s.projects.join(", ") || "—"}</td>
-<td>${s.sessions}</td><td>${s.publications}</td><td>${timeOf(s.lastPublishedAt)}</td></tr>`,
+<td><a href="${links.scope(s.scopeId)}">${s.scopeId}</a></td><td>${s.kind}</td><td>${s.projectIds.join(", ") || "—"}</td>
+<td>${s.sessions}${
+      Object.keys(s.hosts).length > 0
+        ? html` <span class="meta">(${Object.entries(s.hosts)
+            .map(([host, n]) => `${host} ${n}`)
+            .join(", ")})</span>`
+        : ""
+    }</td><td>${s.publications}</td><td>${timeOf(s.lastTurnAt)}</td></tr>`,
   );
   return documentOf(
     "Scopes",
@@ -21,7 +27,7 @@ ${
   scopes.length === 0
     ? html`<p class="note">No scopes yet: nothing has been stored.</p>`
     : html`<table><thead><tr><th>scope</th><th>kind</th><th>projects</th><th>sessions</th><th>publications</th>
-<th>last published</th></tr></thead><tbody>${rows}</tbody></table>`
+<th>last turn</th></tr></thead><tbody>${rows}</tbody></table>`
 }`,
   );
 }

@@ -1,13 +1,19 @@
 import { createReadStream } from "node:fs";
 import { stat } from "node:fs/promises";
 import { createInterface } from "node:readline";
-import { parseArgs } from "node:util";
-import { OptchatError } from "../core/errors.js";
-import type { Config } from "../memory/config.js";
-import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../memory/import.js";
-import { openMemory } from "../memory/service.js";
+import { OptchatError } from "../../core/errors.js";
+import type { Config } from "../../memory/config.js";
+import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../../memory/import.js";
+import { type Command, type Output, parseCommand, withMemory } from "../command.js";
 
 const USAGE = "optchat import <file.jsonl> [--json]";
+
+export const importFileCommand: Command = {
+  name: "import",
+  usage: [USAGE],
+  summary: "import sessions and turns from a JSONL file (docs/import.md)",
+  run: (args, { config, output }) => importCommand(args, config, output),
+};
 
 /** Invalid lines listed before giving up on a file. */
 const MAX_LISTED_ERRORS = 20;
@@ -27,7 +33,7 @@ export interface ProgressTerminal {
 export async function importCommand(
   args: readonly string[],
   config: Config,
-  output: { json: boolean; out(line: string): void; err(line: string): void },
+  output: Output,
   terminal: ProgressTerminal = process.stderr,
 ): Promise<number> {
   const file = parseImportArgs(args);
@@ -55,15 +61,13 @@ export async function importCommand(
     return 1;
   }
 
-  const memory = await openMemory(config, { applicationName: "optchat-import" });
   let summary: ImportSummary;
   try {
-    summary = await importJsonl(memory, readLines(file), {
-      onProgress: (p) => progress.update(p, check.lines),
-    });
+    summary = await withMemory(config, "optchat-import", (memory) =>
+      importJsonl(memory, readLines(file), { onProgress: (p) => progress.update(p, check.lines) }),
+    );
   } finally {
     progress.clear();
-    await memory.close();
   }
 
   if (output.json) {
@@ -90,21 +94,7 @@ export async function importCommand(
 }
 
 function parseImportArgs(args: readonly string[]): string {
-  let positionals: string[];
-  try {
-    ({ positionals } = parseArgs({
-      args: [...args],
-      options: { json: { type: "boolean" } },
-      strict: true,
-      allowPositionals: true,
-    }));
-  } catch (error) {
-    throw new OptchatError("INPUT_INVALID", `${(error as Error).message}\nUsage: ${USAGE}`);
-  }
-  if (positionals.length !== 1) {
-    throw new OptchatError("INPUT_INVALID", `expected 1 argument(s), got ${positionals.length}\nUsage: ${USAGE}`);
-  }
-  return positionals[0] as string;
+  return parseCommand(args, {}, 1, USAGE).positionals[0] as string;
 }
 
 async function assertReadableFile(file: string): Promise<void> {

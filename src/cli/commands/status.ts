@@ -1,0 +1,41 @@
+import { OptchatError } from "../../core/errors.js";
+import { redactUrl } from "../../memory/config.js";
+import { readStatus } from "../../memory/status.js";
+import { type Command, parseCommand } from "../command.js";
+
+const usage = "optchat status [--json]";
+
+export const statusCommand: Command = {
+  name: "status",
+  usage: [usage],
+  summary: "server, schema version and row counts per table",
+  async run(args, { config, output }) {
+    parseCommand(args, {}, 0, usage);
+    const status = await readStatus(config.databaseUrl);
+    const expected = status.expectedSchemaVersion;
+    const upToDate = status.schemaVersion >= expected;
+    if (output.json) {
+      output.out(JSON.stringify({ ok: upToDate, url: redactUrl(config.databaseUrl), ...status }));
+    } else {
+      output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
+      output.out(
+        `schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`,
+      );
+      const jobs = Object.entries(status.jobs)
+        .map(([state, n]) => `${state} ${n}`)
+        .join(", ");
+      output.out(
+        `compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}; failing publications: ${status.failingPublications}`,
+      );
+      const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
+      for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
+    }
+    if (!upToDate) {
+      throw new OptchatError(
+        "SCHEMA_OUT_OF_DATE",
+        `schema version ${status.schemaVersion}, expected ${expected}: run \`optchat migrate\``,
+      );
+    }
+    return 0;
+  },
+};

@@ -1,0 +1,156 @@
+import { spawn } from "node:child_process";
+import { beforeAll, describe, expect, it } from "vitest";
+import { COMMANDS } from "../../src/cli/registry.js";
+import { startWorker } from "../../src/memory/worker.js";
+import { registerSession } from "../../src/store/sessions.js";
+import { collect, ROOT, runCli, useTestMemory } from "../helpers.js";
+
+/** The `optchat` conventions of issue 12 item 4: help, pipes, session ids, scopes. */
+
+const db = useTestMemory();
+const OPENCODE_ID = "ses_2319975570014Lzkby7p0TSd";
+let optchatId = "";
+
+beforeAll(async () => {
+  const session = await db.memory.openSession({ host: "opencode", hostSessionId: OPENCODE_ID, projectId: "prj_cli" });
+  optchatId = session.sessionId;
+  await db.memory.admitTurn({ sessionId: optchatId, turnId: "msg_1", query: "where is the broker" });
+  await db.memory.ingestMany(
+    ["where is the broker configured?", "In src/broker.ts, DurableBroker."].map((content, n) => ({
+      sessionId: optchatId,
+      turnId: "msg_1",
+      kind: n === 0 ? ("user" as const) : ("assistant" as const),
+      finalization: { hostSessionId: OPENCODE_ID, messageId: `msg_${n + 1}`, partId: `prt_${n}` },
+      occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+      content,
+    })),
+  );
+  await db.memory.finishTurn({ sessionId: optchatId, turnId: "msg_1" }, "completed");
+  const worker = await startWorker(db.memory, db.config, () => {});
+  try {
+    await db.memory.settle(optchatId, { timeoutMs: 60_000 });
+  } finally {
+    await worker.stop();
+  }
+});
+
+describe("--help", () => {
+  it("works on every command, before any setting is read or the database is touched", async () => {
+    for (const command of COMMANDS) {
+      // An invalid setting and an unreachable server: help must need neither.
+      const env = { OPTCHAT_POOL_SIZE: "lots", DATABASE_URL: "postgres://postgres@127.0.0.1:1/none" };
+      for (const flag of command.name === "status" ? ["--help", "-h"] : ["--help"]) {
+        const result = await runCli([command.name, flag], env);
+        expect(result.code, `${command.name} ${flag}: ${result.stderr}`).toBe(0);
+        expect(result.stdout).toContain(`optchat ${command.name}`);
+        expect(result.stderr).toBe("");
+      }
+    }
+    const topic = await runCli(["help", "worker"]);
+    expect(topic.stdout).toContain("optchat worker [--concurrency N]");
+    const unknown = await runCli(["help", "nope"]);
+    expect(unknown.code).toBe(2);
+  });
+});
+
+describe("a closed output pipe", () => {
+  it("ends the command quietly, without a stack trace (optchat status | head -1)", async () => {
+    for (const args of [["status"], ["status", "--json"], ["view", optchatId], ["help"]]) {
+      const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, ...args], {
+        cwd: ROOT,
+        env: { ...process.env, DATABASE_URL: db.url },
+        stdio: ["ignore", "pipe", "pipe"],
+      });
+      // The reader is gone before the first line is written: every write fails with EPIPE.
+      child.stdout.destroy();
+      const result = await collect(child);
+      expect(result.stderr, args.join(" ")).not.toMatch(/EPIPE|Unhandled|\n\s+at /);
+      expect(result.code, args.join(" ")).toBe(0);
+    }
+  });
+
+  it("also through a shell pipe into head", async () => {
+    const result = await collect(
+      spawn("sh", ["-c", `node ${ROOT}/bin/optchat.mjs status | head -1`], {
+        cwd: ROOT,
+        env: { ...process.env, DATABASE_URL: db.url },
+        stdio: ["ignore", "pipe", "pipe"],
+      }),
+    );
+    expect(result.stdout).toMatch(/^server {5}PostgreSQL/);
+    expect(result.stdout.trim().split("\n")).toHaveLength(1);
+    expect(result.stderr).toBe("");
+  });
+});
+
+describe("session ids", () => {
+  it("gives new sessions an id of their own kind, mem_…, never mistaken for OpenCode's ses_…", () => {
+    expect(optchatId).toMatch(/^mem_[0-9a-z]{26}$/);
+  });
+
+  it("accepts OpenCode's session id wherever a session is asked for", async () => {
+    const env = { DATABASE_URL: db.url };
+    const ours = await runCli(["view", optchatId], env);
+    const theirs = await runCli(["view", OPENCODE_ID], env);
+    expect(ours.code, ours.stderr).toBe(0);
+    expect(theirs.code, theirs.stderr).toBe(0);
+    expect(theirs.stdout).toBe(ours.stdout);
+
+    const zoom = await runCli(["zoom", OPENCODE_ID, "1+1"], env);
+    expect(zoom.code, zoom.stderr).toBe(0);
+    expect(zoom.stdout).toContain("In src/broker.ts, DurableBroker.");
+
+    const inspect = await runCli(["inspect", OPENCODE_ID, "--json"], env);
+    expect(JSON.parse(inspect.stdout).session.id).toBe(optchatId);
+
+    const search = await runCli(
+      ["search", "--scope", "project:prj_cli", "--session", OPENCODE_ID, "broker", "--json"],
+      env,
+    );
+    expect(search.code, search.stderr).toBe(0);
+    expect(JSON.parse(search.stdout).hits.length).toBeGreaterThan(0);
+
+    const missing = await runCli(["view", "ses_nobody"], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toMatch(/SESSION_NOT_FOUND.*optchat session id.*OpenCode session id/);
+  });
+
+  it("keeps ids made before the mem_ prefix working", async () => {
+    await registerSession(db.memory.pool, {
+      sessionId: "ses_0123456789abcdefghjkmnpqrs",
+      scopeId: "project:prj_cli",
+      host: "import",
+      hostSessionId: "legacy",
+      projectId: "prj_cli",
+      parentSessionId: null,
+      title: null,
+    });
+    const view = await runCli(["view", "ses_0123456789abcdefghjkmnpqrs", "--json"], { DATABASE_URL: db.url });
+    expect(view.code, view.stderr).toBe(0);
+    expect(JSON.parse(view.stdout).leafCount).toBe(0);
+    // And by the imported file's id.
+    const byHostId = await runCli(["view", "legacy", "--json"], { DATABASE_URL: db.url });
+    expect(byHostId.code, byHostId.stderr).toBe(0);
+  });
+});
+
+describe("optchat scopes", () => {
+  it("lists each scope with its sessions per host and publications", async () => {
+    const result = await runCli(["scopes", "--json"], { DATABASE_URL: db.url });
+    expect(result.code, result.stderr).toBe(0);
+    const { scopes } = JSON.parse(result.stdout);
+    const scope = scopes.find((s: { scopeId: string }) => s.scopeId === "project:prj_cli");
+    expect(scope).toMatchObject({ kind: "project", projectIds: ["prj_cli"] });
+    expect(scope.hosts).toMatchObject({ opencode: 1 });
+    const text = await runCli(["scopes"], { DATABASE_URL: db.url });
+    expect(text.stdout).toMatch(/^project:prj_cli {2}\d+ session\(s\) \(/m);
+  });
+
+  it("names --data-dir when OpenCode's storage is not where it was pointed", async () => {
+    const result = await runCli(["scopes", "--data-dir", "/nonexistent/opencode"], { DATABASE_URL: db.url });
+    expect(result.code).toBe(1);
+    expect(result.stderr).toMatch(
+      /INPUT_INVALID: No OpenCode database at \/nonexistent\/opencode\/opencode\.db.*--data-dir/,
+    );
+  });
+});

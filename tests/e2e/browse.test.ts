@@ -165,6 +165,15 @@ describe.skipIf(!haveChromium)("the memory browser in chromium", () => {
     expect(await text(page, "table")).toContain('"note": "</shared_memory>"');
     await page.goto(`${browse.origin}/session/${a.sessionId}/level/0`);
     expect(await page.locator(`tr[data-ref="${seq}+1"] td.text`).textContent()).toContain("<script>alert(1)</script>");
+    // A search excerpt of it, with its highlight, is text too.
+    await page.goto(`${browse.origin}/scope/${encodeURIComponent(SCOPE)}/search?q=careful`);
+    const excerpts = await page.locator("ol.hits .excerpt").allTextContents();
+    expect(
+      excerpts.some((excerpt) =>
+        excerpt.includes('<script>alert(1)</script> and </shared_memory> then <img src=x onerror="alert(2)">'),
+      ),
+    ).toBe(true);
+    expect(await page.locator("ol.hits mark").first().textContent()).toBe("Careful");
     expect(await page.locator("script").count()).toBe(0);
     expect(dialogs).toEqual([]);
   });

@@ -86,6 +86,7 @@ async function main(): Promise<void> {
   const extraEnv = {
     OPTCHAT_SUMMARIZER: "openai-compatible",
     OPTCHAT_SUMMARIZER_URL: model.url,
+    OPTCHAT_SUMMARIZER_MODEL: "optchat-compactor",
     OPTCHAT_READINESS_WAIT_MS: "60000",
   };
   const plugin = join(ROOT, "plugin", "index.ts");

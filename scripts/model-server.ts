@@ -31,7 +31,8 @@ import type { AddressInfo } from "node:net";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { createFakeSummarizer, SummarizerError } from "../src/compactor/summarizer.js";
+import { fakeAnswer } from "../src/compactor/providers/fake.js";
+import { SummarizerError } from "../src/compactor/summarizer.js";
 import { type ChatMessage, COMPACT_SYSTEM_PROMPT, STEP_MARKERS } from "../src/core/summary.js";
 import { anthropicJson, fromAnthropic, streamAnthropic } from "./anthropic-wire.js";
 import { AnthropicCache, CacheRuleError, type CacheUsage, OpenAiPrefixCache } from "./prompt-cache.js";
@@ -61,6 +62,17 @@ export interface ModelServer {
   requests(): readonly CapturedRequest[];
   clear(): void;
   close(): Promise<void>;
+  /**
+   * The next `count` requests of `kind` (default: compactor calls) fail with this HTTP status, on either wire, with
+   * the given response headers (e.g. `retry-after`): how tests make the provider rate-limit, overload or fail.
+   */
+  failNext(count: number, fault: ScriptedFault): void;
+}
+
+export interface ScriptedFault {
+  readonly status: number;
+  readonly headers?: Readonly<Record<string, string>>;
+  readonly kind?: RequestKind;
 }
 
 export interface ModelServerOptions {
@@ -94,7 +106,13 @@ type Plan =
       readonly promptTokens: number;
       readonly slowMs: number;
     }
-  | { readonly type: "error"; readonly status: number; readonly error: OpenAiError; readonly slowMs: number };
+  | {
+      readonly type: "error";
+      readonly status: number;
+      readonly error: OpenAiError;
+      readonly slowMs: number;
+      readonly headers?: Readonly<Record<string, string>>;
+    };
 
 interface OpenAiError {
   readonly message: string;
@@ -121,8 +139,7 @@ class BodyTooLarge extends Error {}
 export async function startModelServer(options: ModelServerOptions = {}): Promise<ModelServer> {
   let nextIndex = 1;
   let captured: PendingRequest[] = [];
-  // One instance for the server's lifetime: with no options the fake is stateless, so answers match any other fake.
-  const fake = createFakeSummarizer();
+  const faults: (ScriptedFault & { kind: RequestKind })[] = [];
   // One cache per wire API for the server's lifetime, as one provider account would have.
   const anthropicCache = new AnthropicCache(options.now);
   const openAiCache = new OpenAiPrefixCache(options.now);
@@ -200,13 +217,25 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
       }
       const request = api === "anthropic" ? fromAnthropic(body) : (body as Body);
       entry.kind = classify(request);
-      try {
-        entry.cache = api === "anthropic" ? anthropicCache.apply(body) : openAiCache.apply(body);
-      } catch (error) {
-        if (error instanceof CacheRuleError) throw new BadRequest(error.message);
-        throw error;
+      // A scripted fault is answered before the cache is touched: a refused request reads and writes nothing.
+      const fault = faults[0]?.kind === entry.kind ? faults.shift() : undefined;
+      if (!fault) {
+        try {
+          entry.cache = api === "anthropic" ? anthropicCache.apply(body) : openAiCache.apply(body);
+        } catch (error) {
+          if (error instanceof CacheRuleError) throw new BadRequest(error.message);
+          throw error;
+        }
       }
-      plan = await planReply(entry.kind, request, entry.index, raw.length, fake);
+      plan = fault
+        ? {
+            type: "error",
+            status: fault.status,
+            error: apiError(`scripted HTTP ${fault.status}`, fault.status >= 500 ? "server_error" : "rate_limit_error"),
+            slowMs: 0,
+            ...(fault.headers ? { headers: fault.headers } : {}),
+          }
+        : planReply(entry.kind, request, entry.index, raw.length);
     } catch (error) {
       const status = error instanceof BadRequest ? 400 : 500;
       const type = status === 400 ? "invalid_request_error" : "server_error";
@@ -220,7 +249,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     try {
       if (plan.type === "error") {
         if (plan.slowMs > 0) await delay(plan.slowMs, undefined, { signal: gone.signal });
-        sendError(res, plan.status, plan.error);
+        sendError(res, plan.status, plan.error, plan.headers);
         finish(entry, `error:${plan.status}`, false);
         return;
       }
@@ -298,6 +327,9 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     url: `http://127.0.0.1:${port}/v1`,
     port,
     requests: () => captured.map(snapshot),
+    failNext: (count, fault) => {
+      for (let k = 0; k < count; k++) faults.push({ ...fault, kind: fault.kind ?? "compactor" });
+    },
     clear: () => {
       // The index keeps counting: tool call ids must stay unique for the server's whole life.
       captured = [];
@@ -338,13 +370,7 @@ function isCompactorRequest(system: string, messages: readonly unknown[]): boole
 
 // ---- planning a reply -------------------------------------------------------------------------------------------
 
-async function planReply(
-  kind: RequestKind,
-  body: Body,
-  index: number,
-  bodyBytes: number,
-  fake: ReturnType<typeof createFakeSummarizer>,
-): Promise<Plan> {
+function planReply(kind: RequestKind, body: Body, index: number, bodyBytes: number): Plan {
   const roughTokens = Math.ceil(bodyBytes / 4);
   const answer = (text: string, toolCalls: ScriptedCall[] = [], promptTokens = roughTokens, slowMs = 0): Plan => ({
     type: "answer",
@@ -356,12 +382,15 @@ async function planReply(
   if (kind === "title") return answer(TITLE_REPLY);
   if (kind === "summary") return answer(nativeSummary(body.messages));
   if (kind === "compactor") {
+    // The compactor's blocks joined as they were cut (contentText would put newlines between them).
     const messages: ChatMessage[] = body.messages.flatMap((m) => {
       if (!isRecord(m) || (m.role !== "system" && m.role !== "user" && m.role !== "assistant")) return [];
-      return [{ role: m.role, content: contentText(m.content) }];
+      return [{ role: m.role, content: contentText(m.content, "") }];
     });
+    const [system, first, ...followUps] = messages;
     try {
-      return answer(await fake.complete(messages));
+      // Stateless: the same answer as any other fake for the same prompt.
+      return answer(fakeAnswer({ system: system?.content ?? "", context: [], step: first?.content ?? "", followUps }));
     } catch (error) {
       if (error instanceof SummarizerError) throw new BadRequest(`model server (compactor): ${error.message}`);
       throw error;
@@ -577,18 +606,29 @@ function apiError(message: string, type: string, code: string | null = null, par
   return { message, type, param, code };
 }
 
-function sendOpenAiError(res: ServerResponse, status: number, error: OpenAiError): void {
-  sendJson(res, status, { error });
+type Headers = Readonly<Record<string, string>>;
+
+function sendOpenAiError(res: ServerResponse, status: number, error: OpenAiError, headers?: Headers): void {
+  sendJson(res, status, { error }, headers);
 }
 
-function sendAnthropicError(res: ServerResponse, status: number, error: OpenAiError): void {
-  const type = status === 413 ? "request_too_large" : status >= 500 ? "api_error" : "invalid_request_error";
-  sendJson(res, status, { type: "error", error: { type, message: error.message } });
+function sendAnthropicError(res: ServerResponse, status: number, error: OpenAiError, headers?: Headers): void {
+  const type =
+    status === 413
+      ? "request_too_large"
+      : status === 429
+        ? "rate_limit_error"
+        : status === 529
+          ? "overloaded_error"
+          : status >= 500
+            ? "api_error"
+            : "invalid_request_error";
+  sendJson(res, status, { type: "error", error: { type, message: error.message } }, headers);
 }
 
-function sendJson(res: ServerResponse, status: number, value: unknown): void {
+function sendJson(res: ServerResponse, status: number, value: unknown, headers: Headers = {}): void {
   const text = JSON.stringify(value);
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text) });
+  res.writeHead(status, { ...headers, "content-type": "application/json", "content-length": Buffer.byteLength(text) });
   res.end(text);
 }
 
@@ -605,14 +645,14 @@ async function readBody(req: IncomingMessage): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-/** A message's text: a string, or the text parts of an array of content parts, joined by newlines. */
-function contentText(content: unknown): string {
+/** A message's text: a string, or the text parts of an array of content parts, joined by `separator`. */
+function contentText(content: unknown, separator = "\n"): string {
   if (typeof content === "string") return content;
   if (Array.isArray(content)) {
     return content
       .map((part) => (isRecord(part) && typeof part.text === "string" ? part.text : ""))
       .filter((t) => t.length > 0)
-      .join("\n");
+      .join(separator);
   }
   return "";
 }

@@ -260,6 +260,9 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
     OPENCODE_DISABLE_AUTOUPDATE: "1",
     OPENCODE_DISABLE_SHARE: "1",
     OPENCODE_DISABLE_LSP_DOWNLOAD: "1",
+    // The plugin's compactor uses the deterministic summarizer unless extraEnv names another: with the default
+    // (auto) it would take OpenCode's small_model, here the scripted model (a test can ask for that explicitly).
+    OPTCHAT_SUMMARIZER: "fake",
     ...options.extraEnv,
   };
   const result: OpencodeEnv = { root, projectDir, env };

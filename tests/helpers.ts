@@ -81,7 +81,10 @@ export function useTestMemory(overrides: Partial<Record<SettingName, string | nu
     const db = await createTestDatabase();
     drop = db.drop;
     handle.url = db.url;
-    handle.config = resolveConfig({ overrides: { poolSize: 12, ...overrides, databaseUrl: db.url } });
+    // The deterministic summarizer unless a test names another: the default (auto) would look for a real model.
+    handle.config = resolveConfig({
+      overrides: { poolSize: 12, summarizer: "fake", ...overrides, databaseUrl: db.url },
+    });
     handle.memory = await openMemory(handle.config);
   });
   afterAll(async () => {
@@ -138,11 +141,17 @@ export function collect(child: ChildProcess): Promise<Finished> {
   });
 }
 
+/**
+ * Child processes use the deterministic summarizer unless a test says otherwise: the default (auto) would pick a
+ * real provider from ANTHROPIC_API_KEY / OPENAI_API_KEY in the developer's environment.
+ */
+export const TEST_SUMMARIZER_ENV = { OPTCHAT_SUMMARIZER: "fake" } as const;
+
 /** Runs the `optchat` CLI as a user would (bin/optchat.mjs) and waits for it. */
 export function runCli(args: readonly string[], env: Record<string, string> = {}): Promise<Finished> {
   const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, ...args], {
     cwd: ROOT,
-    env: { ...process.env, ...env },
+    env: { ...process.env, ...TEST_SUMMARIZER_ENV, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   return collect(child);
@@ -174,7 +183,7 @@ export async function startWorkerProcess(
 ): Promise<WorkerProcess> {
   const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, "worker", "--json"], {
     cwd: ROOT,
-    env: { ...process.env, DATABASE_URL: databaseUrl, ...env },
+    env: { ...process.env, ...TEST_SUMMARIZER_ENV, DATABASE_URL: databaseUrl, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });
   const events: Record<string, unknown>[] = [];

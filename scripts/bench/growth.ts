@@ -71,7 +71,12 @@ export async function runGrowthCase(bench: string, memory: Memory, config: Confi
   const sessionCount = envNumber("OPTCHAT_BENCH_GROWTH_SESSIONS", 4, { min: 1, integer: true });
   const turnsPerSession = envNumber("OPTCHAT_BENCH_GROWTH_TURNS", 6, { min: 1, integer: true });
   const recordsPerTurn = envNumber("OPTCHAT_BENCH_GROWTH_RECORDS", 8, { min: 1, integer: true });
-  const workerConfig: Config = Object.freeze({ ...config, jobRetentionSeconds: 1, retentionSweepSeconds: 1 });
+  const workerConfig: Config = Object.freeze({
+    ...config,
+    summarizer: "fake",
+    jobRetentionSeconds: 1,
+    retentionSweepSeconds: 1,
+  });
   const before = await rowCounts(memory);
   const writesBefore = await readTableWrites(memory.pool, config.poolSize);
   const worker = await startWorker(memory, workerConfig, () => {});

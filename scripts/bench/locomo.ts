@@ -673,7 +673,9 @@ export async function runLocomoBench(context: BenchContext): Promise<void> {
   try {
     const migrated = await migrateAll(databaseUrl);
     note(`locomo: scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const config = resolveConfig({ overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8) } });
+    const config = resolveConfig({
+      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" },
+    });
     memory = await openMemory(config, { applicationName: "optchat-bench" });
     const recorder = compactorRecorder();
     worker = await startWorker(memory, config, recorder.report, { concurrency: settings.concurrency });

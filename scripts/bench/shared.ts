@@ -746,7 +746,7 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
     const migrated = await migrateAll(databaseUrl);
     note(`shared: scratch database ${name} at schema version ${migrated.schemaVersion}`);
     const config = resolveConfig({
-      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8) },
+      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" },
     });
     memory = await openMemory(config, { applicationName: "optchat-bench" });
     note(

@@ -36,11 +36,12 @@
  *   OPTCHAT_BENCH_TREE_NOOP_SECONDS      longest measurement per pg-boss variant (default 10)
  */
 import type { PgBoss } from "pg-boss";
+import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
 import { createBoss, NODE_QUEUE, NODE_QUEUE_OPTIONS } from "../../src/compactor/queue.js";
-import { createFakeSummarizer, type Summarizer } from "../../src/compactor/summarizer.js";
+import type { Summarizer } from "../../src/compactor/summarizer.js";
 import { type RunningCompactor, startCompactor } from "../../src/compactor/worker.js";
 import { applyFoldEvent, EMPTY_FOLD, type FoldParams, type FoldState, type NodeBytes } from "../../src/core/fold.js";
-import { COMPACT_SYSTEM_PROMPT, NODE_BYTES } from "../../src/core/summary.js";
+import { COMPACT_SYSTEM_PROMPT, NODE_BYTES, promptBytes } from "../../src/core/summary.js";
 import { type NodeAddress, refOf } from "../../src/core/tree.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
@@ -532,19 +533,15 @@ function countingSummarizer(inner: Summarizer): { summarizer: Summarizer; stats:
   return {
     stats,
     summarizer: {
-      identity: inner.identity,
-      windowBytes: inner.windowBytes,
-      async complete(messages, signal) {
+      ...inner,
+      async complete(prompt, options) {
         stats.calls += 1;
-        for (const message of messages) stats.requestBytes += Buffer.byteLength(message.content, "utf8");
-        if (messages.some((message) => message.role === "assistant")) stats.retryCalls += 1;
-        const user = messages.find((message) => message.role === "user")?.content ?? "";
-        const open = user.indexOf("<chat>\n");
-        const close = user.indexOf("\n</chat>");
-        if (open >= 0 && close > open + 6) stats.contextBytes += Buffer.byteLength(user.slice(open + 7, close), "utf8");
+        stats.requestBytes += promptBytes(prompt);
+        if (prompt.followUps.length > 0) stats.retryCalls += 1;
+        stats.contextBytes += prompt.context.reduce((sum, block) => sum + block.bytes, 0);
         const start = performance.now();
         try {
-          return await inner.complete(messages, signal);
+          return await inner.complete(prompt, options);
         } finally {
           stats.busyMs += performance.now() - start;
         }

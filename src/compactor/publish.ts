@@ -24,7 +24,7 @@ import {
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { runStep } from "./summarize.js";
-import type { CompactorDeps } from "./worker.js";
+import { type CompactorDeps, retryDelaySeconds, treeCacheKey } from "./worker.js";
 
 export interface PublishJob {
   readonly id: string;
@@ -87,7 +87,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     const limit = NODE_BYTES - utf8Bytes(tag) - 1;
     try {
       const result = await runStep(
-        deps.summarizer,
+        { summarizer: deps.summarizer, purpose: "publication", cacheKey: treeCacheKey(sharedTree.treeId) },
         context,
         { type: "compress", kind: "turn", text: coverText },
         limit,
@@ -245,7 +245,7 @@ async function publicationFailed(
       deps.boss,
       tx,
       { sessionId: job.data.sessionId, generation: job.data.generation, turnId: job.data.turnId },
-      deps.failureRetrySeconds,
+      retryDelaySeconds(deps, error),
     );
     return count;
   });

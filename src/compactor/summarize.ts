@@ -1,18 +1,19 @@
+import { answerProblem, referenceFeedback } from "../core/answer-checks.js";
 import { chunkEnds, fitsInBytes } from "../core/chunk.js";
 import {
-  buildSummaryRequest,
-  type ChatMessage,
-  fitContext,
+  buildSummaryPrompt,
+  continuePrompt,
   freeLeafText,
   freeParentText,
   NODE_BYTES,
   overLimitFeedback,
+  promptBytes,
   SIZE_TRIES,
   type SummaryStep,
   shortestTry,
   utf8Bytes,
 } from "../core/summary.js";
-import { type Summarizer, SummarizerError } from "./summarizer.js";
+import { type CallUsage, failureKindOf, NO_USAGE, type Summarizer, SummarizerError } from "./summarizer.js";
 import { collectYielding, yieldToEventLoop } from "./yield.js";
 
 /**
@@ -27,7 +28,7 @@ export interface SummaryOutcome {
   readonly calls: number;
   /** The shortest try was still over the limit after SIZE_TRIES attempts. */
   readonly overshoot: boolean;
-  /** Bytes sent to the summarizer, summed over calls (for cost accounting and benchmarks). */
+  /** Bytes sent to the summarizer, summed over calls (for benchmarks). */
   readonly inputBytes: number;
   readonly chunks: readonly {
     chunkLevel: number;
@@ -38,42 +39,100 @@ export interface SummaryOutcome {
   }[];
 }
 
-function requestBytes(messages: readonly ChatMessage[]): number {
-  return messages.reduce((sum, m) => sum + utf8Bytes(m.content), 0);
+/** What a call was for (the ledger's purpose): the first call of a step, or a later one in its conversation. */
+export type CallPurpose = "leaf" | "merge" | "publication" | "retry";
+
+/**
+ * One model call as the ledger records it. `outcome`: `ok` (a usable line that fits), `over_limit` (usable, too long:
+ * retried), `reference` (started with an id or a ref: retried), `refusal`, `empty`, or the failure kind of a call
+ * that threw (summarizer.ts).
+ */
+export interface CallRecord {
+  readonly purpose: CallPurpose;
+  readonly usage: CallUsage;
+  readonly latencyMs: number;
+  readonly outcome: string;
+  readonly at: Date;
+}
+
+/** Who is asking and how: the summarizer, the tree's cache key, and where each call is recorded. */
+export interface StepContext {
+  readonly summarizer: Summarizer;
+  /** The first call's purpose; calls after it in the same conversation are `retry`. */
+  readonly purpose: Exclude<CallPurpose, "retry">;
+  readonly cacheKey?: string;
+  readonly signal?: AbortSignal;
+  readonly record?: (call: CallRecord) => void;
 }
 
 /**
- * One step under size enforcement (seed 002 §4.3): measured UTF-8 bytes; when a line is too long, the same
- * conversation continues with feedback showing where the limit cuts; after SIZE_TRIES the shortest try is kept and
- * flagged. An empty answer is a failure.
+ * One step under answer checks (core/answer-checks.ts) and size enforcement (seed 002 §4.3): measured UTF-8 bytes;
+ * when a line is too long, or starts with an id or a ref, the same conversation continues with feedback; after
+ * SIZE_TRIES the shortest usable try is kept (flagged when still too long). An empty answer or a refusal fails the
+ * step at once (the node is tried again later in a fresh conversation); so does a step with no usable try.
  */
 export async function runStep(
-  summarizer: Summarizer,
+  ctx: StepContext,
   context: readonly string[],
   step: SummaryStep,
   limit = NODE_BYTES,
-  signal?: AbortSignal,
 ): Promise<{ text: string; calls: number; overshoot: boolean; inputBytes: number }> {
+  const { summarizer } = ctx;
   const stepBytes = utf8Bytes(JSON.stringify(step));
-  const first = buildSummaryRequest([], step, limit);
-  const contextBudget = Math.max(0, summarizer.windowBytes - requestBytes(first) - stepBytes / 2 - 4 * limit);
-  let messages = buildSummaryRequest(fitContext(context, contextBudget), step, limit);
+  const bare = promptBytes(buildSummaryPrompt([], step, limit));
+  const contextBudget = Math.max(0, summarizer.windowBytes - bare - stepBytes / 2 - 4 * limit);
+  let prompt = buildSummaryPrompt(context, step, limit, contextBudget);
   const tries: string[] = [];
+  let calls = 0;
   let inputBytes = 0;
-  for (;;) {
-    inputBytes += requestBytes(messages);
-    const answer = (await summarizer.complete(messages, signal)).trim();
-    if (answer.length === 0) throw new SummarizerError(`${summarizer.identity} returned an empty line`);
-    tries.push(answer);
-    if (utf8Bytes(answer) <= limit || tries.length >= SIZE_TRIES) break;
-    messages = [
-      ...messages,
-      { role: "assistant", content: answer },
-      { role: "user", content: overLimitFeedback(answer, limit) },
-    ];
+  while (calls < SIZE_TRIES) {
+    calls += 1;
+    inputBytes += promptBytes(prompt);
+    const purpose: CallPurpose = calls === 1 ? ctx.purpose : "retry";
+    const started = performance.now();
+    const at = new Date();
+    let answer: Awaited<ReturnType<Summarizer["complete"]>>;
+    try {
+      answer = await summarizer.complete(prompt, { signal: ctx.signal, cacheKey: ctx.cacheKey });
+    } catch (error) {
+      ctx.record?.({
+        purpose,
+        usage: NO_USAGE,
+        latencyMs: performance.now() - started,
+        outcome: failureKindOf(error),
+        at,
+      });
+      throw error;
+    }
+    const line = answer.text.trim();
+    const problem = answerProblem(line, answer.finishReason);
+    const fits = utf8Bytes(line) <= limit;
+    const outcome = problem ?? (fits ? "ok" : "over_limit");
+    ctx.record?.({ purpose, usage: answer.usage, latencyMs: performance.now() - started, outcome, at });
+    if (problem === "empty" || problem === "refusal") {
+      throw new SummarizerError(
+        problem === "empty"
+          ? `${summarizer.identity} returned an empty line`
+          : `${summarizer.identity} refused the step: ${JSON.stringify(line.slice(0, 120))}`,
+        { kind: problem },
+      );
+    }
+    if (problem === "reference") {
+      prompt = continuePrompt(prompt, line, referenceFeedback(line));
+      continue;
+    }
+    tries.push(line);
+    if (fits) break;
+    prompt = continuePrompt(prompt, line, overLimitFeedback(line, limit));
+  }
+  if (tries.length === 0) {
+    throw new SummarizerError(
+      `${summarizer.identity}: no usable line in ${calls} tries (each started with an id or a ref)`,
+      { kind: "invalid" },
+    );
   }
   const text = shortestTry(tries);
-  return { text, calls: tries.length, overshoot: utf8Bytes(text) > limit, inputBytes };
+  return { text, calls, overshoot: utf8Bytes(text) > limit, inputBytes };
 }
 
 /**
@@ -82,17 +141,16 @@ export async function runStep(
  * byte of the message reaches the summarizer; nothing is clipped.
  */
 export async function summarizeLeaf(
-  summarizer: Summarizer,
+  ctx: StepContext,
   context: readonly string[],
   kind: string,
   text: string,
-  signal?: AbortSignal,
 ): Promise<SummaryOutcome> {
   const free = freeLeafText(kind, text);
   if (free !== undefined) return { text: free, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
-  const maxStep = Math.floor(summarizer.windowBytes / 2);
+  const maxStep = Math.floor(ctx.summarizer.windowBytes / 2);
   if (fitsInBytes(text, maxStep)) {
-    const result = await runStep(summarizer, context, { type: "compress", kind, text }, NODE_BYTES, signal);
+    const result = await runStep(ctx, context, { type: "compress", kind, text });
     return { ...result, chunks: [] };
   }
   // Every step below yields to the event loop: a fast summarizer (the fake one, a cached answer) resolves without
@@ -107,7 +165,7 @@ export async function summarizeLeaf(
   for (const [k, end] of ends.entries()) {
     const part = text.slice(at, end);
     const step: SummaryStep = { type: "compress_part", kind, text: part, part: k + 1, parts: ends.length };
-    const result = await runStep(summarizer, context, step, NODE_BYTES, signal);
+    const result = await runStep(ctx, context, step);
     calls += result.calls;
     inputBytes += result.inputBytes;
     overshoot ||= result.overshoot;
@@ -128,13 +186,11 @@ export async function summarizeLeaf(
       const joined = freeParentText(left.text, right.text);
       let merged = joined;
       if (merged === undefined) {
-        const result = await runStep(
-          summarizer,
-          context,
-          { type: "merge", left: left.text, right: right.text },
-          NODE_BYTES,
-          signal,
-        );
+        const result = await runStep({ ...ctx, purpose: "merge" }, context, {
+          type: "merge",
+          left: left.text,
+          right: right.text,
+        });
         calls += result.calls;
         inputBytes += result.inputBytes;
         overshoot ||= result.overshoot;
@@ -151,14 +207,13 @@ export async function summarizeLeaf(
 
 /** A parent: free when the two children joined by a newline fit; otherwise one merge step. */
 export async function summarizeParent(
-  summarizer: Summarizer,
+  ctx: StepContext,
   context: readonly string[],
   left: string,
   right: string,
-  signal?: AbortSignal,
 ): Promise<SummaryOutcome> {
   const free = freeParentText(left, right);
   if (free !== undefined) return { text: free, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
-  const result = await runStep(summarizer, context, { type: "merge", left, right }, NODE_BYTES, signal);
+  const result = await runStep(ctx, context, { type: "merge", left, right });
   return { ...result, chunks: [] };
 }

@@ -10,7 +10,6 @@ import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../
 import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
 import { clearNodeFailure, findNodes, findReadyUnbuiltNodes, recordNodeFailure, type Tree } from "../store/trees.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
-import { createOpenAiCompatibleSummarizer } from "./openai-summarizer.js";
 import { publishTurnJob } from "./publish.js";
 import {
   completeFenced,
@@ -22,8 +21,8 @@ import {
   type PublishJobData,
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
-import { type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
-import { createFakeSummarizer, type FakeSummarizerOptions, type Summarizer } from "./summarizer.js";
+import { type StepContext, type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
+import { type Summarizer, SummarizerError } from "./summarizer.js";
 
 export type CompactorEvent =
   | {
@@ -112,9 +111,15 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       return parts.flatMap((part) => texts.get(nodeKey(part))?.text ?? []);
     };
     // A node that is not free needs the model: say so (a worker busy in a long call must not look dead), then call it.
-    const withModel = async (summarize: (context: string[]) => Promise<SummaryOutcome>) => {
+    const withModel = async (summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>) => {
       deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
-      return await summarize(await context());
+      const step: StepContext = {
+        summarizer: deps.summarizer,
+        purpose: node.level === 0 ? "leaf" : "merge",
+        cacheKey: treeCacheKey(tree.treeId),
+        ...(signal ? { signal } : {}),
+      };
+      return await summarize(step, await context());
     };
     if (node.level === 0) {
       const leaf = await leafInput(deps.pool, tree, node.index);
@@ -123,7 +128,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await withModel((context) => summarizeLeaf(deps.summarizer, context, leaf.kind, leaf.text, signal));
+          : await withModel((step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text));
     } else {
       const children = childrenOf(node);
       const nodes = await findNodes(deps.pool, tree.treeId, children);
@@ -134,7 +139,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await withModel((context) => summarizeParent(deps.summarizer, context, a.text, b.text, signal));
+          : await withModel((step, context) => summarizeParent(step, context, a.text, b.text));
     }
   } catch (error) {
     return await recordFailure(deps, tree, node, job, error);
@@ -211,7 +216,7 @@ async function recordFailure(
   const failures = await withTransaction(deps.pool, async (tx) => {
     if (!(await completeFenced(deps.boss, tx, job))) return 0;
     const { failures } = await recordNodeFailure(tx, tree.treeId, node, message);
-    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], deps.failureRetrySeconds);
+    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], retryDelaySeconds(deps, error));
     await notifyTreeChanged(tx, tree.treeId);
     return failures;
   });
@@ -226,6 +231,20 @@ async function recordFailure(
       error: message,
     });
   return "failed";
+}
+
+/**
+ * When a failed node is tried again: the fixed delay (seed 002 §4.1: no backoff), or later when the provider said so
+ * with Retry-After (a 429 or 529 asks for exactly that).
+ */
+export function retryDelaySeconds(deps: Pick<CompactorDeps, "failureRetrySeconds">, error: unknown): number {
+  const asked = error instanceof SummarizerError && error.retryAfterMs !== undefined ? error.retryAfterMs / 1000 : 0;
+  return Math.max(deps.failureRetrySeconds, Math.ceil(asked));
+}
+
+/** The prompt-cache key of a tree's calls: the same for all of them, different for every tree. */
+export function treeCacheKey(treeId: number): string {
+  return `optchat-tree-${treeId}`;
 }
 
 function freeOutcome(text: string): SummaryOutcome {
@@ -266,38 +285,6 @@ async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind:
   }
   pieces.push(decoder.end(), suffix);
   return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };
-}
-
-export interface ProviderSettings {
-  /** OPTCHAT_SUMMARIZER_URL: base URL ending in /v1. */
-  readonly url: string;
-  /** OPTCHAT_SUMMARIZER_MODEL. */
-  readonly model: string;
-  /** OPTCHAT_SUMMARIZER_API_KEY ('' for none). */
-  readonly apiKey: string;
-}
-
-/**
- * Parses OPTCHAT_SUMMARIZER (validated by the config): 'fake' with optional comma-separated options, or
- * 'openai-compatible', which needs the provider settings.
- */
-export function summarizerFromSetting(setting: string, provider?: ProviderSettings): Summarizer {
-  if (setting === "openai-compatible") {
-    if (!provider?.url) {
-      throw new Error("OPTCHAT_SUMMARIZER=openai-compatible needs OPTCHAT_SUMMARIZER_URL (a base URL ending in /v1)");
-    }
-    return createOpenAiCompatibleSummarizer({ baseUrl: provider.url, model: provider.model, apiKey: provider.apiKey });
-  }
-  const options: { -readonly [K in keyof FakeSummarizerOptions]: FakeSummarizerOptions[K] } = {};
-  for (const option of setting.split(":")[1]?.split(",") ?? []) {
-    const [name, value] = option.split("=");
-    if (name === "overshoot") options.overshootBytes = Number(value ?? 40);
-    else if (name === "fail") options.alwaysFail = true;
-    else if (name === "fail-first") options.failFirst = Number(value ?? 1);
-    else if (name === "delay") options.delayMs = Number(value ?? 1000);
-    else throw new Error(`OPTCHAT_SUMMARIZER: unknown fake option '${name}'`);
-  }
-  return createFakeSummarizer(options);
 }
 
 /**

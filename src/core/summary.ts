@@ -4,6 +4,7 @@
  */
 
 import { fitsInBytes, prefixEndWithinBytes } from "./chunk.js";
+import { type ContextBlock, contextBlocks } from "./context-blocks.js";
 
 export { chunkText } from "./chunk.js";
 
@@ -147,16 +148,32 @@ export const STEP_MARKERS = {
 } as const;
 
 /**
- * The request for one step: the constant system prompt, then one user message with the context first (it is the same
- * prefix across calls, so providers can cache it) and the step last. No IDs or ranges appear anywhere: models copy
- * them into their output (seed 002 §4.2).
+ * One step's request, structured so that providers can cache it (seed 002 §4.2, §8): the constant system prompt, then
+ * one user message whose first blocks are the `<chat>` context (the same prefix across the calls of a tree, cut into
+ * cache-stable blocks: src/core/context-blocks.ts) and whose last block is the step; size retries append the model's
+ * answer and our feedback. No IDs or ranges appear anywhere: models copy them into their output (seed 002 §4.2).
  */
-export function buildSummaryRequest(
+export interface SummaryPrompt {
+  readonly system: string;
+  /** The `<chat>` opening and context lines, in blocks; empty when there is no context. */
+  readonly context: readonly ContextBlock[];
+  /** The rest of the first user message: the closing `</chat>`, the scale line and the step. */
+  readonly step: string;
+  /** Later turns of the same conversation (answer, feedback, ...). */
+  readonly followUps: readonly ChatMessage[];
+}
+
+/**
+ * The prompt for one step, with the context kept within `contextBudgetBytes` by dropping whole blocks from its front
+ * in steps (context-blocks.ts: the first bytes stay the same from call to call).
+ */
+export function buildSummaryPrompt(
   contextLines: readonly string[],
   step: SummaryStep,
   limit = NODE_BYTES,
-): ChatMessage[] {
-  const chat = `<chat>\n${contextLines.map(flattenLine).join("\n")}\n</chat>`;
+  contextBudgetBytes = Number.POSITIVE_INFINITY,
+): SummaryPrompt {
+  const context = contextBlocks(contextLines.map(flattenLine), contextBudgetBytes);
   const scale = `For scale, this line is exactly ${limit} bytes:\n${limit === NODE_BYTES ? SCALE_LINE : cutToBytes(SCALE_LINE, limit)}`;
   let task: string;
   switch (step.type) {
@@ -170,10 +187,30 @@ export function buildSummaryRequest(
       task = `${STEP_MARKERS.merge} ${limit} bytes:\n${flattenLine(step.left)}\n${flattenLine(step.right)}`;
       break;
   }
+  const chatClose = context.length > 0 ? "</chat>" : "<chat>\n</chat>";
+  return { system: COMPACT_SYSTEM_PROMPT, context, step: `${chatClose}\n\n${scale}\n\n${task}`, followUps: [] };
+}
+
+/** The prompt as plain chat messages: the user message is its blocks joined (what a provider without blocks gets). */
+export function promptMessages(prompt: SummaryPrompt): ChatMessage[] {
   return [
-    { role: "system", content: COMPACT_SYSTEM_PROMPT },
-    { role: "user", content: `${chat}\n\n${scale}\n\n${task}` },
+    { role: "system", content: prompt.system },
+    { role: "user", content: `${prompt.context.map((block) => block.text).join("")}${prompt.step}` },
+    ...prompt.followUps,
   ];
+}
+
+/** The same conversation, one answer and one more user turn later (size and answer retries, seed 002 §4.3). */
+export function continuePrompt(prompt: SummaryPrompt, answer: string, feedback: string): SummaryPrompt {
+  return {
+    ...prompt,
+    followUps: [...prompt.followUps, { role: "assistant", content: answer }, { role: "user", content: feedback }],
+  };
+}
+
+/** UTF-8 bytes of everything the prompt sends (for cost estimates when a provider reports no usage). */
+export function promptBytes(prompt: SummaryPrompt): number {
+  return promptMessages(prompt).reduce((sum, m) => sum + utf8Bytes(m.content), 0);
 }
 
 /** The follow-up in the same conversation when a line is too long: show exactly where the limit cuts (seed 002 §4.3). */
@@ -186,18 +223,4 @@ export function shortestTry(tries: readonly string[]): string {
   let best = tries[0] ?? "";
   for (const line of tries) if (utf8Bytes(line) < utf8Bytes(best)) best = line;
   return best;
-}
-
-/** Keeps the latest context lines that fit in `maxBytes` (oldest dropped first), as whole lines. */
-export function fitContext(lines: readonly string[], maxBytes: number): string[] {
-  const kept: string[] = [];
-  let total = 0;
-  for (let k = lines.length - 1; k >= 0; k--) {
-    const line = flattenLine(lines[k] as string);
-    const size = utf8Bytes(line) + 1;
-    if (total + size > maxBytes) break;
-    kept.unshift(line);
-    total += size;
-  }
-  return kept;
 }

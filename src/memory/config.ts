@@ -1,4 +1,5 @@
 import { z } from "zod";
+import { AUTO, providerNamed, type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
 
 /**
@@ -50,25 +51,49 @@ export const SETTINGS = {
   },
   summarizer: {
     env: "OPTCHAT_SUMMARIZER",
-    default: "fake",
+    default: "auto",
     accepted:
-      "'fake' (the deterministic extractive summarizer), optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated); or 'openai-compatible' (a model behind OPTCHAT_SUMMARIZER_URL)",
+      "'auto' (the model the user already has: in OpenCode its small_model, else a cheap model of the main model's provider; elsewhere the provider whose ANTHROPIC_API_KEY / OPENAI_API_KEY is set), 'anthropic', 'openai', 'openai-compatible' (a server at OPTCHAT_SUMMARIZER_URL), or 'fake' (the deterministic extractive summarizer, tests and demos) optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated)",
   },
   summarizerUrl: {
     env: "OPTCHAT_SUMMARIZER_URL",
     default: "",
     accepted:
-      "an http:// or https:// base URL ending in /v1 (e.g. http://127.0.0.1:8080/v1), required when OPTCHAT_SUMMARIZER is openai-compatible",
+      "an http:// or https:// base URL ending in /v1 (e.g. http://127.0.0.1:11434/v1): required with openai-compatible; with anthropic or openai it replaces the provider's own",
   },
   summarizerModel: {
     env: "OPTCHAT_SUMMARIZER_MODEL",
-    default: "optchat-compactor",
-    accepted: "a non-empty model name, sent as 'model' to the OpenAI-compatible summarizer",
+    default: "",
+    accepted:
+      "the model name as the provider knows it; empty: anthropic claude-haiku-4-5, openai gpt-4.1-mini (openai-compatible needs one)",
   },
   summarizerApiKey: {
     env: "OPTCHAT_SUMMARIZER_API_KEY",
     default: "",
-    accepted: "the OpenAI-compatible summarizer's API key, sent as a bearer token (empty: no Authorization header)",
+    accepted:
+      "the compactor provider's API key; empty: ANTHROPIC_API_KEY or OPENAI_API_KEY for those providers, no key for openai-compatible",
+  },
+  summarizerTimeoutMs: {
+    env: "OPTCHAT_SUMMARIZER_TIMEOUT_MS",
+    default: 120_000,
+    accepted: "an integer from 1000 to 3600000: one compactor call, answer included; past it the node is tried again",
+  },
+  summarizerWindowTokens: {
+    env: "OPTCHAT_SUMMARIZER_WINDOW_TOKENS",
+    default: 0,
+    accepted:
+      "0 (the provider's default: anthropic 200000, openai 128000, openai-compatible 32768) or an integer from 4096 to 10000000: the compactor model's context window",
+  },
+  anthropicApiKey: {
+    env: "ANTHROPIC_API_KEY",
+    default: "",
+    accepted:
+      "Anthropic's standard key variable, used by the anthropic summarizer when OPTCHAT_SUMMARIZER_API_KEY is empty",
+  },
+  openaiApiKey: {
+    env: "OPENAI_API_KEY",
+    default: "",
+    accepted: "OpenAI's standard key variable, used by the openai summarizer when OPTCHAT_SUMMARIZER_API_KEY is empty",
   },
   settleTimeoutMs: {
     env: "OPTCHAT_SETTLE_TIMEOUT_MS",
@@ -119,13 +144,17 @@ const configSchema = z.object({
   failureRetrySeconds: integerFrom(1, 3600),
   summarizer: z
     .string()
-    .regex(/^(fake(:[a-z-]+(=\d+)?(,[a-z-]+(=\d+)?)*)?|openai-compatible)$/, "not a known summarizer"),
+    .refine((value) => providerNamed(value) !== undefined || value === AUTO, "not a known summarizer"),
   summarizerUrl: z
     .string()
     .refine((value) => value === "" || isBaseUrl(value), "not an http(s) URL ending in /v1")
     .transform((value) => value.replace(/\/+$/, "")),
-  summarizerModel: z.string().min(1, "empty"),
+  summarizerModel: z.string().max(200, "longer than 200 characters"),
   summarizerApiKey: z.string(),
+  summarizerTimeoutMs: integerFrom(1000, 3_600_000),
+  summarizerWindowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 4096, "below 4096"),
+  anthropicApiKey: z.string(),
+  openaiApiKey: z.string(),
   settleTimeoutMs: integerFrom(0, 600_000),
   jobRetentionSeconds: integerFrom(1, 2_592_000),
   revisionRetentionSeconds: integerFrom(60, 31_536_000),
@@ -218,14 +247,40 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       { settings: ["OPTCHAT_VIEW_LOWER_BYTES"] },
     );
   }
-  if (data.summarizer === "openai-compatible" && data.summarizerUrl === "") {
+  const problems = summarizerProblems(summarizerSettingsOf(data));
+  if (problems.length > 0) {
     throw new OptchatError(
       "CONFIG_INVALID",
-      `Invalid configuration: OPTCHAT_SUMMARIZER (${sourceOf("summarizer")}) is openai-compatible but OPTCHAT_SUMMARIZER_URL is not set; accepted: ${SETTINGS.summarizerUrl.accepted}`,
-      { settings: ["OPTCHAT_SUMMARIZER_URL", "OPTCHAT_SUMMARIZER"] },
+      `Invalid configuration: OPTCHAT_SUMMARIZER is ${data.summarizer} (${sourceOf("summarizer")}): ${problems.join("; ")}`,
+      { settings: [...new Set(problems.join(" ").match(/\b(?:OPTCHAT_[A-Z_]+|[A-Z]+_API_KEY)\b/g) ?? [])] },
     );
   }
   return Object.freeze({ ...data, viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes });
+}
+
+/** The compactor's settings as the summarizer registry takes them (src/compactor/registry.ts). */
+export function summarizerSettingsOf(
+  config: Pick<
+    Config,
+    | "summarizer"
+    | "summarizerModel"
+    | "summarizerUrl"
+    | "summarizerApiKey"
+    | "summarizerTimeoutMs"
+    | "summarizerWindowTokens"
+    | "anthropicApiKey"
+    | "openaiApiKey"
+  >,
+): SummarizerSettings {
+  return {
+    summarizer: config.summarizer,
+    model: config.summarizerModel,
+    url: config.summarizerUrl,
+    apiKey: config.summarizerApiKey,
+    standardKeys: { ANTHROPIC_API_KEY: config.anthropicApiKey, OPENAI_API_KEY: config.openaiApiKey },
+    timeoutMs: config.summarizerTimeoutMs,
+    windowTokens: config.summarizerWindowTokens,
+  };
 }
 
 function isBaseUrl(value: string): boolean {

@@ -1,29 +1,39 @@
+import { createSummarizer } from "../compactor/registry.js";
 import { type RunningRetention, startRetention } from "../compactor/retention.js";
-import {
-  type CompactorEvent,
-  type RunningCompactor,
-  startCompactor,
-  summarizerFromSetting,
-} from "../compactor/worker.js";
-import type { Config } from "./config.js";
+import type { Summarizer } from "../compactor/summarizer.js";
+import { type CompactorEvent, type RunningCompactor, startCompactor } from "../compactor/worker.js";
+import { type Config, summarizerSettingsOf } from "./config.js";
 import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
 
 export interface RunningWorker extends RunningCompactor {
   readonly retention: RunningRetention;
+  /** The summarizer's identity, e.g. "anthropic:claude-haiku-4-5". */
+  readonly summarizer: string;
+}
+
+export interface WorkerOverrides {
+  readonly concurrency?: number;
+  /**
+   * The summarizer to use instead of the one the settings name: the plugin resolves OPTCHAT_SUMMARIZER=auto from
+   * OpenCode's configuration (plugin/compactor-model.ts). Awaited before the worker starts taking jobs.
+   */
+  readonly summarizer?: () => Promise<Summarizer>;
 }
 
 /**
  * Starts a compactor worker on the memory service's pool, configured from the resolved settings, with its retention
- * duties (src/compactor/retention.ts).
+ * duties (src/compactor/retention.ts). The summarizer comes from the settings (src/compactor/registry.ts; `auto` takes
+ * the provider whose standard key is set) unless the caller brings one.
  */
 export async function startWorker(
   memory: Memory,
   config: Config,
   report: (event: CompactorEvent) => void,
-  overrides: { concurrency?: number } = {},
+  overrides: WorkerOverrides = {},
 ): Promise<RunningWorker> {
+  const summarizer = await (overrides.summarizer?.() ?? createSummarizer(summarizerSettingsOf(config)));
   const compactor = await startCompactor(
     memory.pool,
     {
@@ -33,11 +43,7 @@ export async function startWorker(
       failureRetrySeconds: config.failureRetrySeconds,
       retentionSweepSeconds: config.retentionSweepSeconds,
     },
-    summarizerFromSetting(config.summarizer, {
-      url: config.summarizerUrl,
-      model: config.summarizerModel,
-      apiKey: config.summarizerApiKey,
-    }),
+    summarizer,
     report,
   );
   let retention: RunningRetention;
@@ -50,6 +56,7 @@ export async function startWorker(
   return {
     boss: compactor.boss,
     retention,
+    summarizer: summarizer.identity,
     async stop(timeoutMs) {
       await retention.stop();
       await compactor.stop(timeoutMs);

@@ -14,10 +14,14 @@ describe("resolveConfig", () => {
       viewLowerBytes: 128_000,
       workerConcurrency: 8,
       failureRetrySeconds: 10,
-      summarizer: "fake",
+      summarizer: "auto",
       summarizerUrl: "",
-      summarizerModel: "optchat-compactor",
+      summarizerModel: "",
       summarizerApiKey: "",
+      summarizerTimeoutMs: 120_000,
+      summarizerWindowTokens: 0,
+      anthropicApiKey: "",
+      openaiApiKey: "",
       settleTimeoutMs: 30_000,
       jobRetentionSeconds: 3600,
       revisionRetentionSeconds: 86_400,
@@ -43,7 +47,7 @@ describe("resolveConfig", () => {
       "OPTCHAT_VIEW_LOWER_BYTES",
       /above OPTCHAT_VIEW_BYTES/,
     ],
-    [{ OPTCHAT_SUMMARIZER: "openai" }, "OPTCHAT_SUMMARIZER", /not a known summarizer; accepted: 'fake'/],
+    [{ OPTCHAT_SUMMARIZER: "gemini" }, "OPTCHAT_SUMMARIZER", /not a known summarizer; accepted: 'auto'/],
     [
       { OPTCHAT_SUMMARIZER_URL: "http://127.0.0.1:8080" },
       "OPTCHAT_SUMMARIZER_URL",
@@ -62,14 +66,18 @@ describe("resolveConfig", () => {
     }
   });
 
-  it("accepts openai-compatible with a /v1 URL, and names both variables when the URL is missing", () => {
+  it("accepts openai-compatible with a /v1 URL and a model, and names what is missing", () => {
     const config = resolveConfig({
-      env: { OPTCHAT_SUMMARIZER: "openai-compatible", OPTCHAT_SUMMARIZER_URL: "https://models.example/v1/" },
+      env: {
+        OPTCHAT_SUMMARIZER: "openai-compatible",
+        OPTCHAT_SUMMARIZER_URL: "https://models.example/v1/",
+        OPTCHAT_SUMMARIZER_MODEL: "llama3.1:8b",
+      },
     });
     expect(config).toMatchObject({
       summarizer: "openai-compatible",
       summarizerUrl: "https://models.example/v1",
-      summarizerModel: "optchat-compactor",
+      summarizerModel: "llama3.1:8b",
     });
     try {
       resolveConfig({ env: { OPTCHAT_SUMMARIZER: "openai-compatible" } });
@@ -77,6 +85,23 @@ describe("resolveConfig", () => {
     } catch (error) {
       expect(isOptchatError(error, "CONFIG_INVALID")).toBe(true);
       expect((error as Error).message).toMatch(/OPTCHAT_SUMMARIZER .*openai-compatible.*OPTCHAT_SUMMARIZER_URL/);
+      expect((error as { details: { settings: string[] } }).details.settings).toEqual([
+        "OPTCHAT_SUMMARIZER",
+        "OPTCHAT_SUMMARIZER_URL",
+        "OPTCHAT_SUMMARIZER_MODEL",
+      ]);
     }
+  });
+
+  it("needs a key for anthropic and openai: the provider's standard variable or OPTCHAT_SUMMARIZER_API_KEY", () => {
+    expect(() => resolveConfig({ env: { OPTCHAT_SUMMARIZER: "anthropic" } })).toThrow(/ANTHROPIC_API_KEY/);
+    expect(() => resolveConfig({ env: { OPTCHAT_SUMMARIZER: "openai" } })).toThrow(/OPENAI_API_KEY/);
+    expect(resolveConfig({ env: { OPTCHAT_SUMMARIZER: "anthropic", ANTHROPIC_API_KEY: "k" } }).anthropicApiKey).toBe(
+      "k",
+    );
+    expect(resolveConfig({ env: { OPTCHAT_SUMMARIZER: "openai", OPTCHAT_SUMMARIZER_API_KEY: "k" } }).summarizer).toBe(
+      "openai",
+    );
+    expect(() => resolveConfig({ env: { OPTCHAT_SUMMARIZER: "fake:nonsense" } })).toThrow(/unknown fake option/);
   });
 });

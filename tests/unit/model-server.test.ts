@@ -3,8 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from "vitest";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import { createFakeSummarizer } from "../../src/compactor/summarizer.js";
-import { buildSummaryRequest } from "../../src/core/summary.js";
+import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
+import { buildSummaryPrompt, promptMessages } from "../../src/core/summary.js";
 
 // biome-ignore lint/suspicious/noExplicitAny: OpenAI wire JSON, read field by field
 type Json = any;
@@ -203,10 +203,10 @@ describe("model server", () => {
     expect(summary.startsWith("NATIVE-COMPACTION-SUMMARY")).toBe(true);
     expect(summary).toContain("fix the bug");
 
-    const messages = buildSummaryRequest(["user: earlier"], { type: "compress", kind: "user", text: "y ".repeat(400) });
-    const compactorRes = await post({ model: "optchat-compactor", messages, temperature: 0 });
-    const expected = await createFakeSummarizer().complete(messages);
-    expect((await json(compactorRes)).choices[0].message.content).toBe(expected);
+    const prompt = buildSummaryPrompt(["user: earlier"], { type: "compress", kind: "user", text: "y ".repeat(400) });
+    const compactorRes = await post({ model: "optchat-compactor", messages: promptMessages(prompt), temperature: 0 });
+    const expected = await createFakeSummarizer().complete(prompt);
+    expect((await json(compactorRes)).choices[0].message.content).toBe(expected.text);
 
     expect(server.requests().map((r) => r.kind)).toEqual(["title", "summary", "compactor"]);
   });

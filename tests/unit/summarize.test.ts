@@ -1,41 +1,67 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { runStep, summarizeLeaf, summarizeParent } from "../../src/compactor/summarize.js";
-import { createFakeSummarizer, type Summarizer } from "../../src/compactor/summarizer.js";
+import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
 import {
-  buildSummaryRequest,
+  type CallRecord,
+  runStep,
+  type StepContext,
+  summarizeLeaf,
+  summarizeParent,
+} from "../../src/compactor/summarize.js";
+import { type Summarizer, SummarizerError } from "../../src/compactor/summarizer.js";
+import {
+  buildSummaryPrompt,
   type ChatMessage,
   chunkText,
   cutToBytes,
   NODE_BYTES,
+  promptMessages,
   SCALE_LINE,
   SIZE_TRIES,
   utf8Bytes,
 } from "../../src/core/summary.js";
 
-/** A summarizer that answers from a script and records every request it got. */
-function scripted(answers: readonly string[], windowBytes = 64 * 1024): Summarizer & { requests: ChatMessage[][] } {
+/** A summarizer that answers from a script and records every request it got (as plain messages). */
+function scripted(
+  answers: readonly string[],
+  windowBytes = 64 * 1024,
+  finishReason = "stop",
+): Summarizer & { requests: ChatMessage[][] } {
   const requests: ChatMessage[][] = [];
   let n = 0;
   return {
     identity: "scripted",
+    provider: "fake",
+    model: "scripted",
     windowBytes,
     requests,
-    async complete(messages) {
-      requests.push([...messages]);
-      return answers[Math.min(n++, answers.length - 1)] as string;
+    async complete(prompt) {
+      requests.push(promptMessages(prompt));
+      const text = answers[Math.min(n++, answers.length - 1)] as string;
+      return {
+        text,
+        finishReason,
+        usage: { inputTokens: 100, cacheReadTokens: 60, cacheWriteTokens: 10, outputTokens: 5 },
+      };
     },
   };
+}
+
+/** How the worker calls a step: as a leaf, recording every call. */
+function ctxOf(summarizer: Summarizer, calls: CallRecord[] = []): StepContext {
+  return { summarizer, purpose: "leaf", record: (call) => calls.push(call) };
 }
 
 describe("summary requests", () => {
   it("show a scale line of exactly NODE_BYTES and no ids or ranges", () => {
     expect(utf8Bytes(SCALE_LINE)).toBe(NODE_BYTES);
-    const [system, user] = buildSummaryRequest(["user: first line", "assistant: second\nline"], {
-      type: "merge",
-      left: "user: a",
-      right: "assistant: b",
-    });
+    const [system, user] = promptMessages(
+      buildSummaryPrompt(["user: first line", "assistant: second\nline"], {
+        type: "merge",
+        left: "user: a",
+        right: "assistant: b",
+      }),
+    );
     expect(system?.role).toBe("system");
     expect(user?.content).toContain("<chat>\nuser: first line\nassistant: second line\n</chat>");
     expect(user?.content).not.toMatch(/\d+\+\d+\|/);
@@ -67,7 +93,7 @@ describe("size enforcement (seed 002 §4.3)", () => {
   it("retries in the same conversation, showing where the limit cuts, and keeps a line that fits", async () => {
     const long = `user: ${"wörd ".repeat(120)}`; // 2-byte characters, so the cut must respect code points
     const summarizer = scripted([long, "user: short enough"]);
-    const result = await runStep(summarizer, ["assistant: context"], {
+    const result = await runStep(ctxOf(summarizer), ["assistant: context"], {
       type: "compress",
       kind: "user",
       text: "x".repeat(2000),
@@ -85,7 +111,11 @@ describe("size enforcement (seed 002 §4.3)", () => {
 
   it("keeps the shortest try after the retry limit and flags it", async () => {
     const summarizer = createFakeSummarizer({ overshootBytes: 40 });
-    const result = await runStep(summarizer, [], { type: "compress", kind: "assistant", text: "word ".repeat(400) });
+    const result = await runStep(ctxOf(summarizer), [], {
+      type: "compress",
+      kind: "assistant",
+      text: "word ".repeat(400),
+    });
     expect(result.calls).toBe(SIZE_TRIES);
     expect(result.overshoot).toBe(true);
     expect(utf8Bytes(result.text)).toBe(NODE_BYTES + 40 - 5 * (SIZE_TRIES - 1));
@@ -93,19 +123,75 @@ describe("size enforcement (seed 002 §4.3)", () => {
 
   it("fails on an empty answer instead of storing it", async () => {
     await expect(
-      runStep(scripted(["   "]), [], { type: "compress", kind: "user", text: "x".repeat(900) }),
+      runStep(ctxOf(scripted(["   "])), [], { type: "compress", kind: "user", text: "x".repeat(900) }),
     ).rejects.toThrow(/empty line/);
+  });
+});
+
+describe("answer checks (seed 002 §4.2–4.3, issue 13 item 6)", () => {
+  const step = { type: "compress", kind: "user", text: "x".repeat(900) } as const;
+
+  it("ask again in the same conversation when a line starts with a ref, and never keep that line", async () => {
+    const summarizer = scripted(["12+4|user: wants the broker", "user: wants the broker"]);
+    const calls: CallRecord[] = [];
+    const result = await runStep(ctxOf(summarizer, calls), [], step);
+    expect(result).toMatchObject({ text: "user: wants the broker", calls: 2 });
+    expect(summarizer.requests[1]?.[2]).toEqual({ role: "assistant", content: "12+4|user: wants the broker" });
+    expect(summarizer.requests[1]?.[3]?.content).toMatch(/starts with a reference/);
+    expect(calls.map((c) => [c.purpose, c.outcome])).toEqual([
+      ["leaf", "reference"],
+      ["retry", "ok"],
+    ]);
+  });
+
+  it("fail the step when every try starts with an id", async () => {
+    const error = await runStep(ctxOf(scripted(["[3] user: x"])), [], step).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SummarizerError);
+    expect((error as SummarizerError).kind).toBe("invalid");
+  });
+
+  it("fail the step at once on a refusal (text or content filter): the retry starts a fresh conversation", async () => {
+    for (const [answer, finish] of [
+      ["I'm sorry, but I can't help with summarizing this.", "stop"],
+      ["user: fine line", "content-filter"],
+    ] as const) {
+      const summarizer = scripted([answer], 64 * 1024, finish);
+      const calls: CallRecord[] = [];
+      const error = await runStep(ctxOf(summarizer, calls), [], step).catch((e: unknown) => e);
+      expect((error as SummarizerError).kind).toBe("refusal");
+      expect(summarizer.requests).toHaveLength(1);
+      expect(calls.map((c) => c.outcome)).toEqual(["refusal"]);
+    }
+  });
+
+  it("record every call with its purpose, usage and outcome, the failed ones too", async () => {
+    const calls: CallRecord[] = [];
+    const long = `user: ${"word ".repeat(200)}`;
+    await runStep(ctxOf(scripted([long, "user: ok"]), calls), [], step);
+    expect(calls.map((c) => [c.purpose, c.outcome, c.usage.cacheReadTokens])).toEqual([
+      ["leaf", "over_limit", 60],
+      ["retry", "ok", 60],
+    ]);
+    const failing: Summarizer = {
+      ...scripted([]),
+      complete: async () => {
+        throw new SummarizerError("scripted 429", { kind: "rate_limited", retryAfterMs: 3000 });
+      },
+    };
+    const failed: CallRecord[] = [];
+    await expect(runStep(ctxOf(failing, failed), [], step)).rejects.toThrow(/429/);
+    expect(failed.map((c) => [c.purpose, c.outcome, c.usage.inputTokens])).toEqual([["leaf", "rate_limited", 0]]);
   });
 });
 
 describe("leaves and parents", () => {
   it("are free when they fit: verbatim leaf, children joined by a newline", async () => {
     const summarizer = scripted(["never used"]);
-    expect(await summarizeLeaf(summarizer, [], "user", "use the broker")).toMatchObject({
+    expect(await summarizeLeaf(ctxOf(summarizer), [], "user", "use the broker")).toMatchObject({
       text: "user: use the broker",
       calls: 0,
     });
-    expect(await summarizeParent(summarizer, [], "user: a", "assistant: b")).toMatchObject({
+    expect(await summarizeParent(ctxOf(summarizer), [], "user: a", "assistant: b")).toMatchObject({
       text: "user: a\nassistant: b",
       calls: 0,
     });
@@ -115,7 +201,7 @@ describe("leaves and parents", () => {
   it("summarize a message larger than the window through a recorded chunking tree over all of it", async () => {
     const summarizer = createFakeSummarizer({ windowBytes: 4096 });
     const text = Array.from({ length: 300 }, (_, i) => `line ${i}: build output with detail ${i * 7}`).join("\n");
-    const result = await summarizeLeaf(summarizer, [], "tool_result", text);
+    const result = await summarizeLeaf(ctxOf(summarizer), [], "tool_result", text);
     const leaves = result.chunks.filter((c) => c.chunkLevel === 0);
     expect(leaves.length).toBeGreaterThan(2);
     // The parts tile the whole message: nothing was clipped.
@@ -158,7 +244,7 @@ describe("large messages (issue 9 item 3)", () => {
   it("let the event loop turn between every step of a chunked leaf", async () => {
     const summarizer = createFakeSummarizer({ windowBytes: 8 * 1024 });
     const probe = loopTurns();
-    const result = await summarizeLeaf(summarizer, [], "tool_result", log(512 * 1024));
+    const result = await summarizeLeaf(ctxOf(summarizer), [], "tool_result", log(512 * 1024));
     const turns = probe.stop();
     expect(result.chunks.filter((c) => c.chunkLevel === 0).length).toBeGreaterThan(100);
     expect(turns).toBeGreaterThanOrEqual(result.calls);
@@ -166,8 +252,8 @@ describe("large messages (issue 9 item 3)", () => {
 
   it("cost model calls and input bytes in proportion to their size", async () => {
     const summarizer = createFakeSummarizer();
-    const small = await summarizeLeaf(summarizer, [], "tool_result", log(1024 * 1024));
-    const large = await summarizeLeaf(summarizer, [], "tool_result", log(8 * 1024 * 1024));
+    const small = await summarizeLeaf(ctxOf(summarizer), [], "tool_result", log(1024 * 1024));
+    const large = await summarizeLeaf(ctxOf(summarizer), [], "tool_result", log(8 * 1024 * 1024));
     // Every part is sent once and the merges are one fewer than the parts: 8x the text is 8x the work.
     expect(large.calls / small.calls).toBeGreaterThan(7.5);
     expect(large.calls / small.calls).toBeLessThan(8.5);

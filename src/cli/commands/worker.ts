@@ -1,15 +1,34 @@
+import { summarizerProblems } from "../../compactor/registry.js";
+import { OptchatError } from "../../core/errors.js";
+import { type Config, summarizerSettingsOf } from "../../memory/config.js";
 import { openMemory } from "../../memory/service.js";
 import { startWorker } from "../../memory/worker.js";
 import { type Command, integerFlag, type Output, parseCommand } from "../command.js";
 
-const usage = "optchat worker [--concurrency N] [--json]";
+const usage = "optchat worker [--concurrency N] [--summarizer NAME] [--model NAME] [--url URL] [--json]";
 
 export const workerCommand: Command = {
   name: "worker",
   usage: [usage],
   summary: "run a compactor worker until SIGTERM/SIGINT (finishes running jobs)",
-  async run(args, { config, output }) {
-    const { values } = parseCommand(args, { concurrency: { type: "string" } }, 0, usage);
+  details:
+    "--summarizer, --model and --url override OPTCHAT_SUMMARIZER, OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_URL. " +
+    "With the default (auto) the worker uses Anthropic when ANTHROPIC_API_KEY is set, else OpenAI when OPENAI_API_KEY " +
+    "is set, each with its cheap default model; otherwise it refuses to start and says what to set.",
+  async run(args, ctx) {
+    const { values } = parseCommand(
+      args,
+      {
+        concurrency: { type: "string" },
+        summarizer: { type: "string" },
+        model: { type: "string" },
+        url: { type: "string" },
+      },
+      0,
+      usage,
+    );
+    const { output } = ctx;
+    const config = withSummarizerFlags(ctx.config, values);
     const concurrency = integerFlag(values.concurrency, "concurrency", 1, 64) ?? config.workerConcurrency;
     // Not withMemory: the worker keeps memory open until a signal, then stops the jobs before closing it.
     const memory = await openMemory(config, { applicationName: "optchat-worker" });
@@ -23,7 +42,7 @@ export const workerCommand: Command = {
       },
       { concurrency },
     );
-    print({ type: "ready", pid: process.pid, concurrency, summarizer: config.summarizer });
+    print({ type: "ready", pid: process.pid, concurrency, summarizer: worker.summarizer });
     await new Promise<void>((resolve) => {
       process.once("SIGTERM", resolve);
       process.once("SIGINT", resolve);
@@ -35,6 +54,21 @@ export const workerCommand: Command = {
     return 0;
   },
 };
+
+/** The settings with the command's summarizer flags applied, checked like the environment's. */
+function withSummarizerFlags(config: Config, flags: { summarizer?: string; model?: string; url?: string }): Config {
+  if (flags.summarizer === undefined && flags.model === undefined && flags.url === undefined) return config;
+  const next: Config = Object.freeze({
+    ...config,
+    ...(flags.summarizer !== undefined ? { summarizer: flags.summarizer } : {}),
+    ...(flags.model !== undefined ? { summarizerModel: flags.model } : {}),
+    ...(flags.url !== undefined ? { summarizerUrl: flags.url.replace(/\/+$/, "") } : {}),
+  });
+  const problems = summarizerProblems(summarizerSettingsOf(next));
+  if (problems.length > 0)
+    throw new OptchatError("INPUT_INVALID", `optchat worker: ${problems.join("; ")}\nUsage: ${usage}`);
+  return next;
+}
 
 /** Worker events as JSON lines on stdout (--json) or `key=value` lines on stderr. */
 function workerEventPrinter(output: Output): (event: Record<string, unknown>) => void {

@@ -1,0 +1,87 @@
+import type { TextPart } from "ai";
+import type { SummaryPrompt } from "../../core/summary.js";
+import type { Summarizer } from "../summarizer.js";
+import { callAiSdk } from "./ai-sdk-call.js";
+import { type SummarizerProvider, windowBytesOf } from "./provider.js";
+
+/** The documented cheap default when no model is named: the newest Haiku when this was written. */
+export const ANTHROPIC_DEFAULT_MODEL = "claude-haiku-4-5";
+/** Claude models' context window. */
+const ANTHROPIC_WINDOW_TOKENS = 200_000;
+/** Anthropic honours at most 4 cache breakpoints per request. */
+const MAX_BREAKPOINTS = 4;
+/** How far back from a breakpoint Anthropic looks for an earlier entry, in blocks. */
+const LOOKBACK_BLOCKS = 20;
+
+/** OPTCHAT_SUMMARIZER=anthropic: the Messages API through @ai-sdk/anthropic, with cache marks on the context. */
+export const anthropicProvider: SummarizerProvider = {
+  name: "anthropic",
+  summary: `Anthropic's Messages API (@ai-sdk/anthropic); default model ${ANTHROPIC_DEFAULT_MODEL}; key from ANTHROPIC_API_KEY or OPTCHAT_SUMMARIZER_API_KEY`,
+  check(settings) {
+    return apiKeyOf(settings) === ""
+      ? [
+          "OPTCHAT_SUMMARIZER=anthropic needs an API key: set ANTHROPIC_API_KEY (or OPTCHAT_SUMMARIZER_API_KEY) in the environment OpenCode and `optchat worker` run with",
+        ]
+      : [];
+  },
+  async create(settings): Promise<Summarizer> {
+    const { createAnthropic } = await import("@ai-sdk/anthropic");
+    const model = settings.model || ANTHROPIC_DEFAULT_MODEL;
+    const provider = createAnthropic({
+      apiKey: apiKeyOf(settings),
+      ...(settings.url ? { baseURL: settings.url } : {}),
+    });
+    const identity = `anthropic:${model}`;
+    return {
+      identity,
+      provider: "anthropic",
+      model,
+      windowBytes: windowBytesOf(settings.windowTokens || ANTHROPIC_WINDOW_TOKENS),
+      complete: (prompt, options) =>
+        callAiSdk({
+          model: provider(model),
+          identity,
+          prompt,
+          userParts: markedParts(prompt),
+          timeoutMs: settings.timeoutMs,
+          signal: options?.signal,
+          settingsHint:
+            "Check ANTHROPIC_API_KEY / OPTCHAT_SUMMARIZER_API_KEY, OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_URL.",
+        }),
+    };
+  },
+};
+
+function apiKeyOf(settings: { apiKey: string; standardKeys: Readonly<Record<string, string>> }): string {
+  return settings.apiKey || settings.standardKeys.ANTHROPIC_API_KEY || "";
+}
+
+/**
+ * The context blocks with cache_control marks, then the step (unmarked: it differs on every call). Marks go on the
+ * last block (this call's whole context: a merge after a leaf often has the same one), the one before it (the last
+ * block boundary that stays put while lines are appended: the next call finds it), and then every LOOKBACK_BLOCKS
+ * further back, so that after a change deep in the view the lookback still reaches an earlier entry.
+ */
+export function markedParts(prompt: SummaryPrompt): TextPart[] {
+  const marks = breakpointBlocks(prompt.context.length);
+  const ephemeral = { anthropic: { cacheControl: { type: "ephemeral" } } };
+  return [
+    ...prompt.context.map(
+      (block, k): TextPart => ({
+        type: "text",
+        text: block.text,
+        ...(marks.has(k) ? { providerOptions: ephemeral } : {}),
+      }),
+    ),
+    { type: "text", text: prompt.step },
+  ];
+}
+
+/** Indices of the context blocks that carry a breakpoint (at most MAX_BREAKPOINTS). */
+export function breakpointBlocks(blocks: number): Set<number> {
+  const marks = new Set<number>();
+  if (blocks === 0) return marks;
+  marks.add(blocks - 1);
+  for (let k = blocks - 2; k >= 0 && marks.size < MAX_BREAKPOINTS; k -= LOOKBACK_BLOCKS) marks.add(k);
+  return marks;
+}

@@ -1,5 +1,6 @@
 import { type ToolDefinition, tool } from "@opencode-ai/plugin";
 import {
+  budgetSettingsOf,
   escapeMemoryText,
   inspectStoredSession,
   isOptchatError,
@@ -165,7 +166,10 @@ export async function inspectSession(
   report.lastInjectionThisProcess = state?.lastInjection ?? null;
   Object.assign(
     report,
-    await inspectStoredSession(adapter.memory, session, { workerInThisProcess: process.worker === "running" }),
+    await inspectStoredSession(adapter.memory, session, {
+      workerInThisProcess: process.worker === "running",
+      budget: budgetSettingsOf(adapter.config.core),
+    }),
   );
   return report;
 }

@@ -236,6 +236,9 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
             ...(fault.headers ? { headers: fault.headers } : {}),
           }
         : planReply(entry.kind, request, entry.index, raw.length);
+      // A compactor call is measured by the simulator alone, so its usage adds up (nothing steers it with USAGE=n).
+      if (entry.kind === "compactor" && plan.type === "answer" && entry.cache)
+        plan = { ...plan, promptTokens: entry.cache.inputTokens };
     } catch (error) {
       const status = error instanceof BadRequest ? 400 : 500;
       const type = status === 400 ? "invalid_request_error" : "server_error";

@@ -11,6 +11,9 @@
  *                         in characters (seed 002 §5.4: 73k of ~131k at 20k messages)
  *   compactor-inputs      summarizer calls and request bytes per message through the real code path (memory service,
  *                         compactor worker, pg-boss) with the fake summarizer wrapped to count, on a scratch database
+ *   compactor-cache       the same live workload through the real AI SDK providers (Anthropic, OpenAI) at the
+ *                         scripted model with its prompt-cache simulator: cache-read share of compactor input tokens,
+ *                         calls and tokens per message (scripts/bench/compactor-cache.ts)
  *   pgboss-noop-batch1    bare pg-boss: no-op jobs worked with the compactor's worker options
  *   pgboss-noop-batch100  the same jobs with batchSize 100 and burstWhenBatchFull
  *   compactor-throughput  nodes/s of the compactor (live: worker running while messages arrive; backlog: messages first,
@@ -61,6 +64,7 @@ import {
   scratchDatabaseName,
   withDatabase,
 } from "./common.js";
+import { compactorCacheCases } from "./compactor-cache.js";
 
 const BENCH = "tree";
 /** Seed 002 §5.2: "2,300 messages: 20 ms". */
@@ -70,7 +74,7 @@ const SEED_REFOLD_MESSAGES = 2300;
 const SEED_SHARED_CHARS_AT_20K = 73_000;
 const SEED_VIEW_CHARS = 131_000;
 
-interface Settings {
+export interface Settings {
   readonly foldMessages: number;
   readonly foldRuns: number;
   readonly messages: number;
@@ -519,17 +523,32 @@ function viewPrefixSharing(settings: Settings): void {
 // ---------------------------------------------------------------------------------------------------------------
 // Compactor cases (real code path on a scratch database)
 
-interface SummarizerStats {
+export interface SummarizerStats {
   calls: number;
   retryCalls: number;
   requestBytes: number;
   contextBytes: number;
   busyMs: number;
+  /** Token usage as the summarizer reported it (the fake estimates it; providers through the simulator measure it). */
+  inputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+  outputTokens: number;
 }
 
 /** The fake summarizer, counting calls and the bytes of every request it receives. */
 function countingSummarizer(inner: Summarizer): { summarizer: Summarizer; stats: SummarizerStats } {
-  const stats: SummarizerStats = { calls: 0, retryCalls: 0, requestBytes: 0, contextBytes: 0, busyMs: 0 };
+  const stats: SummarizerStats = {
+    calls: 0,
+    retryCalls: 0,
+    requestBytes: 0,
+    contextBytes: 0,
+    busyMs: 0,
+    inputTokens: 0,
+    cacheReadTokens: 0,
+    cacheWriteTokens: 0,
+    outputTokens: 0,
+  };
   return {
     stats,
     summarizer: {
@@ -541,7 +560,12 @@ function countingSummarizer(inner: Summarizer): { summarizer: Summarizer; stats:
         stats.contextBytes += prompt.context.reduce((sum, block) => sum + block.bytes, 0);
         const start = performance.now();
         try {
-          return await inner.complete(prompt, options);
+          const answer = await inner.complete(prompt, options);
+          stats.inputTokens += answer.usage.inputTokens;
+          stats.cacheReadTokens += answer.usage.cacheReadTokens;
+          stats.cacheWriteTokens += answer.usage.cacheWriteTokens;
+          stats.outputTokens += answer.usage.outputTokens;
+          return answer;
         } finally {
           stats.busyMs += performance.now() - start;
         }
@@ -618,11 +642,12 @@ async function openSessions(
   messages: number,
   seed: number,
   filler: string,
+  label: string = phase,
 ): Promise<BenchSession[]> {
   const out: BenchSession[] = [];
   for (let s = 0; s < sessions; s++) {
     const count = Math.floor(messages / sessions) + (s < messages % sessions ? 1 : 0);
-    const hostSessionId = `bench-tree-${phase}-s${s}`;
+    const hostSessionId = `bench-tree-${label}-s${s}`;
     const session = await memory.openSession({ host: "bench", hostSessionId, projectId: "bench-project" });
     const salt = phase === "live" ? s : s + sessions;
     out.push({ sessionId: session.sessionId, hostSessionId, messages: conversation(salt, count, seed, filler) });
@@ -733,8 +758,8 @@ async function countNodes(memory: Memory, sessions: readonly BenchSession[]): Pr
   return result.rows[0] as NodeCounts;
 }
 
-interface PhaseResult {
-  readonly phase: "live" | "backlog";
+export interface PhaseResult {
+  readonly phase: string;
   readonly sessions: readonly BenchSession[];
   readonly messages: number;
   readonly sealed: number;
@@ -779,7 +804,11 @@ async function jobTimings(memory: Memory, sessions: readonly BenchSession[], sin
   return { jobs: row?.jobs ?? 0, waitMs: ms(row?.wait), runMs: ms(row?.run) };
 }
 
-async function runPhase(
+/**
+ * One compactor phase: `live` (worker running while messages arrive) or `backlog` (messages first). `inner` is the
+ * summarizer (default the fake); `label` names the phase's sessions, so several live phases can share a database.
+ */
+export async function runPhase(
   memory: Memory,
   phase: "live" | "backlog",
   settings: Settings,
@@ -787,13 +816,15 @@ async function runPhase(
   filler: string,
   databaseUrl: string,
   signal: AbortSignal,
+  inner: Summarizer = createFakeSummarizer(),
+  label: string = phase,
 ): Promise<PhaseResult | undefined> {
-  const sessions = await openSessions(memory, phase, settings.sessions, messages, settings.seed, filler);
+  const sessions = await openSessions(memory, phase, settings.sessions, messages, settings.seed, filler, label);
   const messageBytes = sessions.reduce(
     (sum, s) => sum + s.messages.reduce((total, m) => total + Buffer.byteLength(m.content, "utf8"), 0),
     0,
   );
-  const { summarizer, stats } = countingSummarizer(createFakeSummarizer());
+  const { summarizer, stats } = countingSummarizer(inner);
   const recorder = compactorRecorder();
   const compactorSettings = {
     databaseUrl,
@@ -839,7 +870,7 @@ async function runPhase(
     compactor = undefined;
     const counts = await countNodes(memory, sessions);
     return {
-      phase,
+      phase: label,
       sessions,
       messages,
       sealed,
@@ -868,7 +899,7 @@ async function relationSizes(memory: Memory): Promise<Record<string, number>> {
   return result.rows[0] ?? {};
 }
 
-function phaseFields(result: PhaseResult): Record<string, unknown> {
+export function phaseFields(result: PhaseResult): Record<string, unknown> {
   const { counts, stats, messages } = result;
   const perSession = result.sessions.map((s) => s.messages.length);
   const expectedNodes = perSession.reduce((sum, leaves) => sum + fullTreeNodes(leaves), 0);
@@ -1035,6 +1066,10 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
         ...(live && backlog ? { backlogPhase: phaseFields(backlog) } : {}),
       });
     }
+
+    if (context.signal.aborted) return;
+    await compactorCacheCases({ context, memory, settings, filler, databaseUrl, run: runPhase });
+    if (context.signal.aborted) return;
 
     const noop: NoopResult[] = [];
     if (settings.noopJobs > 0) {

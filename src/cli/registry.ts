@@ -3,6 +3,7 @@
 import type { Command } from "./command.js";
 import { auditCommand } from "./commands/audit.js";
 import { browseCommand } from "./commands/browse.js";
+import { costCommand } from "./commands/cost.js";
 import { exportCommand } from "./commands/export.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
@@ -27,6 +28,7 @@ export const COMMANDS: readonly Command[] = [
   importFileCommand,
   auditCommand,
   inspectCommand,
+  costCommand,
   browseCommand,
   exportCommand,
 ];

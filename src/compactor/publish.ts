@@ -1,4 +1,5 @@
 import { createHash } from "node:crypto";
+import { FALLBACK_SUMMARIZER, fallbackTurnText } from "../core/fallback.js";
 import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
@@ -14,6 +15,8 @@ import {
   type NodeRecord,
 } from "../store/trees.js";
 import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
+import { compactorContextLines } from "./context.js";
+import { callCollector } from "./ledger.js";
 import {
   completeFenced,
   enqueueNodeJobs,
@@ -24,7 +27,7 @@ import {
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { runStep } from "./summarize.js";
-import { type CompactorDeps, retryDelaySeconds, treeCacheKey } from "./worker.js";
+import { type CompactorDeps, retryDelaySeconds, treeCacheKey, withinBudget } from "./worker.js";
 
 export interface PublishJob {
   readonly id: string;
@@ -79,15 +82,38 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   let text = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
   let calls = 0;
   let overshoot = false;
+  let fallback = false;
+  if (text === undefined && !(await withinBudget(deps, sharedTree))) {
+    // Past the budget: a labelled fallback leaf, never read as a summary (seed 000 §10); the outcome tag stays first.
+    text = fallbackTurnText(tag, lastRun.end - (runs[0] as RecordRun).start);
+    fallback = true;
+  }
   if (text === undefined) {
+    const ledger = callCollector(deps.summarizer, {
+      scopeId: scope.scopeId,
+      sessionId,
+      treeId: sharedTree.treeId,
+      level: 0,
+      index: null,
+      jobId: job.id,
+    });
     // Context: the shared view as it stands (every line is a summary: shared leaves are built when published).
-    const parts = (await findViewRevision(deps.pool, sharedTree.treeId))?.parts ?? [];
-    const shared = await findNodes(deps.pool, sharedTree.treeId, parts);
-    const context = parts.flatMap((part) => shared.get(nodeKey(part))?.text ?? []);
+    const latest = await findViewRevision(deps.pool, sharedTree.treeId);
+    const context = await compactorContextLines(
+      deps.pool,
+      sharedTree.treeId,
+      latest,
+      latest?.leafCount ?? Number.POSITIVE_INFINITY,
+    );
     const limit = NODE_BYTES - utf8Bytes(tag) - 1;
     try {
       const result = await runStep(
-        { summarizer: deps.summarizer, purpose: "publication", cacheKey: treeCacheKey(sharedTree.treeId) },
+        {
+          summarizer: deps.summarizer,
+          purpose: "publication",
+          cacheKey: treeCacheKey(sharedTree.treeId),
+          record: ledger.record,
+        },
         context,
         { type: "compress", kind: "turn", text: coverText },
         limit,
@@ -96,8 +122,10 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
       calls = result.calls;
       overshoot = result.overshoot;
     } catch (error) {
+      await ledger.flush(deps.pool, (message) => deps.report({ type: "error", error: message }));
       return await publicationFailed(deps, job, turn.snapshot.scopeId, error);
     }
+    await ledger.flush(deps.pool, (message) => deps.report({ type: "error", error: message }));
   }
 
   const outcome = await oneCommitAtATime(() =>
@@ -136,7 +164,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
                     .update(nodes.get(nodeKey(node))?.text ?? "")
                     .digest(),
                 ),
-                summarizer: calls === 0 ? "free" : deps.summarizer.identity,
+                summarizer: calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
                 promptVersion: calls === 0 ? null : PROMPT_VERSION,
                 attempts: calls,
                 overshoot,
@@ -168,6 +196,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
       level: 0,
       calls,
       overshoot,
+      ...(fallback ? { fallback } : {}),
     });
   }
   return outcome.status;

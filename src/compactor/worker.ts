@@ -1,8 +1,9 @@
 import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
+import { FALLBACK_SUMMARIZER, fallbackLeafText, fallbackParentText } from "../core/fallback.js";
 import type { FoldParams } from "../core/fold.js";
 import { createPayloadTextDecoder } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION } from "../core/summary.js";
+import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
@@ -10,6 +11,9 @@ import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../
 import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
 import { clearNodeFailure, findNodes, findReadyUnbuiltNodes, recordNodeFailure, type Tree } from "../store/trees.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
+import { type Budget, type BudgetSettings, createBudget } from "./budget.js";
+import { compactorContextLines } from "./context.js";
+import { callCollector } from "./ledger.js";
 import { publishTurnJob } from "./publish.js";
 import {
   completeFenced,
@@ -32,6 +36,8 @@ export type CompactorEvent =
       readonly level: number;
       readonly calls: number;
       readonly overshoot: boolean;
+      /** Built as a labelled fallback: the budget allowed no model call. */
+      readonly fallback?: boolean;
     }
   | {
       readonly type: "lease_lost";
@@ -50,6 +56,12 @@ export type CompactorEvent =
     }
   | { readonly type: "rescheduled"; readonly nodes: number; readonly publications: number }
   | {
+      /** The budget cap was reached (nodes become labelled fallbacks) or allows calls again; reported on change. */
+      readonly type: "budget";
+      readonly state: "spent" | "available";
+      readonly reason: string;
+    }
+  | {
       readonly type: "summarizing";
       readonly treeId: number;
       readonly ref: string;
@@ -62,6 +74,8 @@ export interface CompactorDeps {
   readonly pool: Pool;
   readonly boss: PgBoss;
   readonly summarizer: Summarizer;
+  /** The daily caps; absent: no cap. */
+  readonly budget?: Budget;
   readonly fold: FoldParams;
   readonly failureRetrySeconds: number;
   readonly report: (event: CompactorEvent) => void;
@@ -101,22 +115,37 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
   const { tree } = state;
   let outcome: SummaryOutcome;
   let inputHashes: Buffer[];
+  let fallback = false;
+  const calls = callCollector(deps.summarizer, {
+    scopeId: tree.scopeId,
+    sessionId: tree.sessionId,
+    treeId: tree.treeId,
+    level: node.level,
+    index: node.index,
+    jobId: job.id,
+  });
+  const reportError = (error: string) => deps.report({ type: "error", error });
   try {
     // The summarizer's context (seed 002 §4.2): the current view's lines before a leaf, or up to a parent's last
     // leaf; every one of them is a built summary by the readiness rule. Free nodes need none, so it is read lazily.
-    const context = async () => {
-      const bound = node.level === 0 ? startOf(node) : endOf(node);
-      const parts = (state.latest?.parts ?? []).filter((part) => endOf(part) <= bound);
-      const texts = await findNodes(deps.pool, tree.treeId, parts);
-      return parts.flatMap((part) => texts.get(nodeKey(part))?.text ?? []);
-    };
-    // A node that is not free needs the model: say so (a worker busy in a long call must not look dead), then call it.
-    const withModel = async (summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>) => {
+    const context = () =>
+      compactorContextLines(deps.pool, tree.treeId, state.latest, node.level === 0 ? startOf(node) : endOf(node));
+    // A node that is not free needs the model: within the budget, say so (a worker busy in a long call must not look
+    // dead) and call it; past the budget, build the labelled fallback instead (seed 000 §10, issue 13 item 5).
+    const withModel = async (
+      summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
+      fallbackText: () => string,
+    ) => {
+      if (!(await withinBudget(deps, tree))) {
+        fallback = true;
+        return freeOutcome(fallbackText());
+      }
       deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
       const step: StepContext = {
         summarizer: deps.summarizer,
         purpose: node.level === 0 ? "leaf" : "merge",
         cacheKey: treeCacheKey(tree.treeId),
+        record: calls.record,
         ...(signal ? { signal } : {}),
       };
       return await summarize(step, await context());
@@ -128,7 +157,10 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await withModel((step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text));
+          : await withModel(
+              (step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text),
+              () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
+            );
     } else {
       const children = childrenOf(node);
       const nodes = await findNodes(deps.pool, tree.treeId, children);
@@ -139,11 +171,16 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       outcome =
         free !== undefined
           ? freeOutcome(free)
-          : await withModel((step, context) => summarizeParent(step, context, a.text, b.text));
+          : await withModel(
+              (step, context) => summarizeParent(step, context, a.text, b.text),
+              () => fallbackParentText(2 ** node.level),
+            );
     }
   } catch (error) {
+    await calls.flush(deps.pool, reportError);
     return await recordFailure(deps, tree, node, job, error);
   }
+  await calls.flush(deps.pool, reportError);
 
   const committed = await withTransaction(deps.pool, async (tx) => {
     const locked = await lockTree(tx, { treeId: tree.treeId });
@@ -160,7 +197,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
             index: node.index,
             text: outcome.text,
             inputHashes,
-            summarizer: outcome.calls === 0 ? "free" : deps.summarizer.identity,
+            summarizer: outcome.calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
             promptVersion: outcome.calls === 0 ? null : PROMPT_VERSION,
             attempts: outcome.calls,
             overshoot: outcome.overshoot,
@@ -193,6 +230,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
       level: node.level,
       calls: outcome.calls,
       overshoot: outcome.overshoot,
+      ...(fallback ? { fallback } : {}),
     });
   } else {
     deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
@@ -231,6 +269,19 @@ async function recordFailure(
       error: message,
     });
   return "failed";
+}
+
+/**
+ * Whether the budget allows a model call for the tree now; a change of that answer is reported once (not per node).
+ */
+export async function withinBudget(deps: CompactorDeps, tree: Pick<Tree, "treeId" | "scopeId">): Promise<boolean> {
+  if (!deps.budget?.limited) return true;
+  const verdict = await deps.budget.checkTree(tree.treeId, tree.scopeId);
+  const state = verdict.allowed ? "available" : "spent";
+  if (deps.budget.noteState(state)) {
+    deps.report({ type: "budget", state, reason: verdict.allowed ? "within every cap again" : verdict.reason });
+  }
+  return verdict.allowed;
 }
 
 /**
@@ -321,6 +372,8 @@ export interface CompactorSettings {
   readonly failureRetrySeconds: number;
   /** How often this worker's pg-boss deletes finished jobs past their retention (src/compactor/retention.ts). */
   readonly retentionSweepSeconds?: number;
+  /** The daily caps (src/compactor/budget.ts); absent: none. */
+  readonly budget?: BudgetSettings;
 }
 
 export interface RunningCompactor {
@@ -345,6 +398,7 @@ export async function startCompactor(
     pool,
     boss,
     summarizer,
+    ...(settings.budget ? { budget: createBudget(pool, settings.budget) } : {}),
     fold: settings.fold,
     failureRetrySeconds: settings.failureRetrySeconds,
     report,

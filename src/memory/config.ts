@@ -1,4 +1,6 @@
 import { z } from "zod";
+import type { BudgetSettings } from "../compactor/budget.js";
+import { type PriceTable, parsePriceOverrides, priceTable } from "../compactor/prices.js";
 import { AUTO, providerNamed, type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
 
@@ -95,6 +97,34 @@ export const SETTINGS = {
     default: "",
     accepted: "OpenAI's standard key variable, used by the openai summarizer when OPTCHAT_SUMMARIZER_API_KEY is empty",
   },
+  budgetDailyUsd: {
+    env: "OPTCHAT_BUDGET_DAILY_USD",
+    default: 5,
+    accepted:
+      "a number of US dollars from 0 to 1000000 (0: no cap): what the compactor may spend per UTC day over every scope of the database, priced with the price table; past it nodes are labelled fallbacks",
+  },
+  budgetDailyTokens: {
+    env: "OPTCHAT_BUDGET_DAILY_TOKENS",
+    default: 0,
+    accepted:
+      "an integer from 0 to 10000000000 (0: no cap): compactor tokens (input, cached or not, and output) per UTC day over every scope",
+  },
+  budgetScopeDailyUsd: {
+    env: "OPTCHAT_BUDGET_SCOPE_DAILY_USD",
+    default: 0,
+    accepted: "a number of US dollars from 0 to 1000000 (0: no cap): the same cap for each scope on its own",
+  },
+  budgetScopeDailyTokens: {
+    env: "OPTCHAT_BUDGET_SCOPE_DAILY_TOKENS",
+    default: 0,
+    accepted: "an integer from 0 to 10000000000 (0: no cap): the token cap for each scope on its own",
+  },
+  prices: {
+    env: "OPTCHAT_PRICES",
+    default: "",
+    accepted:
+      'empty (the built-in table) or a JSON object of "provider:model" to {"input", "output", "cacheRead"?, "cacheWrite"?} in US dollars per million tokens, overriding or extending the built-in table',
+  },
   settleTimeoutMs: {
     env: "OPTCHAT_SETTLE_TIMEOUT_MS",
     default: 30_000,
@@ -129,6 +159,11 @@ export const integerFrom = (min: number, max: number) =>
     .min(min, `below ${min}`)
     .max(max, `above ${max}`);
 
+const dollars = z.coerce
+  .number({ invalid_type_error: "not a number" })
+  .min(0, "below 0")
+  .max(1_000_000, "above 1000000");
+
 const configSchema = z.object({
   databaseUrl: z
     .string()
@@ -155,6 +190,17 @@ const configSchema = z.object({
   summarizerWindowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 4096, "below 4096"),
   anthropicApiKey: z.string(),
   openaiApiKey: z.string(),
+  budgetDailyUsd: dollars,
+  budgetDailyTokens: integerFrom(0, 10_000_000_000),
+  budgetScopeDailyUsd: dollars,
+  budgetScopeDailyTokens: integerFrom(0, 10_000_000_000),
+  prices: z.string().superRefine((value, ctx) => {
+    try {
+      parsePriceOverrides(value);
+    } catch (error) {
+      ctx.addIssue({ code: z.ZodIssueCode.custom, message: (error as Error).message });
+    }
+  }),
   settleTimeoutMs: integerFrom(0, 600_000),
   jobRetentionSeconds: integerFrom(1, 2_592_000),
   revisionRetentionSeconds: integerFrom(60, 31_536_000),
@@ -256,6 +302,22 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
     );
   }
   return Object.freeze({ ...data, viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes });
+}
+
+/** The compactor's daily caps and the price table they are measured with (src/compactor/budget.ts). */
+export function budgetSettingsOf(config: Config): BudgetSettings {
+  return {
+    dailyUsd: config.budgetDailyUsd,
+    dailyTokens: config.budgetDailyTokens,
+    scopeDailyUsd: config.budgetScopeDailyUsd,
+    scopeDailyTokens: config.budgetScopeDailyTokens,
+    prices: pricesOf(config),
+  };
+}
+
+/** The price table: built in, with OPTCHAT_PRICES on top (validated when the config was resolved). */
+export function pricesOf(config: Pick<Config, "prices">): PriceTable {
+  return priceTable(parsePriceOverrides(config.prices));
 }
 
 /** The compactor's settings as the summarizer registry takes them (src/compactor/registry.ts). */

@@ -4,6 +4,7 @@ export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
 export {
+  budgetSettingsOf,
   type Config,
   integerFrom,
   redactUrl,

@@ -1,4 +1,6 @@
+import type { BudgetSettings } from "../compactor/budget.js";
 import type { Session } from "../store/sessions.js";
+import { readTodaySpend } from "./cost.js";
 import type { Memory } from "./service.js";
 
 /** A job that could run and has waited this long means no worker is taking jobs. */
@@ -12,12 +14,13 @@ const STALLED_AFTER_SECONDS = 60;
 export async function inspectStoredSession(
   memory: Memory,
   session: Session,
-  options: { workerInThisProcess?: boolean } = {},
+  options: { workerInThisProcess?: boolean; budget?: BudgetSettings } = {},
 ): Promise<Record<string, unknown>> {
-  const [health, injections, problems] = await Promise.all([
+  const [health, injections, problems, spend] = await Promise.all([
     memory.host.sessionHealth(session.sessionId),
     memory.host.listInjections(session.sessionId, 1),
     memory.host.listProblems(session.host, session.hostSessionId, 3),
+    options.budget ? readTodaySpend(memory.pool, options.budget, { scopeId: session.scopeId }) : undefined,
   ]);
   const pending = health.leaves > health.builtLeaves || health.unpublishedTurns > 0;
   const verdict =
@@ -30,6 +33,8 @@ export async function inspectStoredSession(
           : "working: summaries or publications are pending";
   const last = injections[0];
   return {
+    // Today's compactor spend and, when a cap is reached, what that means for the summaries (issue 13 item 5).
+    ...(spend ? { compactorToday: spend } : {}),
     session: {
       id: session.sessionId,
       host: session.host,

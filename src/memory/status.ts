@@ -1,14 +1,28 @@
+import type { BudgetSettings } from "../compactor/budget.js";
 import { connectClient } from "../store/db.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
+import { readTodaySpend, type TodaySpend } from "./cost.js";
 import { expectedSchemaVersion } from "./service.js";
 
 export type { StoreStatus };
 
-/** The store's status on a dedicated short-lived connection (works on a database that is not migrated yet). */
-export async function readStatus(databaseUrl: string): Promise<StoreStatus & { expectedSchemaVersion: number }> {
+/** The schema version that has the cost ledger (migration 007). */
+const LEDGER_SCHEMA_VERSION = 7;
+
+/**
+ * The store's status on a dedicated short-lived connection (works on a database that is not migrated yet), with
+ * today's compactor spend against `budget` once the ledger exists.
+ */
+export async function readStatus(
+  databaseUrl: string,
+  budget?: BudgetSettings,
+): Promise<StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend }> {
   const client = await connectClient(databaseUrl, "optchat-status");
   try {
-    return { ...(await readStoreStatus(client)), expectedSchemaVersion: expectedSchemaVersion() };
+    const status = await readStoreStatus(client);
+    const compactorToday =
+      budget && status.schemaVersion >= LEDGER_SCHEMA_VERSION ? await readTodaySpend(client, budget) : undefined;
+    return { ...status, expectedSchemaVersion: expectedSchemaVersion(), ...(compactorToday ? { compactorToday } : {}) };
   } finally {
     await client.end().catch(() => {});
   }

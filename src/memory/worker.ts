@@ -2,7 +2,7 @@ import { createSummarizer } from "../compactor/registry.js";
 import { type RunningRetention, startRetention } from "../compactor/retention.js";
 import type { Summarizer } from "../compactor/summarizer.js";
 import { type CompactorEvent, type RunningCompactor, startCompactor } from "../compactor/worker.js";
-import { type Config, summarizerSettingsOf } from "./config.js";
+import { budgetSettingsOf, type Config, summarizerSettingsOf } from "./config.js";
 import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
@@ -42,6 +42,7 @@ export async function startWorker(
       fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
       failureRetrySeconds: config.failureRetrySeconds,
       retentionSweepSeconds: config.retentionSweepSeconds,
+      budget: budgetSettingsOf(config),
     },
     summarizer,
     report,

@@ -1,3 +1,4 @@
+import { budgetSettingsOf } from "../../memory/config.js";
 import { inspectStoredSession } from "../../memory/inspect.js";
 import { resolveSession } from "../../memory/resolve-session.js";
 import { type Command, parseCommand, withMemory } from "../command.js";
@@ -14,7 +15,7 @@ export const inspectCommand: Command = {
     const { positionals } = parseCommand(args, {}, 1, usage);
     const id = positionals[0] as string;
     const report = await withMemory(config, "optchat-inspect", async (memory) =>
-      inspectStoredSession(memory, await resolveSession(memory, id)),
+      inspectStoredSession(memory, await resolveSession(memory, id), { budget: budgetSettingsOf(config) }),
     );
     output.out(output.json ? JSON.stringify(report) : JSON.stringify(report, null, 2));
     return 0;

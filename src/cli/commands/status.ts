@@ -1,5 +1,5 @@
 import { OptchatError } from "../../core/errors.js";
-import { redactUrl } from "../../memory/config.js";
+import { budgetSettingsOf, redactUrl } from "../../memory/config.js";
 import { readStatus } from "../../memory/status.js";
 import { type Command, parseCommand } from "../command.js";
 
@@ -11,7 +11,7 @@ export const statusCommand: Command = {
   summary: "server, schema version and row counts per table",
   async run(args, { config, output }) {
     parseCommand(args, {}, 0, usage);
-    const status = await readStatus(config.databaseUrl);
+    const status = await readStatus(config.databaseUrl, budgetSettingsOf(config));
     const expected = status.expectedSchemaVersion;
     const upToDate = status.schemaVersion >= expected;
     if (output.json) {
@@ -27,6 +27,14 @@ export const statusCommand: Command = {
       output.out(
         `compactor  ${status.pendingLeaves} message(s) not summarized yet; jobs: ${jobs || "none"}; failing nodes: ${status.failingNodes}; failing publications: ${status.failingPublications}`,
       );
+      const today = status.compactorToday;
+      if (today) {
+        const caps = today.caps.dailyUsd > 0 ? `of $${today.caps.dailyUsd} a day` : "no money cap";
+        output.out(
+          `spend      today (${today.day} UTC): ${today.all.calls} compactor call(s), ${today.all.tokens} tokens, $${today.all.costUsd.toFixed(4)} ${caps}${today.all.unpricedTokens > 0 ? ` (+${today.all.unpricedTokens} unpriced tokens)` : ""}; fallback nodes: ${today.fallbackNodes}`,
+        );
+        if (today.notice) output.out(`           ${today.notice}`);
+      }
       const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
       for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);
     }

@@ -1,6 +1,7 @@
 import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
 import { openMemory, redactUrl, startWorker } from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter, PromptRefused } from "./adapter.js";
+import { compactorModel } from "./compactor-model.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
 import { memoryTools } from "./tools.js";
@@ -35,6 +36,15 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   }
 
   const lookups = clientLookups(input);
+  // The embedded compactor's model: OpenCode's small_model, else a cheap model of the main provider (issue 13 item 2).
+  const compactor = compactorModel(
+    {
+      configGet: () => withTimeout(input.client.config.get()),
+      configProviders: () => withTimeout(input.client.config.providers()),
+    },
+    config.core,
+    log,
+  );
   // The database is opened in the background so OpenCode starts at once; the first prompt waits for it. A failed
   // open (Postgres down, schema not migrated) is tried again at the next hook call after REOPEN_AFTER_MS, so fixing
   // the database does not need an OpenCode restart.
@@ -52,6 +62,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
     void adapter.startWorker(() =>
       startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
         concurrency: config.plugin.embeddedWorkerConcurrency,
+        summarizer: compactor.summarizer,
       }),
     );
     unavailable = undefined;
@@ -87,6 +98,9 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
           throw new PromptRefused(`${unavailable} (or set OPTCHAT_READINESS=partial to continue without memory)`);
         return;
       }
+      // No usable compactor model (strict, never the fake in its place): say what to set instead of going on.
+      const noModel = compactor.problem();
+      if (noModel) throw new PromptRefused(noModel);
       try {
         await adapter.admit(
           hookInput.sessionID,

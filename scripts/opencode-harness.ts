@@ -62,6 +62,8 @@ export interface CreateOpencodeEnvOptions {
   outputLimit?: number;
   /** Added last, so it can override anything (e.g. `npm_config_registry`). */
   extraEnv?: Record<string, string>;
+  /** `small_model` in opencode.json: default `fake/fake`; null leaves it out. */
+  smallModel?: string | null;
   /** Use the same XDG_DATA_HOME (OpenCode's SQLite) and project dir as this environment: two "terminals". */
   shareDataWith?: OpencodeEnv;
 }
@@ -233,7 +235,9 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
     autoupdate: false,
     share: "disabled",
     model: `${FAKE_MODEL.providerID}/${FAKE_MODEL.modelID}`,
-    small_model: `${FAKE_MODEL.providerID}/${FAKE_MODEL.modelID}`,
+    ...(options.smallModel === null
+      ? {}
+      : { small_model: options.smallModel ?? `${FAKE_MODEL.providerID}/${FAKE_MODEL.modelID}` }),
     enabled_providers: [FAKE_MODEL.providerID],
     provider: {
       [FAKE_MODEL.providerID]: {

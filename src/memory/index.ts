@@ -1,4 +1,9 @@
 // The memory service's public surface for hosts (the OpenCode plugin imports only this module).
+export { ANTHROPIC_DEFAULT_MODEL } from "../compactor/providers/anthropic.js";
+export { OPENAI_DEFAULT_MODEL } from "../compactor/providers/openai.js";
+export type { SummarizerSettings } from "../compactor/providers/provider.js";
+export { AUTO, createSummarizer } from "../compactor/registry.js";
+export type { Summarizer } from "../compactor/summarizer.js";
 export { availableMemoryTokens, escapeMemoryText, estimateTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
@@ -12,6 +17,7 @@ export {
   resolveSettings,
   SETTINGS,
   type SettingName,
+  summarizerSettingsOf,
 } from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export { inspectStoredSession } from "./inspect.js";

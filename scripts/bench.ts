@@ -18,6 +18,7 @@ import {
   readMachineFacts,
   serverUrlFromEnv,
 } from "./bench/common.js";
+import { runCompactorQualityBench } from "./bench/compactor-quality.js";
 import { runIngestBench } from "./bench/ingest.js";
 import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
@@ -31,6 +32,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "billed input tokens under simulated Anthropic and OpenAI prompt caches, native OpenCode vs optchat, 2 sessions in real OpenCode",
     run: runCacheBench,
+  },
+  "compactor-quality": {
+    description:
+      "a corpus of sessions with known facts summarized by each model named: checks on every node and the top, pass rates, tokens, cost",
+    run: runCompactorQualityBench,
   },
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",

@@ -13,9 +13,11 @@ import {
   findSharedTreeOfScope,
   findViewRevision,
   type NodeRecord,
+  type Tree,
 } from "../store/trees.js";
 import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
 import { compactorContextLines } from "./context.js";
+import { type CompactorDeps, retryDelaySeconds, treeCacheKey, withinBudget } from "./deps.js";
 import { callCollector } from "./ledger.js";
 import {
   completeFenced,
@@ -27,7 +29,6 @@ import {
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { runStep } from "./summarize.js";
-import { type CompactorDeps, retryDelaySeconds, treeCacheKey, withinBudget } from "./worker.js";
 
 export interface PublishJob {
   readonly id: string;
@@ -78,55 +79,21 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   const { cover, nodes } = await coarsestBuiltCover(deps, sessionTree.treeId, runs);
 
   const coverText = cover.map((node) => nodes.get(nodeKey(node))?.text ?? "").join("\n");
-  const tag = `[turn ${turn.state}]`;
-  let text = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
-  let calls = 0;
-  let overshoot = false;
-  let fallback = false;
-  if (text === undefined && !(await withinBudget(deps, sharedTree))) {
-    // Past the budget: a labelled fallback leaf, never read as a summary (seed 000 §10); the outcome tag stays first.
-    text = fallbackTurnText(tag, lastRun.end - (runs[0] as RecordRun).start);
-    fallback = true;
-  }
-  if (text === undefined) {
-    const ledger = callCollector(deps.summarizer, {
-      scopeId: scope.scopeId,
-      sessionId,
-      treeId: sharedTree.treeId,
-      level: 0,
-      index: null,
-      jobId: job.id,
-    });
-    // Context: the shared view as it stands (every line is a summary: shared leaves are built when published).
-    const latest = await findViewRevision(deps.pool, sharedTree.treeId);
-    const context = await compactorContextLines(
-      deps.pool,
-      sharedTree.treeId,
-      latest,
-      latest?.leafCount ?? Number.POSITIVE_INFINITY,
+  const records = lastRun.end - (runs[0] as RecordRun).start;
+  let leaf: PublicationLeaf;
+  try {
+    leaf = await publicationLeaf(
+      deps,
+      job,
+      { scopeId: scope.scopeId, sessionId, sharedTree },
+      turn.state,
+      coverText,
+      records,
     );
-    const limit = NODE_BYTES - utf8Bytes(tag) - 1;
-    try {
-      const result = await runStep(
-        {
-          summarizer: deps.summarizer,
-          purpose: "publication",
-          cacheKey: treeCacheKey(sharedTree.treeId),
-          record: ledger.record,
-        },
-        context,
-        { type: "compress", kind: "turn", text: coverText },
-        limit,
-      );
-      text = `${tag} ${result.text.replace(/^turn:\s*/, "")}`;
-      calls = result.calls;
-      overshoot = result.overshoot;
-    } catch (error) {
-      await ledger.flush(deps.pool, (message) => deps.report({ type: "error", error: message }));
-      return await publicationFailed(deps, job, turn.snapshot.scopeId, error);
-    }
-    await ledger.flush(deps.pool, (message) => deps.report({ type: "error", error: message }));
+  } catch (error) {
+    return await publicationFailed(deps, job, turn.snapshot.scopeId, error);
   }
+  const { text, calls, overshoot, fallback } = leaf;
 
   const outcome = await oneCommitAtATime(() =>
     withTransaction(
@@ -200,6 +167,73 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     });
   }
   return outcome.status;
+}
+
+interface PublicationLeaf {
+  readonly text: string;
+  readonly calls: number;
+  readonly overshoot: boolean;
+  readonly fallback: boolean;
+}
+
+/**
+ * The publication leaf's text: the cover's lines when they fit under the outcome tag (free), else one compress step
+ * with the shared view as context (its calls go to the ledger), else, past the budget, a labelled fallback. The tag
+ * always comes first, so an attempt never reads as a success. Throws when the summary fails.
+ */
+async function publicationLeaf(
+  deps: CompactorDeps,
+  job: PublishJob,
+  where: { scopeId: string; sessionId: string; sharedTree: Tree },
+  state: string,
+  coverText: string,
+  records: number,
+): Promise<PublicationLeaf> {
+  const tag = `[turn ${state}]`;
+  const free = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
+  if (free !== undefined) return { text: free, calls: 0, overshoot: false, fallback: false };
+  const { sharedTree } = where;
+  if (!(await withinBudget(deps, sharedTree)))
+    return { text: fallbackTurnText(tag, records), calls: 0, overshoot: false, fallback: true };
+  const ledger = callCollector(deps.summarizer, {
+    scopeId: where.scopeId,
+    sessionId: where.sessionId,
+    treeId: sharedTree.treeId,
+    level: 0,
+    index: null,
+    jobId: job.id,
+  });
+  const reportError = (message: string) => deps.report({ type: "error", error: message });
+  // Context: the shared view as it stands (every line is a summary: shared leaves are built when published).
+  const latest = await findViewRevision(deps.pool, sharedTree.treeId);
+  const context = await compactorContextLines(
+    deps.pool,
+    sharedTree.treeId,
+    latest,
+    latest?.leafCount ?? Number.POSITIVE_INFINITY,
+  );
+  try {
+    const result = await runStep(
+      {
+        summarizer: deps.summarizer,
+        purpose: "publication",
+        cacheKey: treeCacheKey(sharedTree.treeId),
+        record: ledger.record,
+        ...(deps.gate ? { gate: deps.gate } : {}),
+      },
+      context,
+      { type: "compress", kind: "turn", text: coverText },
+      NODE_BYTES - utf8Bytes(tag) - 1,
+    );
+    return {
+      text: `${tag} ${result.text.replace(/^turn:\s*/, "")}`,
+      calls: result.calls,
+      overshoot: result.overshoot,
+      fallback: false,
+    };
+  } finally {
+    await ledger.flush(deps.pool, reportError);
+  }
 }
 
 /**

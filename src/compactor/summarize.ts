@@ -13,6 +13,7 @@ import {
   shortestTry,
   utf8Bytes,
 } from "../core/summary.js";
+import type { PrefixGate } from "./prefix-gate.js";
 import { type CallUsage, failureKindOf, NO_USAGE, type Summarizer, SummarizerError } from "./summarizer.js";
 import { collectYielding, yieldToEventLoop } from "./yield.js";
 
@@ -63,6 +64,8 @@ export interface StepContext {
   readonly cacheKey?: string;
   readonly signal?: AbortSignal;
   readonly record?: (call: CallRecord) => void;
+  /** Orders the calls of one tree so each reads the previous one's prefix from the provider's cache. */
+  readonly gate?: PrefixGate;
 }
 
 /**

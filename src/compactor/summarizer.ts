@@ -24,6 +24,8 @@ export interface CallOptions {
    * prompt_cache_key) send them where that prefix is cached.
    */
   readonly cacheKey?: string;
+  /** Called once the provider has begun answering (or the call ended): its prefix is then in the cache. */
+  readonly onResponse?: () => void;
 }
 
 /** Tokens of one call as the provider reported them (the fake estimates them). */

@@ -1,22 +1,16 @@
-import { createHash } from "node:crypto";
 import type { PgBoss } from "pg-boss";
-import { FALLBACK_SUMMARIZER, fallbackLeafText, fallbackParentText } from "../core/fallback.js";
 import type { FoldParams } from "../core/fold.js";
-import { createPayloadTextDecoder } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
-import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
+import type { NodeAddress } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
-import { notifyTreeChanged } from "../store/notifications.js";
-import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
-import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
-import { clearNodeFailure, findNodes, findReadyUnbuiltNodes, recordNodeFailure, type Tree } from "../store/trees.js";
+import { lockTree } from "../store/tree-changes.js";
+import { findReadyUnbuiltNodes } from "../store/trees.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
-import { type Budget, type BudgetSettings, createBudget } from "./budget.js";
-import { compactorContextLines } from "./context.js";
-import { callCollector } from "./ledger.js";
+import { type BudgetSettings, createBudget } from "./budget.js";
+import type { CompactorDeps, CompactorEvent } from "./deps.js";
+import { buildNodeJob } from "./node-job.js";
+import { createPrefixGate } from "./prefix-gate.js";
 import { publishTurnJob } from "./publish.js";
 import {
-  completeFenced,
   createBoss,
   enqueueNodeJobs,
   NODE_QUEUE,
@@ -25,318 +19,11 @@ import {
   type PublishJobData,
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
-import { type StepContext, type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
-import { type Summarizer, SummarizerError } from "./summarizer.js";
+import type { Summarizer } from "./summarizer.js";
 
-export type CompactorEvent =
-  | {
-      readonly type: "built";
-      readonly treeId: number;
-      readonly ref: string;
-      readonly level: number;
-      readonly calls: number;
-      readonly overshoot: boolean;
-      /** Built as a labelled fallback: the budget allowed no model call. */
-      readonly fallback?: boolean;
-    }
-  | {
-      readonly type: "lease_lost";
-      readonly treeId: number;
-      readonly ref: string;
-      readonly level: number;
-      readonly jobId: string;
-    }
-  | {
-      readonly type: "failure";
-      readonly treeId: number;
-      readonly ref: string;
-      readonly level: number;
-      readonly failures: number;
-      readonly error: string;
-    }
-  | { readonly type: "rescheduled"; readonly nodes: number; readonly publications: number }
-  | {
-      /** The budget cap was reached (nodes become labelled fallbacks) or allows calls again; reported on change. */
-      readonly type: "budget";
-      readonly state: "spent" | "available";
-      readonly reason: string;
-    }
-  | {
-      readonly type: "summarizing";
-      readonly treeId: number;
-      readonly ref: string;
-      readonly level: number;
-      readonly jobId: string;
-    }
-  | { readonly type: "error"; readonly error: string };
-
-export interface CompactorDeps {
-  readonly pool: Pool;
-  readonly boss: PgBoss;
-  readonly summarizer: Summarizer;
-  /** The daily caps; absent: no cap. */
-  readonly budget?: Budget;
-  readonly fold: FoldParams;
-  readonly failureRetrySeconds: number;
-  readonly report: (event: CompactorEvent) => void;
-}
-
-export interface NodeJob {
-  readonly id: string;
-  readonly retryCount: number;
-  readonly data: NodeJobData;
-}
-
-export type JobOutcome = "built" | "already_built" | "lease_lost" | "failed" | "gone";
-
-/**
- * Builds one node. Reads its inputs and context, calls the summarizer outside any transaction, then commits in one
- * transaction that holds the tree row: the job is completed only if this worker still holds the attempt it fetched
- * (job id + retry count), the node is inserted (its input hashes recorded), the view folds, and the nodes that became
- * ready are enqueued. A worker that lost its lease changes nothing.
- */
-export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal): Promise<JobOutcome> {
-  const node = { level: job.data.level, index: job.data.index };
-  const state = await inspectNodeJob(deps.pool, job.data.treeId, node);
-  if (!state || state.built) {
-    const held = await withTransaction(deps.pool, (tx) => completeFenced(deps.boss, tx, job));
-    if (!held && state) {
-      deps.report({
-        type: "lease_lost",
-        treeId: state.tree.treeId,
-        ref: refOf(node),
-        level: node.level,
-        jobId: job.id,
-      });
-      return "lease_lost";
-    }
-    return state ? "already_built" : "gone";
-  }
-  const { tree } = state;
-  let outcome: SummaryOutcome;
-  let inputHashes: Buffer[];
-  let fallback = false;
-  const calls = callCollector(deps.summarizer, {
-    scopeId: tree.scopeId,
-    sessionId: tree.sessionId,
-    treeId: tree.treeId,
-    level: node.level,
-    index: node.index,
-    jobId: job.id,
-  });
-  const reportError = (error: string) => deps.report({ type: "error", error });
-  try {
-    // The summarizer's context (seed 002 §4.2): the current view's lines before a leaf, or up to a parent's last
-    // leaf; every one of them is a built summary by the readiness rule. Free nodes need none, so it is read lazily.
-    const context = () =>
-      compactorContextLines(deps.pool, tree.treeId, state.latest, node.level === 0 ? startOf(node) : endOf(node));
-    // A node that is not free needs the model: within the budget, say so (a worker busy in a long call must not look
-    // dead) and call it; past the budget, build the labelled fallback instead (seed 000 §10, issue 13 item 5).
-    const withModel = async (
-      summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
-      fallbackText: () => string,
-    ) => {
-      if (!(await withinBudget(deps, tree))) {
-        fallback = true;
-        return freeOutcome(fallbackText());
-      }
-      deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
-      const step: StepContext = {
-        summarizer: deps.summarizer,
-        purpose: node.level === 0 ? "leaf" : "merge",
-        cacheKey: treeCacheKey(tree.treeId),
-        record: calls.record,
-        ...(signal ? { signal } : {}),
-      };
-      return await summarize(step, await context());
-    };
-    if (node.level === 0) {
-      const leaf = await leafInput(deps.pool, tree, node.index);
-      inputHashes = [leaf.hash];
-      const free = freeLeafText(leaf.kind, leaf.text);
-      outcome =
-        free !== undefined
-          ? freeOutcome(free)
-          : await withModel(
-              (step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text),
-              () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
-            );
-    } else {
-      const children = childrenOf(node);
-      const nodes = await findNodes(deps.pool, tree.treeId, children);
-      const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
-      if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
-      inputHashes = [sha256(a.text), sha256(b.text)];
-      const free = freeParentText(a.text, b.text);
-      outcome =
-        free !== undefined
-          ? freeOutcome(free)
-          : await withModel(
-              (step, context) => summarizeParent(step, context, a.text, b.text),
-              () => fallbackParentText(2 ** node.level),
-            );
-    }
-  } catch (error) {
-    await calls.flush(deps.pool, reportError);
-    return await recordFailure(deps, tree, node, job, error);
-  }
-  await calls.flush(deps.pool, reportError);
-
-  const committed = await withTransaction(deps.pool, async (tx) => {
-    const locked = await lockTree(tx, { treeId: tree.treeId });
-    if (!locked) throw new Error(`tree ${tree.treeId} disappeared`);
-    if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost" as const;
-    const applied = await applyTreeChanges(
-      tx,
-      locked,
-      [
-        {
-          type: "built",
-          node: {
-            level: node.level,
-            index: node.index,
-            text: outcome.text,
-            inputHashes,
-            summarizer: outcome.calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
-            promptVersion: outcome.calls === 0 ? null : PROMPT_VERSION,
-            attempts: outcome.calls,
-            overshoot: outcome.overshoot,
-            jobId: job.id,
-            jobAttempt: job.retryCount,
-            chunks: outcome.chunks,
-          },
-        },
-      ],
-      deps.fold,
-      { buildFreeInline: true },
-    );
-    await enqueueNodeJobs(deps.boss, tx, tree.treeId, applied.ready);
-    if (state.failing) await clearNodeFailure(tx, tree.treeId, node);
-    // A session node may complete the cover of the session's next turn to publish (dependency-driven publication).
-    if (tree.kind === "session" && tree.sessionId !== null && tree.generation !== null)
-      await schedulePublicationIfReady(deps.boss, tx, {
-        treeId: tree.treeId,
-        sessionId: tree.sessionId,
-        generation: tree.generation,
-      });
-    return "built" as const;
-  });
-  // Reported after the commit: withTransaction may run the transaction more than once.
-  if (committed === "built") {
-    deps.report({
-      type: "built",
-      treeId: tree.treeId,
-      ref: refOf(node),
-      level: node.level,
-      calls: outcome.calls,
-      overshoot: outcome.overshoot,
-      ...(fallback ? { fallback } : {}),
-    });
-  } else {
-    deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
-  }
-  return committed;
-}
-
-/**
- * A failed summary: the sources stay as they are; the node is tried again after the fixed delay (seed 002 §4.1: no
- * exponential backoff, the next turn waits on it) by a fresh job that replaces this one in the same transaction. The
- * first failure of a node is reported; later ones only counted.
- */
-async function recordFailure(
-  deps: CompactorDeps,
-  tree: Tree,
-  node: NodeAddress,
-  job: NodeJob,
-  error: unknown,
-): Promise<JobOutcome> {
-  const message = error instanceof Error ? error.message : String(error);
-  const failures = await withTransaction(deps.pool, async (tx) => {
-    if (!(await completeFenced(deps.boss, tx, job))) return 0;
-    const { failures } = await recordNodeFailure(tx, tree.treeId, node, message);
-    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], retryDelaySeconds(deps, error));
-    await notifyTreeChanged(tx, tree.treeId);
-    return failures;
-  });
-  if (failures === 0) return "lease_lost";
-  if (failures === 1)
-    deps.report({
-      type: "failure",
-      treeId: tree.treeId,
-      ref: refOf(node),
-      level: node.level,
-      failures,
-      error: message,
-    });
-  return "failed";
-}
-
-/**
- * Whether the budget allows a model call for the tree now; a change of that answer is reported once (not per node).
- */
-export async function withinBudget(deps: CompactorDeps, tree: Pick<Tree, "treeId" | "scopeId">): Promise<boolean> {
-  if (!deps.budget?.limited) return true;
-  const verdict = await deps.budget.checkTree(tree.treeId, tree.scopeId);
-  const state = verdict.allowed ? "available" : "spent";
-  if (deps.budget.noteState(state)) {
-    deps.report({ type: "budget", state, reason: verdict.allowed ? "within every cap again" : verdict.reason });
-  }
-  return verdict.allowed;
-}
-
-/**
- * When a failed node is tried again: the fixed delay (seed 002 §4.1: no backoff), or later when the provider said so
- * with Retry-After (a 429 or 529 asks for exactly that).
- */
-export function retryDelaySeconds(deps: Pick<CompactorDeps, "failureRetrySeconds">, error: unknown): number {
-  const asked = error instanceof SummarizerError && error.retryAfterMs !== undefined ? error.retryAfterMs / 1000 : 0;
-  return Math.max(deps.failureRetrySeconds, Math.ceil(asked));
-}
-
-/** The prompt-cache key of a tree's calls: the same for all of them, different for every tree. */
-export function treeCacheKey(treeId: number): string {
-  return `optchat-tree-${treeId}`;
-}
-
-function freeOutcome(text: string): SummaryOutcome {
-  return { text, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
-}
-
-function sha256(text: string): Buffer {
-  return createHash("sha256").update(text, "utf8").digest();
-}
-
-/**
- * Payload bytes read and decoded per step for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex
- * string that was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event
- * loop turns between them (every page is a round trip).
- */
-const LEAF_PAGE_BYTES = PAYLOAD_READ_BYTES;
-
-async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
-  if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
-    throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
-  }
-  // One round trip for a payload of at most a page (nearly every record), with the record's fields.
-  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index, LEAF_PAGE_BYTES);
-  if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  const { record } = found;
-  // The text is joined once, with the leaf's prefix and suffix: each concatenation of a 64 MiB string is another
-  // copy of it in one task when the chunker first reads it.
-  const { prefix, suffix } = leafSourceAffixes(record);
-  const decoder = createPayloadTextDecoder();
-  const pieces: string[] = [prefix];
-  if (found.payload) {
-    pieces.push(decoder.push(found.payload));
-  } else {
-    // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
-    for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
-      pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
-    }
-  }
-  pieces.push(decoder.end(), suffix);
-  return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };
-}
+export type { CompactorDeps, CompactorEvent } from "./deps.js";
+export { retryDelaySeconds, treeCacheKey } from "./deps.js";
+export { buildNodeJob, type JobOutcome, type NodeJob } from "./node-job.js";
 
 /**
  * Schedules again what is ready but has no job (a job deleted by an operator, or one that gave up): ready unbuilt
@@ -399,6 +86,7 @@ export async function startCompactor(
     boss,
     summarizer,
     ...(settings.budget ? { budget: createBudget(pool, settings.budget) } : {}),
+    gate: createPrefixGate(),
     fold: settings.fold,
     failureRetrySeconds: settings.failureRetrySeconds,
     report,

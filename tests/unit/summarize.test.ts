@@ -1,5 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { createPrefixGate } from "../../src/compactor/prefix-gate.js";
 import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
 import {
   type CallRecord,
@@ -260,5 +261,42 @@ describe("large messages (issue 9 item 3)", () => {
     expect(large.inputBytes / small.inputBytes).toBeGreaterThan(7.5);
     expect(large.inputBytes / small.inputBytes).toBeLessThan(8.5);
     expect(large.chunks.at(-1)).toMatchObject({ charStart: 0, charEnd: log(8 * 1024 * 1024).length });
+  });
+});
+
+describe("the prefix gate (issue 13 item 3)", () => {
+  it("sends a tree's next call once the previous one has started answering, and never holds other trees", async () => {
+    const gate = createPrefixGate(10_000);
+    const order: string[] = [];
+    let answerFirst = () => {};
+    const first = gate.enter("tree-1").then((answered) => {
+      order.push("first sent");
+      answerFirst = () => {
+        order.push("first answering");
+        answered();
+      };
+    });
+    await first;
+    const second = gate.enter("tree-1").then((answered) => {
+      order.push("second sent");
+      answered();
+    });
+    const other = gate.enter("tree-2").then((answered) => {
+      order.push("other tree sent");
+      answered();
+    });
+    await other;
+    expect(order).toEqual(["first sent", "other tree sent"]);
+    answerFirst();
+    await second;
+    expect(order).toEqual(["first sent", "other tree sent", "first answering", "second sent"]);
+  });
+
+  it("waits at most its bound for a call that never answers", async () => {
+    const gate = createPrefixGate(50);
+    await gate.enter("tree-1");
+    const started = performance.now();
+    await gate.enter("tree-1");
+    expect(performance.now() - started).toBeGreaterThanOrEqual(45);
   });
 });

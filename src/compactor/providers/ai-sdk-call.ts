@@ -17,6 +17,8 @@ export interface AiSdkCall {
   readonly providerOptions?: Record<string, Record<string, string | number | boolean | null>>;
   readonly timeoutMs: number;
   readonly signal?: AbortSignal;
+  /** Told when the first part of the answer arrives (prefix-gate.ts). */
+  readonly onResponse?: () => void;
   /** Hint for the settings to check, appended to errors. */
   readonly settingsHint: string;
 }
@@ -55,6 +57,7 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
       onError: () => {},
     });
     for await (const part of result.fullStream) {
+      if (part.type !== "start" && part.type !== "start-step") call.onResponse?.();
       if (part.type === "text-delta") text += part.text;
       else if (part.type === "error") failure ??= part.error;
       else if (part.type === "abort") failure ??= new Error("aborted");
@@ -65,6 +68,8 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
     }
   } catch (error) {
     failure ??= error;
+  } finally {
+    call.onResponse?.();
   }
   if (failure !== undefined)
     throw describeFailure(call, failure, { timedOut: timeout.aborted, stopped: call.signal?.aborted });

@@ -45,6 +45,7 @@ export const anthropicProvider: SummarizerProvider = {
           userParts: markedParts(prompt),
           timeoutMs: settings.timeoutMs,
           signal: options?.signal,
+          onResponse: options?.onResponse,
           settingsHint:
             "Check ANTHROPIC_API_KEY / OPTCHAT_SUMMARIZER_API_KEY, OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_URL.",
         }),

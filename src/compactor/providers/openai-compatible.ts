@@ -50,6 +50,7 @@ export const openaiCompatibleProvider: SummarizerProvider = {
           userParts: [{ type: "text", text: promptMessages(prompt)[1]?.content ?? "" }],
           timeoutMs: settings.timeoutMs,
           signal: options?.signal,
+          onResponse: options?.onResponse,
           settingsHint:
             "Check OPTCHAT_SUMMARIZER_URL (the base URL ending in /v1), OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_API_KEY.",
         }),

@@ -42,6 +42,7 @@ export const openaiProvider: SummarizerProvider = {
           ...(options?.cacheKey ? { providerOptions: { openai: { promptCacheKey: options.cacheKey } } } : {}),
           timeoutMs: settings.timeoutMs,
           signal: options?.signal,
+          onResponse: options?.onResponse,
           settingsHint:
             "Check OPENAI_API_KEY / OPTCHAT_SUMMARIZER_API_KEY, OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_URL.",
         }),

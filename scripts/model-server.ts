@@ -1,6 +1,6 @@
 /**
  * The project's scripted OpenAI-compatible model, for end-to-end tests, the demo and benchmarks. OpenCode 1.18.33
- * talks to it through @ai-sdk/openai-compatible; the compactor talks to it through the OpenAI-compatible summarizer.
+ * talks to it through @ai-sdk/openai-compatible; the compactor talks to it through any of its AI SDK providers.
  *
  * Main requests are scripted by directives in the LAST text part of the LAST user message (the memory plugin may
  * prepend its own user messages, and its own text part to the person's message; only the person's latest words count):

@@ -22,6 +22,11 @@ describe("resolveConfig", () => {
       summarizerWindowTokens: 0,
       anthropicApiKey: "",
       openaiApiKey: "",
+      budgetDailyUsd: 5,
+      budgetDailyTokens: 0,
+      budgetScopeDailyUsd: 0,
+      budgetScopeDailyTokens: 0,
+      prices: "",
       settleTimeoutMs: 30_000,
       jobRetentionSeconds: 3600,
       revisionRetentionSeconds: 86_400,
@@ -54,6 +59,8 @@ describe("resolveConfig", () => {
       /not an http\(s\) URL ending in \/v1/,
     ],
     [{ OPTCHAT_SUMMARIZER_URL: "ftp://host/v1" }, "OPTCHAT_SUMMARIZER_URL", /not an http\(s\) URL ending in \/v1/],
+    [{ OPTCHAT_BUDGET_DAILY_USD: "-1" }, "OPTCHAT_BUDGET_DAILY_USD", /below 0/],
+    [{ OPTCHAT_PRICES: '{"haiku": {"input": 1, "output": 5}}' }, "OPTCHAT_PRICES", /'haiku' is not provider:model/],
   ])("rejects %j naming %s", (env, variable, message) => {
     try {
       resolveConfig({ env });

@@ -157,8 +157,9 @@ export function compactorModel(
         log("error", problem);
         throw new OptchatError("CONFIG_INVALID", problem, { settings: ["OPTCHAT_SUMMARIZER"] });
       }
-      // Not answered (yet): ask again later; nothing of this attempt is kept.
-      await new Promise((done) => setTimeout(done, retryMs));
+      // Not answered (yet): ask again later; nothing of this attempt is kept. Unref'd: a wait must not keep OpenCode
+      // from exiting.
+      await new Promise((done) => setTimeout(done, retryMs).unref?.());
     }
   };
   return {

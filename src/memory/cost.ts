@@ -96,7 +96,9 @@ export interface TodaySpend {
   readonly scope?: Spend & { readonly scopeId: string };
   readonly fallbackNodes: number;
   readonly caps: Omit<BudgetSettings, "prices">;
-  /** Set when a cap is reached: what it means and what to change. */
+  /** The setting whose cap is reached today, if any. */
+  readonly capReached: string | null;
+  /** Set when a cap is reached (or fallbacks were built today): what it means and what to change. */
   readonly notice: string | null;
 }
 
@@ -127,5 +129,5 @@ export async function readTodaySpend(
     : fallbackNodes > 0
       ? `${fallbackNodes} node(s) were built today as labelled fallbacks ("${FALLBACK_LABEL}") while the budget was spent; zoom into them to read the originals.`
       : null;
-  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, caps, notice };
+  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, caps, capReached: reached || null, notice };
 }

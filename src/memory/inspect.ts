@@ -31,6 +31,9 @@ export async function inspectStoredSession(
         : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
           ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
           : "working: summaries or publications are pending";
+  const degraded = spend?.capReached
+    ? `degraded: the compactor's budget is spent (${spend.capReached}); new summaries are labelled fallbacks until the next UTC day`
+    : undefined;
   const last = injections[0];
   return {
     // Today's compactor spend and, when a cap is reached, what that means for the summaries (issue 13 item 5).
@@ -43,7 +46,11 @@ export async function inspectStoredSession(
       generation: session.currentGeneration,
       parent: session.parentSessionId,
     },
-    health: { ...health, pendingLeaves: health.leaves - health.builtLeaves, verdict },
+    health: {
+      ...health,
+      pendingLeaves: health.leaves - health.builtLeaves,
+      verdict: verdict.startsWith("failing") ? verdict : (degraded ?? verdict),
+    },
     lastInjection: last
       ? {
           at: last.createdAt.toISOString(),

@@ -199,6 +199,7 @@ describe("the budget cap (issue 13 item 5)", () => {
     const view = await db.memory.view(session.sessionId);
     expect(JSON.stringify(view)).toContain(FALLBACK_LABEL);
     const report = await inspectStoredSession(db.memory, session, { budget: budgetSettingsOf(capped) });
+    expect((report.health as { verdict: string }).verdict).toMatch(/^degraded: .*OPTCHAT_BUDGET_DAILY_TOKENS/);
     expect(report.compactorToday).toMatchObject({
       fallbackNodes: fallbacks.length,
       notice: expect.stringMatching(/budget is spent.*OPTCHAT_BUDGET_DAILY_TOKENS/),

@@ -2,7 +2,7 @@ import type { TextPart } from "ai";
 import type { SummaryPrompt } from "../../core/summary.js";
 import type { Summarizer } from "../summarizer.js";
 import { callAiSdk } from "./ai-sdk-call.js";
-import { type SummarizerProvider, windowBytesOf } from "./provider.js";
+import { apiKeyFrom, needsKey, type SummarizerProvider, windowBytesOf } from "./provider.js";
 
 /** The documented cheap default when no model is named: the newest Haiku when this was written. */
 export const ANTHROPIC_DEFAULT_MODEL = "claude-haiku-4-5";
@@ -17,18 +17,12 @@ const LOOKBACK_BLOCKS = 20;
 export const anthropicProvider: SummarizerProvider = {
   name: "anthropic",
   summary: `Anthropic's Messages API (@ai-sdk/anthropic); default model ${ANTHROPIC_DEFAULT_MODEL}; key from ANTHROPIC_API_KEY or OPTCHAT_SUMMARIZER_API_KEY`,
-  check(settings) {
-    return apiKeyOf(settings) === ""
-      ? [
-          "OPTCHAT_SUMMARIZER=anthropic needs an API key: set ANTHROPIC_API_KEY (or OPTCHAT_SUMMARIZER_API_KEY) in the environment OpenCode and `optchat worker` run with",
-        ]
-      : [];
-  },
+  check: needsKey("anthropic", "ANTHROPIC_API_KEY"),
   async create(settings): Promise<Summarizer> {
     const { createAnthropic } = await import("@ai-sdk/anthropic");
     const model = settings.model || ANTHROPIC_DEFAULT_MODEL;
     const provider = createAnthropic({
-      apiKey: apiKeyOf(settings),
+      apiKey: apiKeyFrom(settings, "ANTHROPIC_API_KEY"),
       ...(settings.url ? { baseURL: settings.url } : {}),
     });
     const identity = `anthropic:${model}`;
@@ -52,10 +46,6 @@ export const anthropicProvider: SummarizerProvider = {
     };
   },
 };
-
-function apiKeyOf(settings: { apiKey: string; standardKeys: Readonly<Record<string, string>> }): string {
-  return settings.apiKey || settings.standardKeys.ANTHROPIC_API_KEY || "";
-}
 
 /**
  * The context blocks with cache_control marks, then the step (unmarked: it differs on every call). Marks go on the

@@ -1,7 +1,7 @@
 import { promptMessages } from "../../core/summary.js";
 import type { Summarizer } from "../summarizer.js";
 import { callAiSdk } from "./ai-sdk-call.js";
-import { type SummarizerProvider, windowBytesOf } from "./provider.js";
+import { apiKeyFrom, needsKey, type SummarizerProvider, windowBytesOf } from "./provider.js";
 
 /** The documented cheap default when no model is named: a small model without reasoning (none is needed for one line). */
 export const OPENAI_DEFAULT_MODEL = "gpt-4.1-mini";
@@ -15,17 +15,14 @@ const OPENAI_WINDOW_TOKENS = 128_000;
 export const openaiProvider: SummarizerProvider = {
   name: "openai",
   summary: `OpenAI's chat completions (@ai-sdk/openai); default model ${OPENAI_DEFAULT_MODEL}; key from OPENAI_API_KEY or OPTCHAT_SUMMARIZER_API_KEY`,
-  check(settings) {
-    return apiKeyOf(settings) === ""
-      ? [
-          "OPTCHAT_SUMMARIZER=openai needs an API key: set OPENAI_API_KEY (or OPTCHAT_SUMMARIZER_API_KEY) in the environment OpenCode and `optchat worker` run with",
-        ]
-      : [];
-  },
+  check: needsKey("openai", "OPENAI_API_KEY"),
   async create(settings): Promise<Summarizer> {
     const { createOpenAI } = await import("@ai-sdk/openai");
     const model = settings.model || OPENAI_DEFAULT_MODEL;
-    const provider = createOpenAI({ apiKey: apiKeyOf(settings), ...(settings.url ? { baseURL: settings.url } : {}) });
+    const provider = createOpenAI({
+      apiKey: apiKeyFrom(settings, "OPENAI_API_KEY"),
+      ...(settings.url ? { baseURL: settings.url } : {}),
+    });
     const identity = `openai:${model}`;
     return {
       identity,
@@ -49,7 +46,3 @@ export const openaiProvider: SummarizerProvider = {
     };
   },
 };
-
-function apiKeyOf(settings: { apiKey: string; standardKeys: Readonly<Record<string, string>> }): string {
-  return settings.apiKey || settings.standardKeys.OPENAI_API_KEY || "";
-}

@@ -44,3 +44,24 @@ export const WINDOW_RESERVED_TOKENS = 4096;
 export function windowBytesOf(tokens: number): number {
   return Math.max(4096, (tokens - WINDOW_RESERVED_TOKENS) * WINDOW_BYTES_PER_TOKEN);
 }
+
+/**
+ * A hosted provider's key: OPTCHAT_SUMMARIZER_API_KEY, else its standard variable (`standardKeys`, as resolved once by
+ * the configuration).
+ */
+export function apiKeyFrom(
+  settings: Pick<SummarizerSettings, "apiKey" | "standardKeys">,
+  variable: "ANTHROPIC_API_KEY" | "OPENAI_API_KEY",
+): string {
+  return settings.apiKey || settings.standardKeys[variable] || "";
+}
+
+/** The settings check of a provider that needs a key: a problem naming both variables when there is none. */
+export function needsKey(provider: string, variable: "ANTHROPIC_API_KEY" | "OPENAI_API_KEY") {
+  return (settings: SummarizerSettings): string[] =>
+    apiKeyFrom(settings, variable) === ""
+      ? [
+          `OPTCHAT_SUMMARIZER=${provider} needs an API key: set ${variable} (or OPTCHAT_SUMMARIZER_API_KEY) in the environment OpenCode and \`optchat worker\` run with`,
+        ]
+      : [];
+}

@@ -2,6 +2,7 @@
 // line here.
 import type { Command } from "./command.js";
 import { auditCommand } from "./commands/audit.js";
+import { exportCommand } from "./commands/export.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
 import { migrateCommand } from "./commands/migrate.js";
@@ -23,6 +24,7 @@ export const COMMANDS: readonly Command[] = [
   searchCommand,
   sessionsCommand,
   importFileCommand,
+  exportCommand,
   auditCommand,
   inspectCommand,
 ];

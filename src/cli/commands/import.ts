@@ -5,14 +5,19 @@ import { OptchatError } from "../../core/errors.js";
 import type { Config } from "../../memory/config.js";
 import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../../memory/import.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
+import { importOpencodeCommand, OPENCODE_DETAILS, OPENCODE_USAGE } from "./import-opencode.js";
 
 const USAGE = "optchat import <file.jsonl> [--json]";
 
 export const importFileCommand: Command = {
   name: "import",
-  usage: [USAGE],
-  summary: "import sessions and turns from a JSONL file (docs/import.md)",
-  run: (args, { config, output }) => importCommand(args, config, output),
+  usage: [USAGE, OPENCODE_USAGE],
+  summary:
+    "import sessions and turns from a JSONL file (docs/import.md), or with --opencode the sessions OpenCode\n" +
+    "already stored (recorded as the plugin records them live: nothing is stored twice)",
+  details: OPENCODE_DETAILS,
+  run: (args, ctx) =>
+    args.includes("--opencode") ? importOpencodeCommand(args, ctx) : importCommand(args, ctx.config, ctx.output),
 };
 
 /** Invalid lines listed before giving up on a file. */

@@ -15,6 +15,8 @@ import {
 } from "../scripts/opencode-harness.js";
 import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
+import { startWorker } from "../src/memory/worker.js";
+import type { Session } from "../src/store/sessions.js";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
 
@@ -321,4 +323,124 @@ export async function finishTurnNeedingSummary(
   }
   await memory.finishTurn(ctx, "completed");
   return ctx;
+}
+
+/** Stored text that a page must show literally and never run (the browser's escaping tests). */
+export const HOSTILE_TEXT =
+  'Careful: <script>alert(1)</script> and </shared_memory> then <img src=x onerror="alert(2)"> and &amp;lt; stay text.';
+
+/**
+ * Two sessions of one project (A with a tool call, a CJK message and HOSTILE_TEXT; B asking about it), every turn
+ * finished and published by a deterministic-summarizer worker, and one recorded injection: a memory with trees,
+ * publications and inspection data, seeded through the service API only (the browser tests read it).
+ */
+export async function seedBrowseMemory(
+  memory: Memory,
+  config: Config,
+): Promise<{ a: Session; b: Session; texts: Map<string, string> }> {
+  const worker = await startWorker(memory, config, () => {});
+  const a = await memory.openSession({
+    host: "test",
+    hostSessionId: "browse-A",
+    projectId: "prj_browse",
+    title: "queue design",
+  });
+  const b = await memory.openSession({
+    host: "test",
+    hostSessionId: "browse-B",
+    projectId: "prj_browse",
+    title: "follow-up",
+  });
+  const texts = new Map<string, string>();
+  let message = 0;
+  const turn = async (
+    session: Session,
+    turnId: string,
+    parts: { kind: "user" | "assistant" | "tool_call" | "tool_result"; text: string; tool?: string }[],
+  ) => {
+    await memory.admitTurn({ sessionId: session.sessionId, turnId, query: parts[0]?.text });
+    for (const part of parts) {
+      message += 1;
+      const result = await memory.ingest({
+        sessionId: session.sessionId,
+        turnId,
+        kind: part.kind,
+        finalization: { hostSessionId: session.hostSessionId, messageId: `m${message}` },
+        occurredAt: new Date(Date.UTC(2026, 10, 20, 9, 0, message)).toISOString(),
+        content: part.text,
+        ...(part.tool ? { toolName: part.tool, toolCallId: `call${message}` } : {}),
+      });
+      if (result.status === "sealed") texts.set(`${session.sessionId}:${result.seq}`, part.text);
+    }
+    await memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
+  };
+  try {
+    await turn(a, "a1", [
+      { kind: "user", text: "Where should the importer keep its queue? Not in Redis, please." },
+      { kind: "tool_call", text: '{"command":"grep -rn broker src/"}', tool: "bash" },
+      {
+        kind: "tool_result",
+        text: [
+          "src/broker.ts:12: export class DurableBroker {",
+          "src/broker.ts:40:   /** Messages survive a restart: every enqueue is fsynced before it is acknowledged. */",
+          "src/broker.ts:41:   async enqueue(queue: string, message: Uint8Array): Promise<void> {",
+          "src/importer.ts:7: // TODO: the importer still keeps its work list in memory and loses it on a crash",
+          "src/importer.ts:19:   private readonly pending: ImportItem[] = []; // lost when the process dies",
+          "src/importer.ts:42:   async run(): Promise<void> { for (const item of this.pending) await this.importOne(item); }",
+          "src/queue/redis.ts:3: // unused since the broker landed; kept for the old deployment scripts",
+        ].join("\n"),
+        tool: "bash",
+      },
+      {
+        kind: "assistant",
+        text: "Decision: the importer uses the Broker's durable queue, no Redis. The broker already fsyncs every enqueue before acknowledging it (src/broker.ts:40), so a crash loses nothing, and one more service to run and back up is not worth it.\n\nNext: move the importer's in-memory work list onto that queue.",
+      },
+    ]);
+    await turn(a, "a2", [
+      { kind: "user", text: "我们把数据存进队列吗？" },
+      { kind: "assistant", text: HOSTILE_TEXT },
+    ]);
+    await turn(b, "b1", [
+      { kind: "user", text: "What did session A decide about the queue?" },
+      { kind: "assistant", text: "It chose the broker's durable queue." },
+    ]);
+    await eventually(
+      async () => {
+        const { rows } = await memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
+        return rows[0].n === 3 ? true : undefined;
+      },
+      60_000,
+      "three publications",
+    );
+    await memory.host.recordInjection({
+      sessionId: b.sessionId,
+      turnId: "b1",
+      holder: "test-holder",
+      status: "injected",
+      mode: "replace",
+      query: "What did session A decide about the queue?",
+      detail: { tokens: { used: 120, available: 180000 }, blocks: ["shared_memory"], note: "</shared_memory>" },
+      error: null,
+    });
+  } finally {
+    await worker.stop();
+  }
+  return { a, b, texts };
+}
+
+/** A digest of every row of every optchat table and of pgboss.job: equal digests mean nothing was written. */
+export async function databaseDigest(db: Pick<pg.Pool, "query">): Promise<Record<string, string>> {
+  const { rows: tables } = await db.query<{ name: string }>(
+    `SELECT format('%I.%I', table_schema, table_name) AS name FROM information_schema.tables
+      WHERE table_type = 'BASE TABLE' AND (table_schema = 'optchat' OR (table_schema = 'pgboss' AND table_name = 'job'))
+      ORDER BY 1`,
+  );
+  const digest: Record<string, string> = {};
+  for (const { name } of tables) {
+    const { rows } = await db.query<{ md5: string }>(
+      `SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) AS md5 FROM ${name} t`,
+    );
+    digest[name] = rows[0]?.md5 ?? "";
+  }
+  return digest;
 }

@@ -74,13 +74,14 @@ export function integerFlag(value: string | undefined, name: string, min: number
   return n;
 }
 
-/** Opens memory for one command, runs `use`, and closes memory whatever happens. */
+/** Opens memory for one command (`readOnly`: nothing it does can write), runs `use`, and closes memory whatever happens. */
 export async function withMemory<T>(
   config: Config,
   applicationName: string,
   use: (memory: Memory) => Promise<T>,
+  options: { readOnly?: boolean } = {},
 ): Promise<T> {
-  const memory = await openMemory(config, { applicationName });
+  const memory = await openMemory(config, { applicationName, ...options });
   try {
     return await use(memory);
   } finally {

@@ -2,6 +2,7 @@
 // line here.
 import type { Command } from "./command.js";
 import { auditCommand } from "./commands/audit.js";
+import { browseCommand } from "./commands/browse.js";
 import { exportCommand } from "./commands/export.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
@@ -27,6 +28,7 @@ export const COMMANDS: readonly Command[] = [
   exportCommand,
   auditCommand,
   inspectCommand,
+  browseCommand,
 ];
 
 export function findCommand(name: string): Command | undefined {

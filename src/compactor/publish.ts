@@ -5,13 +5,12 @@ import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
 import { withTransaction } from "../store/db.js";
 import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
+import { applyTreeChanges, lockTree } from "../store/tree-changes.js";
 import {
-  applyTreeChanges,
   findNodes,
   findSessionTree,
   findSharedTreeOfScope,
   findViewRevision,
-  lockTree,
   type NodeRecord,
 } from "../store/trees.js";
 import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";

@@ -7,16 +7,8 @@ import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "..
 import { type Pool, withTransaction } from "../store/db.js";
 import { notifyTreeChanged } from "../store/notifications.js";
 import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
-import {
-  applyTreeChanges,
-  clearNodeFailure,
-  findNodes,
-  findReadyUnbuiltNodes,
-  inspectNodeJob,
-  lockTree,
-  recordNodeFailure,
-  type Tree,
-} from "../store/trees.js";
+import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
+import { clearNodeFailure, findNodes, findReadyUnbuiltNodes, recordNodeFailure, type Tree } from "../store/trees.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
 import { createOpenAiCompatibleSummarizer } from "./openai-summarizer.js";
 import { publishTurnJob } from "./publish.js";

@@ -57,6 +57,12 @@ const CJK = String.raw`(?:(?=[\p{L}\p{N}])[\p{sc=Han}\p{sc=Hiragana}\p{sc=Kataka
 const WORD = String.raw`(?!${CJK})[\p{L}\p{N}](?:(?!${CJK})[\p{L}\p{N}\p{M}])*`;
 const SEGMENT = new RegExp(String.raw`(?<cjk>(?:${CJK}\p{M}*)+)|(?<word>${WORD}(?:_+${WORD})*)`, "gu");
 const CJK_UNIT = new RegExp(String.raw`${CJK}\p{M}*`, "gu");
+const WORD_CHARACTER = new RegExp(String.raw`^(?!${CJK})[\p{L}\p{N}\p{M}]$`, "u");
+
+/** Whether a character (one code point) belongs to a word: a letter, digit or mark outside CJK (CJK makes bigrams). */
+export function isWordCharacter(character: string): boolean {
+  return WORD_CHARACTER.test(character);
+}
 const INVISIBLE = /\u00AD|\u200C|\u200D|\u2060|\uFEFF|[\uFE00-\uFE0F]|[\u{E0100}-\u{E01EF}]/gu;
 
 /** The normalized form both sides compare: invisible joiners removed, NFKC, lowercase (NFKC again: lowercasing can

@@ -7,7 +7,8 @@ import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors
 import type { FoldParams } from "../core/fold.js";
 import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
 import { decodePayloadCursor, encodePayloadCursor, hashPrefixOf, utf8SafePrefixLength } from "../core/payload.js";
-import { databaseUnavailable, openPool, type Pool, type Queryable, sqlStateOf, withTransaction } from "../store/db.js";
+import { databaseUnavailable, openPool, type Pool, sqlStateOf, withTransaction } from "../store/db.js";
+import { sealAndAppend } from "../store/ingest-commit.js";
 import { jobQueueInstalled, MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import {
@@ -18,11 +19,9 @@ import {
   type SealOutcome,
   type SourceRecord,
   type StageOutcome,
-  sealRecords,
   stageItem,
 } from "../store/records.js";
 import { ensureScope, findSession, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
-import { applyTreeChanges, lockTree } from "../store/trees.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
@@ -59,6 +58,7 @@ import {
   assembleContext,
   dateFor,
   finishTurn,
+  nextTurnOf,
   PinnedNodeCache,
   type SearchAnswer,
   type SearchOptions,
@@ -152,6 +152,11 @@ export interface Memory {
   getTurn(ctx: TurnContext): Promise<Turn>;
   /** The memory blocks for one model request of the turn, within the budget (seed 000 §7). */
   assembleContext(ctx: TurnContext, options: AssembleOptions): Promise<AssembledContext>;
+  /**
+   * The memory blocks the session's next turn would get now, assembled exactly as for a real turn but for a turn that
+   * is only built in memory: nothing is admitted, pinned or written (partial readiness, no wait).
+   */
+  previewContext(sessionId: string, options: Omit<AssembleOptions, "readiness" | "waitMs">): Promise<AssembledContext>;
   /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
   zoom(ctx: TurnContext | Turn, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
   search(ctx: TurnContext | Turn, options: SearchOptions): Promise<SearchAnswer>;
@@ -179,8 +184,11 @@ export function expectedSchemaVersion(): number {
  * Opens the memory service: a pool, after checking that the database is reachable and migrated. Fails with
  * DATABASE_UNAVAILABLE or SCHEMA_OUT_OF_DATE (naming the fix) instead of failing later inside a query.
  */
-export async function openMemory(config: Config, options: { applicationName?: string } = {}): Promise<Memory> {
-  const pool = openPool(config, options.applicationName ?? "optchat");
+export async function openMemory(
+  config: Config,
+  options: { applicationName?: string; readOnly?: boolean } = {},
+): Promise<Memory> {
+  const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false);
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const version = await readSchemaVersion(pool);
@@ -206,6 +214,8 @@ export async function openMemory(config: Config, options: { applicationName?: st
   }
   const boss = createBoss(config.databaseUrl, "producer");
   boss.on("error", () => {}); // producer errors surface from the calls that hit them
+  // A read-only service never enqueues, so its job queue is not started (starting one opens connections that may write).
+  if (options.readOnly) return createMemory(pool, boss, config);
   try {
     await boss.start();
   } catch (error) {
@@ -278,14 +288,18 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
           }
         }
         if (finals.length > 0) {
-          const outcomes = await sealRecords(
+          // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
+          // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
+          const sealed = await sealAndAppend(
             client,
             finals.map((f) => f.record),
+            fold,
+            { buildFreeInline: options.buildFreeInline ?? false },
           );
           finals.forEach((f, n) => {
-            results[f.index] = outcomes[n];
+            results[f.index] = sealed.outcomes[n];
           });
-          await appendLeaves(client, outcomes, options.buildFreeInline ?? false);
+          for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
         }
         await options.beforeCommit?.();
         return results as IngestResult[];
@@ -304,43 +318,6 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
       );
     }
     return result;
-  }
-
-  /**
-   * Newly sealed records become leaves of their generation's tree in the same transaction: the view folds and the
-   * leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf). Trees are locked in
-   * session order, after the generation rows, like every other writer.
-   */
-  async function appendLeaves(
-    client: Queryable,
-    outcomes: readonly SealOutcome[],
-    buildFreeInline: boolean,
-  ): Promise<void> {
-    const byTree = new Map<string, { sessionId: string; generation: number; seqs: number[] }>();
-    for (const outcome of outcomes) {
-      if (outcome.status !== "sealed") continue;
-      const key = `${outcome.sessionId}\u0000${outcome.generation}`;
-      const entry = byTree.get(key) ?? { sessionId: outcome.sessionId, generation: outcome.generation, seqs: [] };
-      entry.seqs.push(outcome.seq);
-      byTree.set(key, entry);
-    }
-    for (const key of [...byTree.keys()].sort()) {
-      const { sessionId, generation, seqs } = byTree.get(key) as {
-        sessionId: string;
-        generation: number;
-        seqs: number[];
-      };
-      const locked = await lockTree(client, { sessionId, generation });
-      if (!locked) throw new Error(`session ${sessionId} generation ${generation} has no tree (integrity error)`);
-      const applied = await applyTreeChanges(
-        client,
-        locked,
-        seqs.sort((a, b) => a - b).map((index) => ({ type: "append" as const, index })),
-        fold,
-        { buildFreeInline },
-      );
-      await enqueueNodeJobs(boss, client, locked.tree.treeId, applied.ready);
-    }
   }
 
   async function treeOf(sessionId: string) {
@@ -474,6 +451,12 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
         parseInput(turnContextSchema, ctx, "assembleContext"),
         parseInput(assembleSchema, options, "assembleContext"),
       ),
+    previewContext: async (sessionId, options) =>
+      assembleContext(shared, await nextTurnOf(pool, await getSession(sessionId)), {
+        ...parseInput(assembleSchema, options, "previewContext"),
+        readiness: "partial",
+        waitMs: 0,
+      }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: () => auditAll(pool),
     zoom: (ctx, ref, options = {}) =>

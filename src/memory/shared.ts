@@ -32,14 +32,8 @@ import {
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
 import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
-import {
-  findNodes,
-  findSessionTree,
-  findSharedTreeOfScope,
-  findViewRevision,
-  lockTree,
-  type Tree,
-} from "../store/trees.js";
+import { lockTree } from "../store/tree-changes.js";
+import { findNodes, findSessionTree, findSharedTreeOfScope, findViewRevision, type Tree } from "../store/trees.js";
 import {
   admitTurn as admitTurnRow,
   findPreviousTurn,
@@ -903,5 +897,30 @@ export async function scopeReader(pool: Pool, scopeId: string): Promise<Turn> {
     admissionSeq: 0,
     runs: null,
     publicationState: "none",
+  };
+}
+
+/**
+ * The turn a session's next prompt would be admitted as, built in memory: nothing is admitted or pinned. Its snapshot
+ * is the one admitTurn would pin now (store/turns.ts: the shared view's latest revision and publication count, the
+ * session's records so far as its history), and its own view is fixed to the latest revision, so that assembling
+ * context for it never pins one (the only write an assembly makes). Operators' previews (`optchat browse`) use it.
+ */
+export async function nextTurnOf(pool: Pool, session: Session): Promise<Turn> {
+  const reader = await scopeReader(pool, session.scopeId);
+  const own = await findSessionTree(pool, session.sessionId, session.currentGeneration);
+  const ownView = own ? await findViewRevision(pool, own.treeId) : undefined;
+  return {
+    ...reader,
+    sessionId: session.sessionId,
+    generation: session.currentGeneration,
+    publishes: false,
+    snapshot: {
+      ...reader.snapshot,
+      ownGeneration: session.currentGeneration,
+      // Leaves are appended in the transaction that seals their records: the leaf count is the next seq.
+      ownBoundary: own?.leafCount ?? 0,
+      ownViewRevision: ownView?.revision ?? null,
+    },
   };
 }

@@ -23,11 +23,17 @@ const types = {
       : pg.types.getTypeParser(oid, format)) as typeof pg.types.getTypeParser,
 };
 
-export function openPool(settings: DatabaseSettings, applicationName = "optchat"): Pool {
+/**
+ * A pool of connections to the optchat database. `readOnly` makes every transaction on them read-only at the server
+ * (`default_transaction_read_only`), so a reader such as `optchat browse` fails with 25006 instead of writing a row,
+ * whatever code path it reaches.
+ */
+export function openPool(settings: DatabaseSettings, applicationName = "optchat", readOnly = false): Pool {
   const pool = new pg.Pool({
     connectionString: settings.databaseUrl,
     max: settings.poolSize,
     application_name: applicationName,
+    ...(readOnly ? { options: "-c default_transaction_read_only=on" } : {}),
     statement_timeout: settings.statementTimeoutMs === 0 ? undefined : settings.statementTimeoutMs,
     connectionTimeoutMillis: 10_000,
     types,

@@ -242,3 +242,51 @@ export async function publishedRangesOfSession(
   );
   return result.rows.map((row) => ({ start: Number(row.run_start), end: Number(row.run_end) }));
 }
+
+/** A scope's publications from number `fromSeq` on, in order (the browser's listing; every one, no snapshot). */
+export async function listPublications(
+  db: Queryable,
+  scopeId: string,
+  fromSeq: number,
+  limit: number,
+): Promise<Publication[]> {
+  const result = await db.query<PublicationRow>(
+    `SELECT ${COLUMNS} FROM optchat.publications WHERE scope_id = $1::text AND publication_seq >= $2::bigint
+      ORDER BY publication_seq LIMIT $3::int`,
+    [scopeId, fromSeq, limit],
+  );
+  return result.rows.map(toPublication);
+}
+
+export interface PublicationFailure {
+  readonly turnId: string;
+  readonly generation: number;
+  readonly failures: number;
+  readonly firstFailedAt: Date;
+  readonly lastFailedAt: Date;
+  readonly lastError: string;
+}
+
+/** The session's turns whose publication keeps failing, latest failure first. */
+export async function listPublicationFailures(db: Queryable, sessionId: string): Promise<PublicationFailure[]> {
+  const result = await db.query<{
+    turn_id: string;
+    generation: number;
+    failures: number;
+    first_failed_at: Date;
+    last_failed_at: Date;
+    last_error: string;
+  }>(
+    `SELECT turn_id, generation, failures, first_failed_at, last_failed_at, last_error
+       FROM optchat.publication_failures WHERE session_id = $1::text ORDER BY last_failed_at DESC`,
+    [sessionId],
+  );
+  return result.rows.map((row) => ({
+    turnId: row.turn_id,
+    generation: row.generation,
+    failures: row.failures,
+    firstFailedAt: row.first_failed_at,
+    lastFailedAt: row.last_failed_at,
+    lastError: row.last_error,
+  }));
+}

@@ -1,0 +1,619 @@
+/**
+ * Applying events to a tree: the one place where leaves are appended, nodes committed and the view folded (moved out
+ * of trees.ts, which keeps the rows: trees, nodes, view revisions, failures).
+ */
+import { createHash } from "node:crypto";
+import {
+  appendWithoutFit,
+  applyFoldEvent,
+  EMPTY_FOLD,
+  type FoldEvent,
+  type FoldParams,
+  type FoldState,
+  type FoldSummary,
+  type NodeBytes,
+  viewBytes,
+} from "../core/fold.js";
+import { payloadAsText } from "../core/payload.js";
+import { freeLeafText, freeParentText, type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
+import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
+import {
+  childrenOf,
+  endOf,
+  leafReady,
+  type NodeAddress,
+  nodeKey,
+  parentOf,
+  parentReady,
+  siblingOf,
+} from "../core/tree.js";
+import type { Queryable } from "./db.js";
+import { TREE_CHANNEL } from "./notifications.js";
+import { readRecordWithPayload } from "./records.js";
+import {
+  findNodeSizes,
+  findNodes,
+  type NewNode,
+  PARTS_AT,
+  partsInOrder,
+  TREE_COLUMNS,
+  type Tree,
+  type TreeRow,
+  toTree,
+  toViewRevision,
+  VIEW_COLUMNS,
+  type ViewRevision,
+  type ViewRow,
+} from "./trees.js";
+
+export type TreeChange =
+  | { readonly type: "append"; readonly index: number }
+  | { readonly type: "built"; readonly node: NewNode };
+
+export interface AppliedChanges {
+  readonly tree: Tree;
+  /** Nodes that became ready to build: enqueue exactly these (seed 002 §4.1 readiness, seed 000 §10 scheduling). */
+  readonly ready: readonly NodeAddress[];
+  /** The view revision after the changes (a new one when the view changed). */
+  readonly viewRevision: number;
+}
+
+export interface PlanOptions {
+  /** Build the nodes that became ready and are free in the same transaction (see planTreeChanges). */
+  readonly buildFreeInline?: boolean;
+  /**
+   * A leaf's record and payload when the caller holds them: the ingest plans the fold of records it has not written
+   * yet (they are written by the same statement as the fold), so a free leaf among them is read from here.
+   */
+  readonly leafSource?: (index: number) => LeafSource | undefined;
+}
+
+/** What a free leaf is built from. */
+export interface LeafSource {
+  readonly record: LeafSourceRecord & { readonly payloadHash: Buffer };
+  /** null: larger than a free leaf can be (not transferred). */
+  readonly payload: Buffer | null;
+}
+
+/** How many free nodes one compactor commit builds inline at most (see applyTreeChanges). */
+const MAX_INLINE_BUILDS = 64;
+
+/** A tree locked for change in the caller's transaction. */
+export interface LockedTree {
+  readonly tree: Tree;
+}
+
+/**
+ * Locks a tree's row (FOR UPDATE). Every writer of a tree (sealing leaves, committing nodes) goes through here, so
+ * readiness decisions and folds see each other's commits.
+ *
+ * The fold state a writer continues from (counters, the latest revision's size and mode) is on the locked row itself:
+ * under READ COMMITTED, a statement that waited for a row lock re-reads that row at its newest version, but anything
+ * joined from another table in the same statement comes from the snapshot taken before the wait, i.e. the state the
+ * previous lock holder just replaced (the refold audit caught exactly that once, with the revision in a join). The
+ * parts, when a fold needs them, are read by a later statement (loadFrontier), after the lock is held.
+ */
+export async function lockTree(
+  db: Queryable,
+  where: { treeId: number } | { sessionId: string; generation: number },
+): Promise<LockedTree | undefined> {
+  const byId = "treeId" in where;
+  const result = await db.query<TreeRow>({
+    name: byId ? "optchat.trees.lock_by_id" : "optchat.trees.lock_session",
+    text: `SELECT ${TREE_COLUMNS} FROM optchat.trees
+      WHERE ${byId ? "tree_id = $1::bigint" : "kind = 'session' AND session_id = $1::text AND generation = $2::int"}
+        FOR UPDATE`,
+    values: byId ? [where.treeId] : [where.sessionId, where.generation],
+  });
+  const row = result.rows[0];
+  return row ? { tree: toTree(row) } : undefined;
+}
+
+export interface NodeJobState extends LockedTree {
+  readonly latest: ViewRevision | undefined;
+  readonly built: boolean;
+  readonly failing: boolean;
+}
+
+/** What a node job needs to know before it starts, in one round trip (no lock). */
+export async function inspectNodeJob(
+  db: Queryable,
+  treeId: number,
+  node: NodeAddress,
+): Promise<NodeJobState | undefined> {
+  const result = await db.query<Record<string, unknown>>(
+    `SELECT ${TREE_COLUMNS.split(", ")
+      .map((c) => `t.${c}`)
+      .join(", ")},
+            ${VIEW_COLUMNS.split(", ")
+              .map((c) => `v.${c} AS v_${c}`)
+              .join(", ")}, parts.levels AS v_levels, parts.idxs AS v_idxs,
+            EXISTS (SELECT 1 FROM optchat.nodes n WHERE n.tree_id = t.tree_id AND n.level = $2::int AND n.idx = $3::bigint) AS built,
+            EXISTS (SELECT 1 FROM optchat.node_failures f WHERE f.tree_id = t.tree_id AND f.level = $2::int AND f.idx = $3::bigint) AS failing
+       FROM optchat.trees t
+       LEFT JOIN LATERAL (SELECT * FROM optchat.view_revisions r WHERE r.tree_id = t.tree_id ORDER BY r.revision DESC LIMIT 1) v ON true
+       LEFT JOIN LATERAL ${PARTS_AT("v.revision")} parts ON true
+      WHERE t.tree_id = $1::bigint`,
+    [treeId, node.level, node.index],
+  );
+  const row = result.rows[0];
+  if (!row) return undefined;
+  const view = Object.fromEntries(VIEW_COLUMNS.split(", ").map((c) => [c, row[`v_${c}`]])) as unknown as ViewRow;
+  return {
+    tree: toTree(row as unknown as TreeRow),
+    latest:
+      view.revision === null
+        ? undefined
+        : toViewRevision(view, partsInOrder(row.v_levels as number[] | null, row.v_idxs as string[] | null)),
+    built: row.built as boolean,
+    failing: row.failing as boolean,
+  };
+}
+
+/**
+ * Plans changes to a tree locked by `lockTree` in this transaction: inserts built nodes, folds the view with every
+ * event, and returns what one statement then writes (writeTreeChanges, or the ingest's commit statement): the parts
+ * that entered and left the view, a new view revision when the view changed, the tree's counters and fold state and,
+ * when a node was built, an announcement (NOTIFY, delivered on commit) to the callers waiting for readiness
+ * (settleTree). Appends alone do not notify: they make
+ * nothing more ready, and a notifying transaction takes PostgreSQL's cluster-wide notification lock at pre-commit and
+ * holds it to the end of its commit, which serializes notifying commits (8 ingesting clients scaled 2.4x over one
+ * while pgbench scaled 8.3x in the same run; on the loaded 2-core machine of issue 9 the gain from dropping it was
+ * within the run-to-run noise). Returns the nodes that became ready.
+ *
+ * Events are not stored: a built event is its node row (nodes.tree_event), every other event number is an append of
+ * the next leaf (listTreeEvents). Appends that cannot merge anything (appendWithoutFit: the common case of an ingest)
+ * never read the view's parts; the first event that needs the full fold reads them once (loadFrontier).
+ */
+export async function planTreeChanges(
+  db: Queryable,
+  { tree }: LockedTree,
+  changes: readonly TreeChange[],
+  params: FoldParams,
+  options: PlanOptions = {},
+): Promise<TreeChangePlan> {
+  let summary: FoldSummary = { leafCount: tree.leafCount, bytes: tree.viewBytes, shrinking: tree.viewShrinking };
+  let unbuilt = tree.viewUnbuilt;
+  // The latest revision's parts, read when an event first needs the full fold; `state` continues from them.
+  let frontier: readonly NodeAddress[] | undefined;
+  let state: FoldState = EMPTY_FOLD;
+  const appendedWithoutParts: NodeAddress[] = [];
+  let leafCount = tree.leafCount;
+  let builtLeaves = tree.builtLeaves;
+  let eventNo = tree.eventCount;
+  let changedView = false;
+  const ready: NodeAddress[] = [];
+  // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
+  // a whole batch of appends.
+  const known = new Map<number, number | undefined>();
+
+  // Explicit changes first; then, with `buildFreeInline` (the compactor's commits), every node that became ready and is
+  // free (a short message, or two children that fit together) is built here, in the same transaction, with no job and
+  // no model call. A backlog of short messages then takes one job, not one job hop per message (~100 ms each,
+  // measured). Bulk ingestion does not do it (measured: a batch of 100 records went from ~5,000 to ~300 records/s);
+  // a host's per-message ingestion opts in (IngestOptions.buildFreeInline), so its next request need not wait for a
+  // job hop to see a short message summarized.
+  const pending: TreeChange[] = [...changes];
+  const builtHere = new Set<number>();
+  const checkedForFree = new Set<number>();
+  let inlineBuilds = 0;
+  for (;;) {
+    let change = pending.shift();
+    if (!change) {
+      // At most MAX_INLINE_BUILDS per commit: the tree row stays locked meanwhile, and ingestion into this session
+      // waits for it. Whatever is still ready afterwards becomes jobs, which continue the cascade.
+      if (!options.buildFreeInline || inlineBuilds >= MAX_INLINE_BUILDS) break;
+      const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree, options.leafSource);
+      if (!free) break;
+      inlineBuilds += 1;
+      change = { type: "built", node: free };
+    }
+    eventNo += 1;
+    let event: FoldEvent;
+    if (change.type === "append") {
+      if (change.index !== leafCount)
+        throw new Error(`tree ${tree.treeId}: leaf ${change.index} appended after ${leafCount} leaves`);
+      leafCount += 1;
+      event = { type: "append", index: change.index };
+      // A leaf appended now cannot be built yet, nor can the parent it completes.
+      known.set(nodeKey({ level: 0, index: change.index }), undefined);
+      if (change.index % 2 === 1) known.set(nodeKey(parentOf({ level: 0, index: change.index })), undefined);
+      if (leafReady(change.index, leafCount, builtLeaves)) ready.push({ level: 0, index: change.index });
+      const appended = frontier === undefined ? appendWithoutFit(summary, change.index, params) : undefined;
+      if (appended) {
+        summary = appended;
+        unbuilt += 1;
+        appendedWithoutParts.push({ level: 0, index: change.index });
+        changedView = true; // an append always adds a part
+        continue;
+      }
+    } else {
+      const node = { level: change.node.level, index: change.node.index };
+      await insertNode(db, tree.treeId, change.node, eventNo);
+      builtHere.add(nodeKey(node));
+      known.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
+      event = { type: "built", node };
+      if (node.level === 0) {
+        if (node.index !== builtLeaves)
+          throw new Error(`tree ${tree.treeId}: leaf ${node.index} built before leaf ${builtLeaves}`);
+        builtLeaves += 1;
+        if (leafReady(builtLeaves, leafCount, builtLeaves)) ready.push({ level: 0, index: builtLeaves });
+      }
+    }
+    if (frontier === undefined) {
+      frontier = await loadFrontier(db, tree.treeId, known);
+      state = {
+        parts: [...frontier, ...appendedWithoutParts],
+        leafCount: summary.leafCount,
+        shrinking: summary.shrinking,
+      };
+    }
+    const before = state;
+    // A built node's sibling decides whether their parent is ready: load it with the fold's first round.
+    const sibling = event.type === "built" ? siblingOf(event.node) : undefined;
+    state = (await foldWithLoadedSizes(db, tree.treeId, state, event, params, known, sibling ? [sibling] : [])).state;
+    if (event.type === "built" && sibling) {
+      const parent = parentOf(event.node);
+      const siblingBuilt = known.get(nodeKey(sibling)) !== undefined;
+      if (endOf(parent) <= leafCount && parentReady(parent, siblingBuilt, builtLeaves)) ready.push(parent);
+    }
+    const showsBuiltPart =
+      event.type === "built" && state.parts.some((p) => p.level === event.node.level && p.index === event.node.index);
+    if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
+  }
+
+  // What entered and left the view in this call (a part that entered and was merged within it was never in a
+  // revision and is not written).
+  let entered: readonly NodeAddress[] = appendedWithoutParts;
+  let left: readonly NodeAddress[] = [];
+  if (frontier !== undefined) {
+    // Every part's size is in `known`: the fold measured the whole view.
+    const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
+    const was = new Set(frontier.map(nodeKey));
+    const is = new Set(state.parts.map(nodeKey));
+    entered = state.parts.filter((part) => !was.has(nodeKey(part)));
+    left = frontier.filter((part) => !is.has(nodeKey(part)));
+    summary = { leafCount: state.leafCount, bytes: viewBytes(state.parts, bytesOf), shrinking: state.shrinking };
+    unbuilt = state.parts.filter((part) => bytesOf(part) === undefined).length;
+  }
+  // Nodes built in this call (explicitly, or inline because free) are not waiting for a job.
+  const stillReady = ready.filter((node) => !builtHere.has(nodeKey(node)));
+  const newRevision = changedView || tree.viewRevision === 0;
+  if (!newRevision && (entered.length > 0 || left.length > 0))
+    throw new Error(`tree ${tree.treeId}: the view's parts changed without a new revision`);
+  const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
+  return {
+    treeId: tree.treeId,
+    leafCount,
+    builtLeaves,
+    eventNo,
+    revision: revisionNo,
+    newRevision,
+    left,
+    entered,
+    bytes: summary.bytes,
+    shrinking: summary.shrinking,
+    unbuilt,
+    upperBytes: params.upperBytes,
+    lowerBytes: params.lowerBytes,
+    notify: builtHere.size > 0,
+    ready: stillReady,
+  };
+}
+
+/**
+ * What planTreeChanges decided for one tree, written by one statement (writeTreeChanges, or the ingest's commit
+ * statement in store/ingest-commit.ts, which writes the records and their trees' folds together).
+ */
+export interface TreeChangePlan {
+  readonly treeId: number;
+  readonly leafCount: number;
+  readonly builtLeaves: number;
+  readonly eventNo: number;
+  /** The view revision after the changes; a new one when `newRevision`. */
+  readonly revision: number;
+  readonly newRevision: boolean;
+  readonly left: readonly NodeAddress[];
+  readonly entered: readonly NodeAddress[];
+  readonly bytes: number;
+  readonly shrinking: boolean;
+  readonly unbuilt: number;
+  readonly upperBytes: number;
+  readonly lowerBytes: number;
+  /** A node was built: announce it on commit (see planTreeChanges). */
+  readonly notify: boolean;
+  /** Nodes that became ready to build: enqueue exactly these. */
+  readonly ready: readonly NodeAddress[];
+}
+
+/** The number of parameters {@link treeWriteCtes} takes. */
+export const TREE_WRITE_PARAMS = 26;
+
+/**
+ * The data-modifying CTEs that write any number of plans (parameters $first .. $first+25, values from
+ * treeWriteValues): view parts closed and opened, new view revisions, the trees' counters and fold state. The last,
+ * `tree_updates`, returns the updated tree rows. One statement for a whole batch: a batch over many sessions costs
+ * the same round trips as one session.
+ */
+export function treeWriteCtes(first: number): string {
+  const p = (k: number) => `$${first + k}`;
+  return `tree_parts_closed AS (
+       UPDATE optchat.view_parts p SET until_revision = c.revision
+         FROM unnest(${p(0)}::bigint[], ${p(1)}::int[], ${p(2)}::bigint[], ${p(3)}::int[]) AS c(tree_id, level, idx, revision)
+        WHERE p.tree_id = c.tree_id AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL
+     ), tree_parts_opened AS (
+       INSERT INTO optchat.view_parts (tree_id, level, idx, from_revision)
+       SELECT * FROM unnest(${p(4)}::bigint[], ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::int[])
+     ), tree_revisions AS (
+       INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, bytes, shrinking, unbuilt, upper_bytes,
+                                           lower_bytes)
+       SELECT * FROM unnest(${p(8)}::bigint[], ${p(9)}::int[], ${p(10)}::bigint[], ${p(11)}::bigint[], ${p(12)}::int[],
+                            ${p(13)}::boolean[], ${p(14)}::int[], ${p(15)}::int[], ${p(16)}::int[])
+     ), tree_updates AS (
+       UPDATE optchat.trees t SET leaf_count = u.leaf_count, built_leaves = u.built_leaves, event_count = u.event_count,
+                                  view_revision = u.view_revision, view_bytes = u.view_bytes,
+                                  view_shrinking = u.view_shrinking, view_unbuilt = u.view_unbuilt
+         FROM unnest(${p(17)}::bigint[], ${p(18)}::bigint[], ${p(19)}::bigint[], ${p(20)}::bigint[], ${p(21)}::int[],
+                     ${p(22)}::int[], ${p(23)}::boolean[], ${p(24)}::int[], ${p(25)}::boolean[])
+              AS u(tree_id, leaf_count, built_leaves, event_count, view_revision, view_bytes, view_shrinking, view_unbuilt,
+                   notify)
+        WHERE t.tree_id = u.tree_id
+       RETURNING ${TREE_COLUMNS.split(", ")
+         .map((c) => `t.${c}`)
+         .join(", ")}, CASE WHEN u.notify THEN pg_notify('${TREE_CHANNEL}', t.tree_id::text) END AS notified
+     )`;
+}
+
+/** The parameters of {@link treeWriteCtes} for these plans, in order. */
+export function treeWriteValues(plans: readonly TreeChangePlan[]): unknown[] {
+  const parts = (pick: (plan: TreeChangePlan) => readonly NodeAddress[]) => {
+    const rows = plans.flatMap((plan) => pick(plan).map((part) => ({ plan, part })));
+    return [
+      rows.map((r) => r.plan.treeId),
+      rows.map((r) => r.part.level),
+      rows.map((r) => r.part.index),
+      rows.map((r) => r.plan.revision),
+    ];
+  };
+  const revised = plans.filter((plan) => plan.newRevision);
+  return [
+    ...parts((plan) => plan.left),
+    ...parts((plan) => plan.entered),
+    revised.map((plan) => plan.treeId),
+    revised.map((plan) => plan.revision),
+    revised.map((plan) => plan.eventNo),
+    revised.map((plan) => plan.leafCount),
+    revised.map((plan) => plan.bytes),
+    revised.map((plan) => plan.shrinking),
+    revised.map((plan) => plan.unbuilt),
+    revised.map((plan) => plan.upperBytes),
+    revised.map((plan) => plan.lowerBytes),
+    plans.map((plan) => plan.treeId),
+    plans.map((plan) => plan.leafCount),
+    plans.map((plan) => plan.builtLeaves),
+    plans.map((plan) => plan.eventNo),
+    plans.map((plan) => plan.revision),
+    plans.map((plan) => plan.bytes),
+    plans.map((plan) => plan.shrinking),
+    plans.map((plan) => plan.unbuilt),
+    plans.map((plan) => plan.notify),
+  ];
+}
+
+/** The updated trees of a write, by tree id. */
+export function treesWritten(rows: readonly TreeRow[]): Map<number, Tree> {
+  return new Map(rows.map((row) => [Number(row.tree_id), toTree(row)]));
+}
+
+/** Writes plans in one statement; returns the updated trees by id. */
+export async function writeTreeChanges(db: Queryable, plans: readonly TreeChangePlan[]): Promise<Map<number, Tree>> {
+  if (plans.length === 0) return new Map();
+  const result = await db.query<TreeRow>({
+    // Prepared once per connection: every node commit and publication runs it.
+    name: "optchat.trees.write",
+    text: `WITH ${treeWriteCtes(1)} SELECT * FROM tree_updates`,
+    values: treeWriteValues(plans),
+  });
+  return treesWritten(result.rows);
+}
+
+/** planTreeChanges and writeTreeChanges for one tree, for callers with nothing else to write in the same statement. */
+export async function applyTreeChanges(
+  db: Queryable,
+  locked: LockedTree,
+  changes: readonly TreeChange[],
+  params: FoldParams,
+  options: PlanOptions = {},
+): Promise<AppliedChanges> {
+  const plan = await planTreeChanges(db, locked, changes, params, options);
+  const written = await writeTreeChanges(db, [plan]);
+  const tree = written.get(plan.treeId);
+  if (!tree) throw new Error(`tree ${plan.treeId}: the write updated no tree row`);
+  return { tree, ready: plan.ready, viewRevision: plan.revision };
+}
+
+/**
+ * The latest revision's parts in order, with the size of each and, for each left sibling, of its parent (the pairs
+ * the fold may merge first) put into `known`, in one statement.
+ */
+async function loadFrontier(
+  db: Queryable,
+  treeId: number,
+  known: Map<number, number | undefined>,
+): Promise<NodeAddress[]> {
+  const result = await db.query<{ level: number; idx: string; bytes: number | null; parent_bytes: number | null }>(
+    `SELECT p.level, p.idx,
+            (SELECT n.byte_length FROM optchat.nodes n WHERE n.tree_id = p.tree_id AND n.level = p.level AND n.idx = p.idx
+              ORDER BY n.revision DESC LIMIT 1) AS bytes,
+            CASE WHEN p.idx % 2 = 0 THEN
+              (SELECT n.byte_length FROM optchat.nodes n
+                WHERE n.tree_id = p.tree_id AND n.level = p.level + 1 AND n.idx = p.idx / 2
+                ORDER BY n.revision DESC LIMIT 1) END AS parent_bytes
+       FROM optchat.view_parts p WHERE p.tree_id = $1::bigint AND p.until_revision IS NULL`,
+    [treeId],
+  );
+  const parts = partsInOrder(
+    result.rows.map((row) => row.level),
+    result.rows.map((row) => row.idx),
+  );
+  for (const row of result.rows) {
+    const part = { level: row.level, index: Number(row.idx) };
+    if (!known.has(nodeKey(part))) known.set(nodeKey(part), row.bytes ?? undefined);
+    if (part.index % 2 === 0) {
+      const parent = parentOf(part);
+      if (!known.has(nodeKey(parent))) known.set(nodeKey(parent), row.parent_bytes ?? undefined);
+    }
+  }
+  return parts;
+}
+
+/**
+ * The first ready node (in readiness order) that is free and not built yet, with its free text; undefined when none.
+ * A session leaf is free when `kind: text` of its record fits; a parent when its two children joined by a newline fit.
+ * Shared leaves are built by their publication, never here.
+ */
+async function nextFreeNode(
+  db: Queryable,
+  tree: Tree,
+  ready: readonly NodeAddress[],
+  builtHere: ReadonlySet<number>,
+  checked: Set<number>,
+  leafSource: PlanOptions["leafSource"],
+): Promise<NewNode | undefined> {
+  for (const node of ready) {
+    const key = nodeKey(node);
+    if (builtHere.has(key) || checked.has(key)) continue;
+    checked.add(key);
+    if (node.level === 0) {
+      if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) continue;
+      // A free leaf's line is at most NODE_BYTES, and its text has at least the payload's bytes less 3 (a dropped
+      // BOM; invalid bytes and NUL only grow when rendered): a larger payload is never free, and is not read here,
+      // inside the ingest transaction (a 64 MiB record was read back whole just to learn that).
+      const found =
+        leafSource?.(node.index) ??
+        (await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3));
+      if (!found?.payload) continue;
+      const text = freeLeafText(found.record.kind, leafSourceText(found.record, payloadAsText(found.payload)));
+      if (text !== undefined) return freeNode(node, text, [found.record.payloadHash]);
+    } else {
+      const [left, right] = childrenOf(node);
+      const children = await findNodes(db, tree.treeId, [left, right]);
+      const a = children.get(nodeKey(left));
+      const b = children.get(nodeKey(right));
+      if (!a || !b) continue;
+      const text = freeParentText(a.text, b.text);
+      if (text !== undefined) return freeNode(node, text, [sha256(a.text), sha256(b.text)]);
+    }
+  }
+  return undefined;
+}
+
+function freeNode(node: NodeAddress, text: string, inputHashes: Buffer[]): NewNode {
+  return {
+    level: node.level,
+    index: node.index,
+    text,
+    inputHashes,
+    summarizer: "free",
+    promptVersion: null,
+    attempts: 0,
+    overshoot: false,
+    jobId: null,
+    jobAttempt: null,
+    chunks: [],
+  };
+}
+
+function sha256(text: string): Buffer {
+  return createHash("sha256").update(text, "utf8").digest();
+}
+
+async function loadSizes(
+  db: Queryable,
+  treeId: number,
+  known: Map<number, number | undefined>,
+  addresses: readonly NodeAddress[],
+): Promise<void> {
+  const missing = addresses.filter((address) => !known.has(nodeKey(address)));
+  if (missing.length === 0) return;
+  const found = await findNodeSizes(db, treeId, missing);
+  for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address)));
+}
+
+async function foldWithLoadedSizes(
+  db: Queryable,
+  treeId: number,
+  state: FoldState,
+  event: FoldEvent,
+  params: FoldParams,
+  known: Map<number, number | undefined>,
+  alsoLoad: readonly NodeAddress[],
+) {
+  const load = (addresses: readonly NodeAddress[]) => loadSizes(db, treeId, known, addresses);
+  const initial = [...state.parts, ...(event.type === "append" ? [{ level: 0, index: event.index }] : [])];
+  const pairParents: NodeAddress[] = [];
+  for (let k = 0; k + 1 < initial.length; k++) {
+    const a = initial[k] as NodeAddress;
+    if (a.index % 2 === 0 && (initial[k + 1] as NodeAddress).level === a.level) pairParents.push(parentOf(a));
+  }
+  await load([...initial, ...pairParents, ...alsoLoad]);
+  for (;;) {
+    const asked: NodeAddress[] = [];
+    const bytesOf: NodeBytes = (node) => {
+      const key = nodeKey(node);
+      if (!known.has(key)) {
+        asked.push(node);
+        return undefined;
+      }
+      return known.get(key);
+    };
+    const result = applyFoldEvent(state, event, bytesOf, params);
+    if (asked.length === 0) return result;
+    await load(asked);
+  }
+}
+
+async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
+  await db.query(
+    `INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
+                                attempts, overshoot, tree_event, job_id, job_attempt, search)
+     VALUES ($1::bigint, $2::int, $3::bigint,
+             coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
+             $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int,
+             $13::tsvector)`,
+    [
+      treeId,
+      node.level,
+      node.index,
+      node.text,
+      node.inputHashes,
+      node.summarizer,
+      node.promptVersion,
+      node.attempts,
+      node.overshoot,
+      eventNo,
+      node.jobId,
+      node.jobAttempt,
+      toTsvectorLiteral(tokenize(node.text)),
+    ],
+  );
+  if (node.chunks.length > 0) {
+    await db.query(
+      `INSERT INTO optchat.node_chunks (tree_id, level, idx, revision, chunk_level, chunk_index, char_start, char_end, text)
+       SELECT $1::bigint, $2::int, $3::bigint,
+              (SELECT max(revision) FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint),
+              c.chunk_level, c.chunk_index, c.char_start, c.char_end, c.text
+         FROM unnest($4::int[], $5::int[], $6::int[], $7::int[], $8::text[]) AS c(chunk_level, chunk_index, char_start, char_end, text)`,
+      [
+        treeId,
+        node.level,
+        node.index,
+        node.chunks.map((c) => c.chunkLevel),
+        node.chunks.map((c) => c.chunkIndex),
+        node.chunks.map((c) => c.charStart),
+        node.chunks.map((c) => c.charEnd),
+        node.chunks.map((c) => c.text),
+      ],
+    );
+  }
+}

@@ -7,7 +7,7 @@
  * nothing; subagent sessions are recorded and not published (their turns do not publish).
  */
 import { resolve, sep } from "node:path";
-import type { Memory, Session } from "../src/memory/index.js";
+import type { Memory, RecordTally, Session } from "../src/memory/index.js";
 import { HOST, projectScopeId } from "./adapter.js";
 import { type HistoryTurn, type SessionHistory, sessionHistory } from "./history.js";
 import type { OpencodeStorage, StoredSession } from "./opencode-storage.js";
@@ -71,12 +71,7 @@ export interface OpencodeImportSummary {
     readonly outcomeDiffers: number;
     readonly publicationsScheduled: number;
   };
-  readonly records: {
-    readonly total: number;
-    readonly sealed: number;
-    readonly duplicates: number;
-    readonly conflicts: number;
-  };
+  readonly records: RecordTally;
   /** OpenCode messages that hold no record (see SessionHistory.notStored). */
   readonly messagesNotStored: SessionHistory["notStored"];
   readonly seconds: number;

@@ -91,7 +91,7 @@ async function exportTurns(
   counts: { turns: number; records: number; bytes: number; activeTurns: number; emptyTurns: number },
   progress: () => void,
 ): Promise<void> {
-  for (const turn of await listExportTurns(pool, session.sessionId, session.generation)) {
+  for (const turn of await listExportTurns(pool, session.sessionId, session.currentGeneration)) {
     if (turn.state === "active") {
       counts.activeTurns += 1;
       continue;
@@ -99,7 +99,7 @@ async function exportTurns(
     const rows = await listTurnRecordsWithPayload(
       pool,
       session.sessionId,
-      session.generation,
+      session.currentGeneration,
       turn.turnId,
       INLINE_PAYLOAD_BYTES,
     );

@@ -330,6 +330,17 @@ export interface ImportProblem {
   readonly problem: string;
 }
 
+/** What became of the records an import sent. */
+export interface RecordTally {
+  readonly total: number;
+  /** Newly stored by this run. */
+  readonly sealed: number;
+  /** Already stored with the same content (a re-import): nothing changed. */
+  readonly duplicates: number;
+  /** Already stored under the same session and ID with other content: the stored record is kept. */
+  readonly conflicts: number;
+}
+
 export interface ImportSummary {
   /** Lines read, blank ones included. */
   readonly lines: number;
@@ -345,15 +356,7 @@ export interface ImportSummary {
     /** Publications scheduled by this run (the compactor worker publishes them). */
     readonly publicationsScheduled: number;
   };
-  readonly records: {
-    readonly total: number;
-    /** Newly stored by this run. */
-    readonly sealed: number;
-    /** Already stored with the same content (a re-import): nothing changed. */
-    readonly duplicates: number;
-    /** Already stored under the same session and ID with other content: the stored record is kept. */
-    readonly conflicts: number;
-  };
+  readonly records: RecordTally;
   /** Problems that did not stop the import (conflicts, a different outcome than the stored one). */
   readonly errors: number;
   /** The first problems, in file order. */

@@ -1,19 +1,12 @@
 // Reads for `optchat export --jsonl` (src/memory/export.ts): whole sessions in the order an import recreates them.
 import type { Queryable } from "./db.js";
 import { RECORD_COLUMNS, type RecordRow, type SourceRecord, toSourceRecord } from "./records.js";
-import type { ScopeKind } from "./sessions.js";
+import { type ScopeKind, SESSION_COLUMNS, type Session, type SessionRow, toSession } from "./sessions.js";
 import type { TurnState } from "./turns.js";
 
-export interface ExportSession {
-  readonly sessionId: string;
-  readonly scopeId: string;
+/** A session to export, with its scope's kind (an import recreates a profile or isolated scope from it). */
+export interface ExportSession extends Session {
   readonly scopeKind: ScopeKind;
-  readonly host: string;
-  readonly hostSessionId: string;
-  readonly projectId: string | null;
-  readonly parentSessionId: string | null;
-  readonly generation: number;
-  readonly title: string | null;
 }
 
 /**
@@ -24,19 +17,7 @@ export async function listExportSessions(
   db: Queryable,
   selection: { scopeId?: string; sessionId?: string },
 ): Promise<{ sessions: ExportSession[]; selected: Set<string> }> {
-  const result = await db.query<{
-    session_id: string;
-    scope_id: string;
-    kind: ScopeKind;
-    host: string;
-    host_session_id: string;
-    project_id: string | null;
-    parent_session_id: string | null;
-    current_generation: number;
-    title: string | null;
-    selected: boolean;
-    depth: number;
-  }>(
+  const result = await db.query<SessionRow & { kind: ScopeKind; selected: boolean }>(
     `WITH RECURSIVE chosen AS (
        SELECT s.session_id, s.parent_session_id, true AS selected FROM optchat.sessions s
         WHERE ($1::text IS NULL OR s.scope_id = $1::text) AND ($2::text IS NULL OR s.session_id = $2::text)
@@ -46,29 +27,21 @@ export async function listExportSessions(
        SELECT s.session_id, 0 AS depth FROM optchat.sessions s WHERE s.parent_session_id IS NULL
        UNION ALL
        SELECT s.session_id, d.depth + 1 FROM optchat.sessions s JOIN depth d ON s.parent_session_id = d.session_id
+     ), picked AS (
+       SELECT c.session_id, bool_or(c.selected) AS selected FROM chosen c GROUP BY c.session_id
      )
-     SELECT s.session_id, s.scope_id, sc.kind, s.host, s.host_session_id, s.project_id, s.parent_session_id,
-            s.current_generation, s.title, bool_or(c.selected) AS selected, coalesce(min(d.depth), 0) AS depth
-       FROM chosen c
-       JOIN optchat.sessions s ON s.session_id = c.session_id
+     SELECT ${SESSION_COLUMNS.split(", ")
+       .map((column) => `s.${column}`)
+       .join(", ")}, sc.kind, picked.selected
+       FROM picked
+       JOIN optchat.sessions s ON s.session_id = picked.session_id
        JOIN optchat.scopes sc ON sc.scope_id = s.scope_id
        LEFT JOIN depth d ON d.session_id = s.session_id
-      GROUP BY s.session_id, sc.kind
-      ORDER BY depth, s.created_at, s.session_id`,
+      ORDER BY coalesce(d.depth, 0), s.created_at, s.session_id`,
     [selection.scopeId ?? null, selection.sessionId ?? null],
   );
   return {
-    sessions: result.rows.map((row) => ({
-      sessionId: row.session_id,
-      scopeId: row.scope_id,
-      scopeKind: row.kind,
-      host: row.host,
-      hostSessionId: row.host_session_id,
-      projectId: row.project_id,
-      parentSessionId: row.parent_session_id,
-      generation: row.current_generation,
-      title: row.title,
-    })),
+    sessions: result.rows.map((row) => ({ ...toSession(row), scopeKind: row.kind })),
     selected: new Set(result.rows.filter((row) => row.selected).map((row) => row.session_id)),
   };
 }

@@ -5,8 +5,9 @@ import {
   createOpencodeEnv,
   type OpencodeEnv,
   runOpencode,
+  startOpencodeServer,
 } from "../../scripts/opencode-harness.js";
-import { type PluginWorld, runCli, startPluginWorld } from "../helpers.js";
+import { type PluginWorld, retrying, runCli, startPluginWorld } from "../helpers.js";
 import { memoryText, messagesOf, requestsFor, textOf } from "./requests.js";
 
 /**
@@ -39,10 +40,21 @@ beforeAll(async () => {
   const task = await runOpencode(native, TASK_PROMPT);
   expect(task.code, task.stderr).toBe(0);
   ids.parent = task.sessionId as string;
-  // A process killed in the middle of a step: OpenCode keeps the step, never completed.
-  await expect(runOpencode(native, "IMPORT-KILL SLOW=30 never finishes", { timeoutMs: 8_000 })).rejects.toThrow(
-    /did not finish/,
-  );
+  // A process killed in the middle of a step (its request is at the model): OpenCode keeps the step, never completed.
+  const server = await startOpencodeServer(native);
+  try {
+    const session = await server.createSession("killed");
+    await server.prompt(session, "IMPORT-KILL SLOW=30 never finishes");
+    await retrying(
+      async () => {
+        if (requestsFor(world.model.requests(), "IMPORT-KILL").length === 0) throw new Error("not at the model yet");
+      },
+      60_000,
+      "the slow request at the model",
+    );
+  } finally {
+    await server.kill("SIGKILL");
+  }
 }, 240_000);
 
 afterAll(async () => {

@@ -444,21 +444,3 @@ export async function databaseDigest(db: Pick<pg.Pool, "query">): Promise<Record
   }
   return digest;
 }
-
-/** Maps over items with at most `limit` calls in flight; results in input order. */
-export async function mapWithConcurrency<T, R>(
-  items: readonly T[],
-  limit: number,
-  work: (item: T) => Promise<R>,
-): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  const lanes = Array.from({ length: Math.min(limit, items.length) }, async () => {
-    while (next < items.length) {
-      const k = next++;
-      results[k] = await work(items[k] as T);
-    }
-  });
-  await Promise.all(lanes);
-  return results;
-}

@@ -25,10 +25,10 @@ export const COMMANDS: readonly Command[] = [
   searchCommand,
   sessionsCommand,
   importFileCommand,
+  exportCommand,
   auditCommand,
   inspectCommand,
   browseCommand,
-  exportCommand,
 ];
 
 export function findCommand(name: string): Command | undefined {

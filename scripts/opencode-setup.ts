@@ -9,6 +9,7 @@ import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileS
 import { homedir } from "node:os";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
+import { redactUrl, resolveConfig } from "../src/memory/config.js";
 
 const PLUGIN_PACKAGE = "@opencode-ai/plugin";
 const PLUGIN_VERSION = "1.18.33";
@@ -67,7 +68,18 @@ export function prepareOpencodeConfigDir(dir: string): { linked: boolean; source
   return { linked, source, others: Object.keys(dependencies).filter((name) => name !== PLUGIN_PACKAGE) };
 }
 
+/**
+ * The opencode.json plugin entry for the database in effect here (DATABASE_URL, else the default). A password is not
+ * printed: the line shows `***` and says where to put it, since a terminal's scrollback is not a secret store.
+ */
+export function pluginLine(databaseUrl: string): { line: string; passwordHidden: boolean } {
+  const shown = redactUrl(databaseUrl);
+  const entry = [[`${ROOT}/plugin/index.ts`, { databaseUrl: shown }]];
+  return { line: `"plugin": ${JSON.stringify(entry)}`, passwordHidden: shown !== databaseUrl };
+}
+
 function main(): void {
+  const { databaseUrl } = resolveConfig({ env: process.env });
   const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
   const dir = process.argv[2] ?? join(configHome, "opencode");
   const { linked, source, others } = prepareOpencodeConfigDir(dir);
@@ -81,8 +93,18 @@ function main(): void {
   say();
   say("Add optchat to opencode.json (your project's, or the global one in that directory):");
   say();
-  say(`  "plugin": [["${ROOT}/plugin/index.ts", { "databaseUrl": "postgres://postgres@127.0.0.1:5432/optchat" }]]`);
+  const { line, passwordHidden } = pluginLine(databaseUrl);
+  say(`  ${line}`);
   say();
+  say(
+    process.env.DATABASE_URL
+      ? "The database is DATABASE_URL's, as set here."
+      : "The database is the default (DATABASE_URL is not set here); set DATABASE_URL and run this again for another.",
+  );
+  if (passwordHidden) {
+    say("The password is shown as ***: write it into the line, or leave databaseUrl out of the line and set");
+    say("DATABASE_URL in the environment OpenCode starts with.");
+  }
   say("Then run `npm run optchat -- migrate` once with the same database, and start OpenCode as usual.");
 }
 

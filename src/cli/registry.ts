@@ -26,11 +26,11 @@ export const COMMANDS: readonly Command[] = [
   searchCommand,
   sessionsCommand,
   importFileCommand,
+  exportCommand,
   auditCommand,
   inspectCommand,
   costCommand,
   browseCommand,
-  exportCommand,
 ];
 
 export function findCommand(name: string): Command | undefined {

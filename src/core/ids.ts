@@ -35,6 +35,21 @@ export function eventKeyOf(key: FinalizationKey): string {
   return `${stageKeyOf(key)}#${key.revision}`;
 }
 
+/** The finalization key an `event_key` was made from (eventKeyOf's inverse); undefined when it is not one. */
+export function parseEventKey(eventKey: string): FinalizationKey | undefined {
+  const hash = eventKey.lastIndexOf("#");
+  if (hash < 0) return undefined;
+  const revision = Number(eventKey.slice(hash + 1));
+  const parts = eventKey.slice(0, hash).split("/");
+  if (parts.length !== 3 || !Number.isInteger(revision) || revision < 0) return undefined;
+  try {
+    const [hostSessionId, messageId, partId] = parts.map(decodeURIComponent) as [string, string, string];
+    return { hostSessionId, messageId, ...(partId === "" ? {} : { partId }), revision };
+  } catch {
+    return undefined;
+  }
+}
+
 const SESSION_ID_ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"; // Crockford base32, lowercase
 
 /**

@@ -16,6 +16,7 @@ import {
   MAX_PAYLOAD_BYTES,
   opaqueId,
   RECORD_KINDS,
+  safeCount,
   sessionTitle,
 } from "./schemas.js";
 import type { IngestResult, Memory } from "./service.js";
@@ -59,12 +60,35 @@ const importRecordSchema = z
       offset: true,
       message: "must be an ISO 8601 timestamp with a time zone, such as 2026-11-20T10:00:00Z",
     }),
-    text: z.string({ invalid_type_error: "must be a string", required_error: "is required" }),
+    text: z.string({ invalid_type_error: "must be a string" }).optional(),
+    /** The exact payload in base64, for one that is not valid UTF-8 (`optchat export` writes it); instead of text. */
+    bytes: z
+      .string({ invalid_type_error: "must be a base64 string" })
+      .regex(/^[A-Za-z0-9+/]*={0,2}$/, "must be base64 (A-Z, a-z, 0-9, +, /, = padding)")
+      .optional(),
     toolCallId: hostId.optional(),
     toolName: hostId.optional(),
+    /** The host had already cut this output (and its original size, when known). */
+    hostTruncated: z.boolean().optional(),
+    hostOriginalBytes: safeCount.optional(),
   })
   .strict()
   .superRefine((record, ctx) => {
+    if ((record.text === undefined) === (record.bytes === undefined)) {
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: [record.text === undefined ? "text" : "bytes"],
+        message:
+          record.text === undefined ? "is required (or bytes, in base64)" : "give either text or bytes, not both",
+      });
+    }
+    if (record.hostOriginalBytes !== undefined && record.hostTruncated !== true) {
+      ctx.addIssue({
+        code: z.ZodIssueCode.custom,
+        path: ["hostOriginalBytes"],
+        message: "is only for a record with hostTruncated: true",
+      });
+    }
     if ((record.kind === "tool_call" || record.kind === "tool_result") && record.toolCallId === undefined) {
       ctx.addIssue({
         code: z.ZodIssueCode.custom,
@@ -72,13 +96,14 @@ const importRecordSchema = z
         message: `required for kind ${record.kind} (it pairs a call with its result)`,
       });
     }
-    // Cheap bound first: a UTF-16 unit is at most 3 UTF-8 bytes.
-    if (record.text.length * 3 > MAX_PAYLOAD_BYTES) {
-      const bytes = Buffer.byteLength(record.text, "utf8");
+    // Cheap bound first: a UTF-16 unit is at most 3 UTF-8 bytes; 4 base64 characters are 3 bytes.
+    const size = record.text !== undefined ? record.text.length * 3 : Math.floor(((record.bytes?.length ?? 0) * 3) / 4);
+    if (size > MAX_PAYLOAD_BYTES) {
+      const bytes = record.text !== undefined ? Buffer.byteLength(record.text, "utf8") : payloadOf(record).length;
       if (bytes > MAX_PAYLOAD_BYTES) {
         ctx.addIssue({
           code: z.ZodIssueCode.custom,
-          path: ["text"],
+          path: [record.text !== undefined ? "text" : "bytes"],
           message: `is ${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit of one record`,
         });
       }
@@ -93,6 +118,10 @@ const sessionLineSchema = z
     project: opaqueId,
     title: sessionTitle.optional(),
     sharing: z.enum(["shared", "isolated"], { errorMap: () => ({ message: "must be shared or isolated" }) }).optional(),
+    /** A profile scope (`profile:<name>`) shared across projects, instead of the project's own scope. */
+    scope: opaqueId
+      .refine((value) => value.startsWith("profile:"), "must be profile:<name> (a project's scope comes from project)")
+      .optional(),
     /** The `id` of a session declared on an earlier line: this session is its subagent (it does not publish). */
     parent: hostId.optional(),
   })
@@ -301,6 +330,17 @@ export interface ImportProblem {
   readonly problem: string;
 }
 
+/** What became of the records an import sent. */
+export interface RecordTally {
+  readonly total: number;
+  /** Newly stored by this run. */
+  readonly sealed: number;
+  /** Already stored with the same content (a re-import): nothing changed. */
+  readonly duplicates: number;
+  /** Already stored under the same session and ID with other content: the stored record is kept. */
+  readonly conflicts: number;
+}
+
 export interface ImportSummary {
   /** Lines read, blank ones included. */
   readonly lines: number;
@@ -316,15 +356,7 @@ export interface ImportSummary {
     /** Publications scheduled by this run (the compactor worker publishes them). */
     readonly publicationsScheduled: number;
   };
-  readonly records: {
-    readonly total: number;
-    /** Newly stored by this run. */
-    readonly sealed: number;
-    /** Already stored with the same content (a re-import): nothing changed. */
-    readonly duplicates: number;
-    /** Already stored under the same session and ID with other content: the stored record is kept. */
-    readonly conflicts: number;
-  };
+  readonly records: RecordTally;
   /** Problems that did not stop the import (conflicts, a different outcome than the stored one). */
   readonly errors: number;
   /** The first problems, in file order. */
@@ -390,6 +422,7 @@ export async function importJsonl(
           projectId: line.project,
           ...(line.title !== undefined ? { title: line.title } : {}),
           ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
+          ...(line.scope !== undefined ? { scopeId: line.scope } : {}),
           ...(parent ? { parentSessionId: parent.sessionId } : {}),
         });
         sessions.set(line.id, session);
@@ -474,7 +507,8 @@ async function importTurn(
   problem: (entry: ImportProblem) => void,
 ): Promise<void> {
   const ctx = { sessionId: session.sessionId, turnId: line.id };
-  const query = line.records.find((record) => record.kind === "user")?.text;
+  const firstUser = line.records.find((record) => record.kind === "user");
+  const query = firstUser ? (firstUser.text ?? payloadOf(firstUser).toString("utf8")) : undefined;
   await memory.admitTurn({
     ...ctx,
     ...(query !== undefined ? { query: truncateQuery(query) } : {}),
@@ -486,9 +520,12 @@ async function importTurn(
     kind: record.kind,
     finalization: { hostSessionId: session.hostSessionId, messageId: record.id },
     occurredAt: record.at,
-    content: record.text,
+    content: record.text ?? payloadOf(record),
     ...(record.toolCallId !== undefined ? { toolCallId: record.toolCallId } : {}),
     ...(record.toolName !== undefined ? { toolName: record.toolName } : {}),
+    ...(record.hostTruncated
+      ? { hostTruncated: record.hostOriginalBytes !== undefined ? { originalBytes: record.hostOriginalBytes } : {} }
+      : {}),
     ...(session.projectId !== null ? { projectId: session.projectId } : {}),
   }));
   let start = 0;
@@ -496,7 +533,8 @@ async function importTurn(
     let end = start;
     let bytes = 0;
     while (end < events.length && end - start < batchSize && (end === start || bytes < BATCH_BYTES)) {
-      bytes += ((events[end] as IngestEvent).content as string).length;
+      const content = (events[end] as IngestEvent).content;
+      bytes += typeof content === "string" ? Buffer.byteLength(content, "utf8") : content.length;
       end += 1;
     }
     const results = await memory.ingestMany(events.slice(start, end));
@@ -555,6 +593,11 @@ function tally(
     // Imported records are always final; a staged outcome would mean the service changed under us.
     throw new Error(`import line ${lineNumber}: record ${id} was ${result.status}, not sealed`);
   }
+}
+
+/** A record's payload as bytes: its text in UTF-8, or its base64 `bytes` decoded. */
+function payloadOf(record: { text?: string | undefined; bytes?: string | undefined }): Buffer {
+  return record.text !== undefined ? Buffer.from(record.text, "utf8") : Buffer.from(record.bytes ?? "", "base64");
 }
 
 function truncateQuery(text: string): string {

@@ -20,7 +20,9 @@ export {
   summarizerSettingsOf,
 } from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
+export type { RecordTally } from "./import.js";
 export { inspectStoredSession } from "./inspect.js";
+export type { IngestEvent } from "./schemas.js";
 export { type Memory, openMemory } from "./service.js";
 export type { AssembledContext, SearchAnswer, ZoomAnswer } from "./shared.js";
 export { type CompactorEvent, type RunningCompactor, startWorker } from "./worker.js";

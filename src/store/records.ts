@@ -86,7 +86,7 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
   return "stale_revision";
 }
 
-interface RecordRow {
+export interface RecordRow {
   session_id: string;
   generation: number;
   seq: number;
@@ -130,7 +130,7 @@ export interface SourceRecord {
   readonly attributes: Readonly<Record<string, unknown>>;
 }
 
-function toSourceRecord(row: RecordRow): SourceRecord {
+export function toSourceRecord(row: RecordRow): SourceRecord {
   return {
     sessionId: row.session_id,
     generation: row.generation,
@@ -154,7 +154,7 @@ function toSourceRecord(row: RecordRow): SourceRecord {
   };
 }
 
-const RECORD_COLUMNS = `r.session_id, r.generation, r.seq, r.event_key, r.turn_id, r.kind, r.occurred_at, r.sealed_at,
+export const RECORD_COLUMNS = `r.session_id, r.generation, r.seq, r.event_key, r.turn_id, r.kind, r.occurred_at, r.sealed_at,
   r.payload_hash, r.payload_bytes, b.valid_utf8, r.tool_call_id, r.tool_name, r.host_truncated, r.host_original_bytes,
   r.project_id, r.worktree_id, r.commit_id, r.attributes`;
 

@@ -2,7 +2,7 @@ import type { Queryable } from "./db.js";
 
 export type ScopeKind = "project" | "profile" | "isolated";
 
-interface SessionRow {
+export interface SessionRow {
   session_id: string;
   scope_id: string;
   host: string;
@@ -26,7 +26,7 @@ export interface Session {
   readonly createdAt: Date;
 }
 
-function toSession(row: SessionRow): Session {
+export function toSession(row: SessionRow): Session {
   return {
     sessionId: row.session_id,
     scopeId: row.scope_id,
@@ -40,7 +40,7 @@ function toSession(row: SessionRow): Session {
   };
 }
 
-const SESSION_COLUMNS =
+export const SESSION_COLUMNS =
   "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at";
 
 /** Creates the scope if it is new, with its shared tree unless it is isolated (isolated sessions share nothing). */

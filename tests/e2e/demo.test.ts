@@ -9,7 +9,7 @@ describe("npm run demo", () => {
     expect(result.stdout).toContain(
       "| pub:0+1|[turn completed] user: We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY",
     );
-    expect(result.stdout).toMatch(/memory_zoom (ses_\w+:0:0\+1) -> <original_message ref="\1" kind="user"/);
+    expect(result.stdout).toMatch(/memory_zoom (mem_\w+:0:0\+1) -> <original_message ref="\1" kind="user"/);
     expect(result.stdout).toContain("Done: B saw A's decision without asking, and reached A's exact words in 3 zooms.");
     expect(result.stdout).toMatch(/Every request the model received: .*\.demo\/.*\/requests\.jsonl/);
   }, 180_000);

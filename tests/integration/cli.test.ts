@@ -1,5 +1,9 @@
 import { spawn } from "node:child_process";
-import { beforeAll, describe, expect, it } from "vitest";
+import { mkdtempSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it, vi } from "vitest";
+import { main } from "../../src/cli/main.js";
 import { COMMANDS } from "../../src/cli/registry.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { registerSession } from "../../src/store/sessions.js";
@@ -35,19 +39,37 @@ beforeAll(async () => {
 });
 
 describe("--help", () => {
+  // An invalid setting and an unreachable server: help must need neither.
+  const broken = { OPTCHAT_POOL_SIZE: "lots", DATABASE_URL: "postgres://postgres@127.0.0.1:1/none" };
+
   it("works on every command, before any setting is read or the database is touched", async () => {
-    for (const command of COMMANDS) {
-      // An invalid setting and an unreachable server: help must need neither.
-      const env = { OPTCHAT_POOL_SIZE: "lots", DATABASE_URL: "postgres://postgres@127.0.0.1:1/none" };
-      for (const flag of command.name === "status" ? ["--help", "-h"] : ["--help"]) {
-        const result = await runCli([command.name, flag], env);
-        expect(result.code, `${command.name} ${flag}: ${result.stderr}`).toBe(0);
-        expect(result.stdout).toContain(`optchat ${command.name}`);
-        expect(result.stderr).toBe("");
+    const written: string[] = [];
+    const write = vi.spyOn(process.stdout, "write").mockImplementation((chunk) => {
+      written.push(String(chunk));
+      return true;
+    });
+    try {
+      for (const command of COMMANDS) {
+        written.length = 0;
+        expect(await main([command.name, "--help"], broken), command.name).toBe(0);
+        expect(written.join(""), command.name).toContain(`Usage:\n  optchat ${command.name}`);
       }
+    } finally {
+      write.mockRestore();
     }
-    const topic = await runCli(["help", "worker"]);
-    expect(topic.stdout).toContain("optchat worker [--concurrency N]");
+  });
+
+  it("works from the installed command, as --help, -h and help <command>", async () => {
+    for (const args of [
+      ["status", "--help"],
+      ["worker", "-h"],
+      ["help", "worker"],
+    ]) {
+      const result = await runCli(args, broken);
+      expect(result.code, `${args.join(" ")}: ${result.stderr}`).toBe(0);
+      expect(result.stdout).toContain(`optchat ${args.includes("worker") ? "worker" : "status"} [`);
+      expect(result.stderr).toBe("");
+    }
     const unknown = await runCli(["help", "nope"]);
     expect(unknown.code).toBe(2);
   });
@@ -131,6 +153,31 @@ describe("session ids", () => {
     // And by the imported file's id.
     const byHostId = await runCli(["view", "legacy", "--json"], { DATABASE_URL: db.url });
     expect(byHostId.code, byHostId.stderr).toBe(0);
+  });
+});
+
+describe("progress", () => {
+  it("is shown off a terminal only when asked, on stderr, never in the --json answer", async () => {
+    const file = join(mkdtempSync(join(tmpdir(), "optchat-cli-")), "p.jsonl");
+    writeFileSync(
+      file,
+      [
+        JSON.stringify({ type: "session", id: "progress-s", project: "prj_cli" }),
+        JSON.stringify({
+          type: "turn",
+          session: "progress-s",
+          id: "t1",
+          outcome: "completed",
+          records: [{ id: "m1", kind: "user", at: "2026-11-20T10:00:00Z", text: "progress please" }],
+        }),
+      ].join("\n"),
+    );
+    const quiet = await runCli(["import", file, "--json"], { DATABASE_URL: db.url });
+    expect(quiet.stderr).not.toContain("imported 2/2 lines");
+    const asked = await runCli(["import", file, "--json", "--progress"], { DATABASE_URL: db.url });
+    expect(asked.code, asked.stderr).toBe(0);
+    expect(asked.stderr).toContain("imported 2/2 lines, 1 sessions, 1 turns, 1 records\n");
+    expect(JSON.parse(asked.stdout)).toMatchObject({ ok: true, lines: 2 });
   });
 });
 

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { eventKeyOf, opaqueIdProblem, sessionIdFromRandom, stageKeyOf } from "../../src/core/ids.js";
+import { eventKeyOf, opaqueIdProblem, parseEventKey, sessionIdFromRandom, stageKeyOf } from "../../src/core/ids.js";
 
 const hostId = fc.string({ minLength: 1, maxLength: 12 });
 const finalization = fc.record({
@@ -23,6 +23,25 @@ describe("finalization keys", () => {
       }),
       { numRuns: 5000 },
     );
+  });
+
+  it("give back the host coordinates they were made from (export names records by them)", () => {
+    const unicodeId = fc.string({ minLength: 1, maxLength: 12, unit: "grapheme" });
+    const anyKey = fc.record({
+      hostSessionId: fc.oneof(hostId, unicodeId, fc.constantFrom("a/b", "x#1", "%2F", "ses_1")),
+      messageId: fc.oneof(hostId, unicodeId),
+      partId: fc.option(fc.oneof(hostId, unicodeId), { nil: undefined }),
+      revision: fc.nat(1000),
+    });
+    fc.assert(
+      fc.property(anyKey, (key) => {
+        const { partId, ...rest } = key;
+        expect(parseEventKey(eventKeyOf(key))).toEqual(partId === undefined || partId === "" ? rest : key);
+      }),
+      { numRuns: 2000 },
+    );
+    expect(parseEventKey("not a key")).toBeUndefined();
+    expect(parseEventKey("a/b#1")).toBeUndefined();
   });
 
   it("share their stage key across revisions only", () => {

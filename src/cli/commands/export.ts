@@ -1,37 +1,25 @@
-import { exportHtml } from "../../browse/export.js";
 import { OptchatError } from "../../core/errors.js";
-import { createBrowseModel } from "../../memory/browse.js";
-import { type Command, parseCommand, withMemory } from "../command.js";
+import type { Command } from "../command.js";
+import { exportHtmlCommand, HTML_DETAILS, HTML_USAGE } from "./export-html.js";
+import { exportJsonlCommand, JSONL_DETAILS, JSONL_USAGE } from "./export-jsonl.js";
 
-const usage = "optchat export --html DIR [--json]";
-
+/** `optchat export`: memory in the import format (--jsonl) or as the browser's static pages (--html DIR). */
 export const exportCommand: Command = {
   name: "export",
-  usage: [usage],
-  summary: "the browser's pages as static files in DIR, linked relatively: open DIR/index.html (docs/browse.md)",
-  details: `DIR must be new or empty. Every page of \`optchat browse\` is written except search, which needs the
-server; nothing in the database is written.`,
-  async run(args, { config, output }) {
-    const { values } = parseCommand(args, { html: { type: "string" } }, 0, usage);
-    if (values.html === undefined || values.html === "")
-      throw new OptchatError("INPUT_INVALID", `--html DIR is required\nUsage: ${usage}`);
-    const directory = values.html;
-    const progress = process.stderr.isTTY && !output.json;
-    const summary = await withMemory(
-      config,
-      "optchat-export",
-      (memory) =>
-        exportHtml(createBrowseModel(memory), directory, ({ pages }) => {
-          if (progress && pages % 100 === 0) process.stderr.write(`\r${pages} pages written`);
-        }),
-      { readOnly: true },
-    );
-    if (progress) process.stderr.write("\r");
-    if (output.json) output.out(JSON.stringify({ ok: true, ...summary }));
-    else
-      output.out(
-        `Wrote ${summary.pages} pages (${summary.bytes} bytes) to ${summary.directory}: ${summary.scopes} scope(s), ${summary.sessions} session(s), ${summary.messages} message(s). Open ${summary.directory}/index.html.`,
+  usage: [JSONL_USAGE, HTML_USAGE],
+  summary:
+    "memory in the import format (--jsonl: importing it into an empty database gives back every record), or the\n" +
+    "browser's pages as static files in DIR (--html DIR: open DIR/index.html, docs/browse.md)",
+  details: `${JSONL_DETAILS}\n\n--html DIR: ${HTML_DETAILS}`,
+  async run(args, ctx) {
+    const jsonl = args.includes("--jsonl");
+    const html = args.some((arg) => arg === "--html" || arg.startsWith("--html="));
+    if (jsonl === html) {
+      throw new OptchatError(
+        "INPUT_INVALID",
+        `choose a format: --jsonl or --html DIR\nUsage: ${JSONL_USAGE}\n       ${HTML_USAGE}`,
       );
-    return 0;
+    }
+    return jsonl ? await exportJsonlCommand(args, ctx) : await exportHtmlCommand(args, ctx);
   },
 };

@@ -5,14 +5,19 @@ import { OptchatError } from "../../core/errors.js";
 import type { Config } from "../../memory/config.js";
 import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../../memory/import.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
+import { importOpencodeCommand, OPENCODE_DETAILS, OPENCODE_USAGE } from "./import-opencode.js";
 
-const USAGE = "optchat import <file.jsonl> [--json]";
+const USAGE = "optchat import <file.jsonl> [--progress] [--json]";
 
 export const importFileCommand: Command = {
   name: "import",
-  usage: [USAGE],
-  summary: "import sessions and turns from a JSONL file (docs/import.md)",
-  run: (args, { config, output }) => importCommand(args, config, output),
+  usage: [USAGE, OPENCODE_USAGE],
+  summary:
+    "import sessions and turns from a JSONL file (docs/import.md), or with --opencode the sessions OpenCode\n" +
+    "already stored (recorded as the plugin records them live: nothing is stored twice)",
+  details: OPENCODE_DETAILS,
+  run: (args, ctx) =>
+    args.includes("--opencode") ? importOpencodeCommand(args, ctx) : importCommand(args, ctx.config, ctx.output),
 };
 
 /** Invalid lines listed before giving up on a file. */
@@ -36,9 +41,9 @@ export async function importCommand(
   output: Output,
   terminal: ProgressTerminal = process.stderr,
 ): Promise<number> {
-  const file = parseImportArgs(args);
+  const { file, forced } = parseImportArgs(args);
   await assertReadableFile(file);
-  const progress = progressLine(terminal);
+  const progress = progressLine(terminal, forced);
 
   const check = await checkJsonl(readLines(file), { maxErrors: MAX_LISTED_ERRORS });
   if (check.errors.length > 0) {
@@ -93,8 +98,9 @@ export async function importCommand(
   return summary.errors === 0 ? 0 : 1;
 }
 
-function parseImportArgs(args: readonly string[]): string {
-  return parseCommand(args, {}, 1, USAGE).positionals[0] as string;
+function parseImportArgs(args: readonly string[]): { file: string; forced: boolean } {
+  const { values, positionals } = parseCommand(args, { progress: { type: "boolean" } }, 1, USAGE);
+  return { file: positionals[0] as string, forced: values.progress === true };
 }
 
 async function assertReadableFile(file: string): Promise<void> {
@@ -121,20 +127,26 @@ async function* readLines(file: string): AsyncGenerator<string> {
   }
 }
 
-/** One updating stderr line, redrawn at most every 100 ms; nothing at all when stderr is not a terminal. */
-function progressLine(terminal: ProgressTerminal) {
+/**
+ * One updating stderr line, redrawn at most every 100 ms, when stderr is a terminal; elsewhere nothing, or with
+ * --progress a plain line every 5 s and at the end (for logs).
+ */
+function progressLine(terminal: ProgressTerminal, forced: boolean) {
   let shown = false;
   let last = 0;
   return {
     update(p: ImportProgress, totalLines: number): void {
-      if (!terminal.isTTY) return;
+      if (!terminal.isTTY && !forced) return;
       const now = performance.now();
-      if (now - last < 100 && p.lines < totalLines) return;
+      if (now - last < (terminal.isTTY ? 100 : 5_000) && p.lines < totalLines) return;
       last = now;
+      const text = `imported ${p.lines}/${totalLines} lines, ${p.sessions} sessions, ${p.turns} turns, ${p.records} records`;
+      if (!terminal.isTTY) {
+        terminal.write(`${text}\n`);
+        return;
+      }
       shown = true;
-      terminal.write(
-        `\r\u001b[Kimported ${p.lines}/${totalLines} lines, ${p.sessions} sessions, ${p.turns} turns, ${p.records} records`,
-      );
+      terminal.write(`\r\u001b[K${text}`);
     },
     clear(): void {
       if (shown) terminal.write("\r\u001b[K");

@@ -18,8 +18,11 @@ A JSONL import puts its sessions in project:<the file's project>.
 The directories come from OpenCode's own storage (--data-dir, default ~/.local/share/opencode), the remote from git.`,
   async run(args, { config, output }) {
     const { values } = parseCommand(args, { all: { type: "boolean" }, "data-dir": { type: "string" } }, 0, usage);
-    const scopes = await withMemory(config, "optchat-cli", (memory) =>
-      listScopes(memory, { includeIsolated: values.all === true }),
+    const scopes = await withMemory(
+      config,
+      "optchat-cli",
+      (memory) => listScopes(memory, { includeIsolated: values.all === true }),
+      { readOnly: true },
     );
     const locations = await locate(values["data-dir"]);
     if (output.json) {

@@ -1,13 +1,11 @@
 import type { BudgetSettings } from "../compactor/budget.js";
+import { ledgerExists } from "../store/compactor-calls.js";
 import { connectClient } from "../store/db.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
 import { readTodaySpend, type TodaySpend } from "./cost.js";
 import { expectedSchemaVersion } from "./service.js";
 
 export type { StoreStatus };
-
-/** The schema version that has the cost ledger (migration 007). */
-const LEDGER_SCHEMA_VERSION = 7;
 
 /**
  * The store's status on a dedicated short-lived connection (works on a database that is not migrated yet), with
@@ -20,8 +18,8 @@ export async function readStatus(
   const client = await connectClient(databaseUrl, "optchat-status");
   try {
     const status = await readStoreStatus(client);
-    const compactorToday =
-      budget && status.schemaVersion >= LEDGER_SCHEMA_VERSION ? await readTodaySpend(client, budget) : undefined;
+    // By the table, not a schema version: the ledger's migration number may still change when branches merge.
+    const compactorToday = budget && (await ledgerExists(client)) ? await readTodaySpend(client, budget) : undefined;
     return { ...status, expectedSchemaVersion: expectedSchemaVersion(), ...(compactorToday ? { compactorToday } : {}) };
   } finally {
     await client.end().catch(() => {});

@@ -1,6 +1,6 @@
 import type { Queryable } from "./db.js";
 
-/** One model call of the compactor, as the ledger stores it (migration 007). */
+/** One model call of the compactor, as the ledger stores it (migrations/0NN_compactor_calls.sql). */
 export interface CompactorCallRow {
   readonly at: Date;
   readonly provider: string;
@@ -22,6 +22,14 @@ export interface CompactorCallRow {
 }
 
 const int = (n: number) => Math.max(0, Math.round(n));
+
+/** Whether the ledger's table exists (a database not migrated this far has none). */
+export async function ledgerExists(db: Queryable): Promise<boolean> {
+  const result = await db.query<{ found: boolean }>(
+    "SELECT to_regclass('optchat.compactor_calls') IS NOT NULL AS found",
+  );
+  return result.rows[0]?.found ?? false;
+}
 
 /** Appends calls in one statement; a session tree's scope is its session's. */
 export async function insertCompactorCalls(db: Queryable, rows: readonly CompactorCallRow[]): Promise<void> {

@@ -303,6 +303,11 @@ export function queryGroups(query: string): string[][] {
   return groups;
 }
 
+/** A tsquery literal for one term, or for a phrase of adjacent terms: `'pnpm'`, `('部署' <-> '署脚')`. */
+export function termsTsquery(terms: readonly string[]): string {
+  return terms.length === 1 ? quote(terms[0] as string) : `(${terms.map(quote).join(" <-> ")})`;
+}
+
 /**
  * English function words dropped from an "any word" query: matching any text that contains "the" ranks noise (the
  * LoCoMo bench's natural-language questions found almost nothing with every word required, and everything with any).

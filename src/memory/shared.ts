@@ -5,7 +5,6 @@ import {
   type ContextBudgetInput,
   coveredPrefixEnd,
   estimateTokens,
-  excerptAround,
   type MemoryLine,
   type RenderedBlock,
   renderPreviousExchange,
@@ -18,7 +17,6 @@ import { type NodeBytes, partBytes, project, restrictToPrefix } from "../core/fo
 import { opaqueIdProblem } from "../core/ids.js";
 import { payloadAsText } from "../core/payload.js";
 import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
-import { queryGroups, toTsqueryLiteral } from "../core/tokenize.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, parseRef, refOf, startOf } from "../core/tree.js";
 import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import { type Pool, withTransaction } from "../store/db.js";
@@ -30,7 +28,6 @@ import {
   publishedRangesOfSession,
 } from "../store/publications.js";
 import { listRecords, readTurnMessages, recordTimeSpan } from "../store/records.js";
-import { type SearchHit, searchVisible } from "../store/search.js";
 import { findScope, findSession, listScopeSessions, type Session } from "../store/sessions.js";
 import { lockTree } from "../store/tree-changes.js";
 import { findNodes, findSessionTree, findSharedTreeOfScope, findViewRevision, type Tree } from "../store/trees.js";
@@ -45,6 +42,7 @@ import {
   turnRecordRange,
 } from "../store/turns.js";
 import type { Config } from "./config.js";
+import { type SearchAnswerHit, type SearchOptions, searchPlaces } from "./search.js";
 import { settleTree } from "./views.js";
 
 export interface TurnContext {
@@ -772,93 +770,22 @@ async function settleUpTo(deps: SharedDeps, turn: Turn, timeoutMs: number): Prom
 // ---------------------------------------------------------------------------------------------------------------
 // Search (seed 000 §8)
 
-export interface SearchOptions {
-  readonly query: string;
-  readonly sessionId?: string;
-  readonly before?: string;
-  readonly after?: string;
-  readonly cursor?: string;
-  readonly limit?: number;
-  /** all (default): every word must occur; any: any word, ranked by how well it matches. */
-  readonly match?: "all" | "any";
-}
+export type { SearchAnswerHit, SearchOptions } from "./search.js";
 
 export interface SearchAnswer {
-  readonly hits: readonly {
-    readonly ref: string;
-    readonly source: "message" | "summary" | "shared summary";
-    readonly sessionId: string | null;
-    readonly kind: string | null;
-    readonly occurredAt: string | null;
-    readonly excerpt: string;
-  }[];
+  readonly hits: readonly SearchAnswerHit[];
   readonly nextCursor: string | null;
   readonly snapshot: ServedSnapshot;
 }
 
+/** BM25 search as distinct places: src/memory/search.ts. */
 export async function searchFor(
   deps: SharedDeps,
   ctx: TurnContext | Turn,
   options: SearchOptions,
 ): Promise<SearchAnswer> {
   const turn = await turnOrThrow(deps.pool, ctx);
-  const tsquery = toTsqueryLiteral(options.query, options.match ?? "all");
-  if (!tsquery) throw new InputInvalidError("search", [{ field: "query", problem: "has no searchable words" }]);
-  const date = (value: string | undefined, field: string) => {
-    if (value === undefined) return undefined;
-    const parsed = new Date(value);
-    if (Number.isNaN(parsed.getTime()))
-      throw new InputInvalidError("search", [{ field, problem: "must be an ISO 8601 date or time" }]);
-    return parsed;
-  };
-  const limit = Math.min(50, Math.max(1, options.limit ?? 10));
-  let offset = 0;
-  if (options.cursor) {
-    const match = /^s1\.(\d{1,9})$/.exec(options.cursor);
-    if (!match)
-      throw new InputInvalidError("search", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
-    offset = Number(match[1]);
-  }
-  const filters = {
-    ...(options.sessionId ? { sessionId: options.sessionId } : {}),
-    ...(options.before ? { before: date(options.before, "before") as Date } : {}),
-    ...(options.after ? { after: date(options.after, "after") as Date } : {}),
-  };
-  const hits = await searchVisible(
-    deps.pool,
-    {
-      scopeId: turn.snapshot.scopeId,
-      publicationHighWater: turn.snapshot.publicationHighWater,
-      sharedTreeId: turn.snapshot.sharedTreeId,
-      ownSessionId: turn.sessionId,
-      ownGeneration: turn.generation,
-      ownBoundary: turn.snapshot.ownBoundary,
-    },
-    tsquery,
-    filters,
-    offset,
-    limit + 1,
-  );
-  const terms = queryGroups(options.query).flat();
-  const name = (hit: SearchHit) => {
-    const node = { level: hit.level, index: hit.index };
-    if (hit.source === "shared_node") return sharedRef(node);
-    return hit.sessionId === turn.sessionId
-      ? refOf(node)
-      : sessionRef(hit.sessionId as string, hit.generation ?? 0, node);
-  };
-  return {
-    hits: hits.slice(0, limit).map((hit) => ({
-      ref: name(hit),
-      source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
-      sessionId: hit.sessionId,
-      kind: hit.kind,
-      occurredAt: hit.occurredAt?.toISOString() ?? null,
-      excerpt: excerptAround(hit.text, terms),
-    })),
-    nextCursor: hits.length > limit ? `s1.${offset + limit}` : null,
-    snapshot: served(turn),
-  };
+  return { ...(await searchPlaces(deps.pool, turn, options)), snapshot: served(turn) };
 }
 
 /**

@@ -9,7 +9,13 @@
  *   are words as above, and the compound is also a phrase unit, so the exact identifier or path outranks texts that
  *   merely contain its parts; quoted text ("like this") is a phrase unit the same way.
  * Stop words (the standard English list below, with the fragments an apostrophe leaves) are dropped unless the query
- * has nothing else. Latin words are not stemmed (measured in scripts/bench/locomo.ts; see README "Search").
+ * has nothing else.
+ *
+ * Latin word forms: a word of ASCII letters is matched as a prefix of its light stem ({@link lightStem}: one of the
+ * inflection suffixes -ing, -ed, -es, -s, -ly removed when 4 letters stay), so "conferences" finds "conference" and
+ * "painted" finds "painting"; shorter words, words with digits or `_`, and non-ASCII words match whole. The index is
+ * unchanged (no stemming at write time), so the choice can be revisited without re-indexing. Measured on LoCoMo with
+ * `npm run bench -- locomo` against whole words only (README "Search").
  */
 import { queryGroups } from "./tokenize.js";
 
@@ -35,6 +41,8 @@ export const STOP_WORDS: ReadonlySet<string> = new Set(
 export interface QueryUnit {
   /** The unit's terms; more than one is a phrase (adjacent, in order). */
   readonly terms: readonly string[];
+  /** A single term matched as a prefix (a light stem): `'paint':*`. */
+  readonly prefix?: boolean;
   /** A phrase built from a compound or quoted text (boosted by the idf of its parts), not a CJK run. */
   readonly compound: boolean;
 }
@@ -42,8 +50,27 @@ export interface QueryUnit {
 /** Units kept per query: the rarest ones after statistics are known (see {@link planRanking}). */
 export const MAX_QUERY_UNITS = 32;
 
-function key(terms: readonly string[]): string {
-  return terms.join("\u0000");
+function key(terms: readonly string[], prefix = false): string {
+  return terms.join("\u0000") + (prefix ? ":*" : "");
+}
+
+const INFLECTIONS = ["ing", "ed", "es", "s", "ly"];
+/** Fewest letters a prefix match keeps: shorter stems ("go", "car") would match too many unrelated words. */
+export const MIN_PREFIX_LETTERS = 4;
+
+/** The light stem of an ASCII word matched as a prefix, or undefined when the word is matched whole. */
+export function lightStem(word: string): string | undefined {
+  if (!/^[a-z]+$/.test(word)) return undefined;
+  for (const suffix of INFLECTIONS) {
+    if (word.endsWith(suffix) && word.length - suffix.length >= MIN_PREFIX_LETTERS)
+      return word.slice(0, -suffix.length);
+  }
+  return word.length >= MIN_PREFIX_LETTERS ? word : undefined;
+}
+
+/** The key a unit's document frequency is looked up under: its term, or `stem:*` for a prefix. */
+export function unitKey(unit: { readonly terms: readonly string[]; readonly prefix?: boolean }): string {
+  return key(unit.terms, unit.prefix ?? false);
 }
 
 /** The query's units in query order without repeats (see the module comment). Empty when it has no terms. */
@@ -73,7 +100,18 @@ export function queryUnits(query: string): QueryUnit[] {
     for (const group of groups) add(group, false);
   }
   const content = units.filter((unit) => unit.terms.length > 1 || !STOP_WORDS.has(unit.terms[0] as string));
-  return content.length > 0 ? content : units;
+  const kept = content.length > 0 ? content : units;
+  // Single words as prefixes of their light stems ("painted" and "paints" become one unit 'paint':*).
+  const stemmed: QueryUnit[] = [];
+  const stemmedKeys = new Set<string>();
+  for (const unit of kept) {
+    const stem = unit.terms.length === 1 && !unit.compound ? lightStem(unit.terms[0] as string) : undefined;
+    const next: QueryUnit = stem === undefined ? unit : { terms: [stem], compound: false, prefix: true };
+    if (stemmedKeys.has(unitKey(next))) continue;
+    stemmedKeys.add(unitKey(next));
+    stemmed.push(next);
+  }
+  return stemmed;
 }
 
 /** Collection statistics of one document kind (records, or summary nodes) in the caller's scope. */
@@ -91,6 +129,7 @@ export const CANDIDATE_TARGET = 2_000;
 
 export interface RankedUnit {
   readonly terms: readonly string[];
+  readonly prefix: boolean;
   /** What a document containing the unit adds before length normalisation: idf (times parts, for a compound). */
   readonly weight: number;
   /** Whether the unit's postings are read to find candidates (the rarest units, see {@link planRanking}). */
@@ -112,14 +151,14 @@ export function idf(documents: number, documentFrequency: number): number {
  */
 export function planRanking(
   units: readonly QueryUnit[],
-  frequencyOf: (term: string) => number,
+  frequencyOf: (key: string) => number,
   records: CollectionStats,
 ): RankedUnit[] {
   const measured = units.map((unit) => ({
     unit,
-    df: Math.min(...unit.terms.map(frequencyOf)),
+    df: unit.prefix ? frequencyOf(unitKey(unit)) : Math.min(...unit.terms.map(frequencyOf)),
   }));
-  measured.sort((a, b) => a.df - b.df || key(a.unit.terms).localeCompare(key(b.unit.terms)));
+  measured.sort((a, b) => a.df - b.df || unitKey(a.unit).localeCompare(unitKey(b.unit)));
   const kept = measured.slice(0, MAX_QUERY_UNITS);
   let sum = 0;
   return kept.map(({ unit, df }) => {
@@ -130,7 +169,7 @@ export function planRanking(
     const weight = unit.compound
       ? unit.terms.reduce((total, term) => total + idf(records.documents, frequencyOf(term)), 0)
       : single;
-    return { terms: unit.terms, weight, generates };
+    return { terms: unit.terms, prefix: unit.prefix ?? false, weight, generates };
   });
 }
 

@@ -303,9 +303,13 @@ export function queryGroups(query: string): string[][] {
   return groups;
 }
 
-/** A tsquery literal for one term, or for a phrase of adjacent terms: `'pnpm'`, `('部署' <-> '署脚')`. */
-export function termsTsquery(terms: readonly string[]): string {
-  return terms.length === 1 ? quote(terms[0] as string) : `(${terms.map(quote).join(" <-> ")})`;
+/**
+ * A tsquery literal for one term, a prefix of one (`'paint':*`), or a phrase of adjacent terms: `'pnpm'`,
+ * `('部署' <-> '署脚')`.
+ */
+export function termsTsquery(terms: readonly string[], prefix = false): string {
+  if (terms.length === 1) return `${quote(terms[0] as string)}${prefix ? ":*" : ""}`;
+  return `(${terms.map(quote).join(" <-> ")})`;
 }
 
 /**

@@ -77,10 +77,11 @@ export async function searchPlaces(
   const statistics = await readSearchStatistics(
     db,
     turn.snapshot.scopeId,
-    units.flatMap((unit) => unit.terms),
+    units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
+    units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
   );
   const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
-  const generators = ranked.filter((unit) => unit.generates).map((unit) => termsTsquery(unit.terms));
+  const generators = ranked.filter((unit) => unit.generates).map((unit) => termsTsquery(unit.terms, unit.prefix));
   const hits = await searchRanked(
     db,
     {
@@ -93,7 +94,7 @@ export async function searchPlaces(
     },
     {
       candidates: required ?? generators.join(" | "),
-      units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms), weight: unit.weight })),
+      units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
       recordAverageLength: statistics.records.averageLength,
       nodeAverageLength: statistics.nodes.averageLength,
       k1: BM25_K1,

@@ -45,31 +45,47 @@ export interface RecordSpan {
 export interface SearchStatistics {
   readonly records: { readonly documents: number; readonly averageLength: number };
   readonly nodes: { readonly documents: number; readonly averageLength: number };
-  /** Records of the scope containing the term (0 when none). */
+  /**
+   * Records of the scope containing the term (0 when none), and for a prefix `stem:*` the sum over the terms that start
+   * with it (a record holding two of them counts twice: an overcount, capped at the record count by the idf).
+   */
   readonly documentFrequency: ReadonlyMap<string, number>;
 }
 
-/** Reads the scope's statistics for the given terms: a primary-key range per term and two small sums. */
+/**
+ * Reads the scope's statistics for the given terms and prefixes: a primary-key range per term or prefix and two
+ * small sums.
+ */
 export async function readSearchStatistics(
   db: Queryable,
   scopeId: string,
   terms: readonly string[],
+  prefixes: readonly string[] = [],
 ): Promise<SearchStatistics> {
   const result = await db.query<{ what: string; term: string | null; documents: number; total: number }>(
     `SELECT 'term' AS what, c.term, sum(c.documents)::float8 AS documents, 0::float8 AS total
        FROM optchat.search_term_counts c WHERE c.scope_id = $1::text AND c.term = ANY($2::text[]) GROUP BY c.term
+     UNION ALL
+     -- chr(1114111) is U+10FFFF, the largest code point: in the terms' C collation (UTF-8 byte order) every term that
+     -- starts with the prefix lies in [prefix, prefix || U+10FFFF).
+     SELECT 'prefix', p.prefix || ':*',
+            coalesce((SELECT sum(c.documents) FROM optchat.search_term_counts c
+                       WHERE c.scope_id = $1::text AND c.term >= p.prefix COLLATE "C"
+                         AND c.term < (p.prefix || chr(1114111)) COLLATE "C" AND starts_with(c.term, p.prefix)), 0)::float8,
+            0::float8
+       FROM unnest($3::text[]) AS p(prefix)
      UNION ALL
      SELECT 'records', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
        FROM optchat.search_session_stats WHERE scope_id = $1::text
      UNION ALL
      SELECT 'nodes', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
        FROM optchat.search_tree_stats WHERE scope_id = $1::text`,
-    [scopeId, [...new Set(terms)]],
+    [scopeId, [...new Set(terms)], [...new Set(prefixes)]],
   );
   const documentFrequency = new Map<string, number>();
   const collection = { records: { documents: 0, averageLength: 0 }, nodes: { documents: 0, averageLength: 0 } };
   for (const row of result.rows) {
-    if (row.what === "term") documentFrequency.set(row.term as string, row.documents);
+    if (row.what === "term" || row.what === "prefix") documentFrequency.set(row.term as string, row.documents);
     else
       collection[row.what as "records" | "nodes"] = {
         documents: row.documents,

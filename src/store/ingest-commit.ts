@@ -326,8 +326,7 @@ async function writeSealed(
   const treeValues = treeWriteValues(plans);
   if (treeValues.length !== TREE_WRITE_PARAMS) throw new Error("writeSealed: tree parameter count drifted");
 
-  // One statement: blobs, records, search statistics, the generations' counters, the staged copies the records
-  // replace, and the trees.
+  // One statement: blobs, records, the generations' counters, the staged copies the records replace, and the trees.
   const result = await db.query<TreeRow>({
     name: "optchat.ingest.seal_and_append",
     text: `WITH new_blobs AS (
@@ -343,24 +342,6 @@ async function writeSealed(
                             $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $26::tsvector[])
      ), unstaged AS (
        DELETE FROM optchat.staged_items WHERE stage_key = ANY($9::text[])
-     ), search_terms AS (
-       -- BM25 statistics (migrations/007): this session's rows only, in key order, in this same statement.
-       INSERT INTO optchat.search_term_counts AS c (scope_id, term, session_id, documents)
-       SELECT s.scope_id, u.lexeme, r.session_id, count(*)
-         FROM unnest($5::text[], $26::tsvector[]) AS r(session_id, search)
-         JOIN optchat.sessions s ON s.session_id = r.session_id
-         CROSS JOIN LATERAL unnest(r.search) AS u(lexeme, positions, weights)
-        GROUP BY s.scope_id, u.lexeme, r.session_id
-        ORDER BY 1, 2, 3
-       ON CONFLICT (scope_id, term, session_id) DO UPDATE SET documents = c.documents + excluded.documents
-     ), search_lengths AS (
-       INSERT INTO optchat.search_session_stats AS t (scope_id, session_id, documents, total_length)
-       SELECT s.scope_id, r.session_id, count(*), sum(length(r.search))
-         FROM unnest($5::text[], $26::tsvector[]) AS r(session_id, search)
-         JOIN optchat.sessions s ON s.session_id = r.session_id
-        GROUP BY s.scope_id, r.session_id
-       ON CONFLICT (scope_id, session_id)
-       DO UPDATE SET documents = t.documents + excluded.documents, total_length = t.total_length + excluded.total_length
      ), counters AS (
        UPDATE optchat.generations g SET next_seq = u.next_seq
          FROM unnest($23::text[], $24::int[], $25::bigint[]) AS u(session_id, generation, next_seq)

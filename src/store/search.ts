@@ -76,7 +76,7 @@ export async function readSearchStatistics(
        FROM unnest($3::text[]) AS p(prefix)
      UNION ALL
      SELECT 'records', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
-       FROM optchat.search_session_stats WHERE scope_id = $1::text
+       FROM optchat.search_scope_stats WHERE scope_id = $1::text
      UNION ALL
      SELECT 'nodes', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
        FROM optchat.search_tree_stats WHERE scope_id = $1::text`,

@@ -25,9 +25,14 @@
  *     whose range contains it (a session line of its session, or a shared line whose publications include the
  *     record's turn). recall@k "all" = share of questions whose every evidence record is found in the top k; "any" =
  *     share with at least one. Reported for exact and covering, overall and per category;
- *   - search AND-s every word of the query (no stop words, no stemming), so a question is found only when all its
+ *   - `search-recall` asks for every word (match "all"), so a question is found only when all its
  *     words, "what", "did" and "the" included, occur in one record or summary; `termsCoverage` reports how often the
  *     question's terms all occur in its evidence text at all (tokenized as search does), to explain the figures;
+ *   - `memory-search` (k 5 and k 10): the product's path exactly as the plugin's memory_search calls it (match "any",
+ *     limit 10): evidenceRecall (an evidence record as a "message" hit in the top k, for at least one of the
+ *     question's evidence records), coveringRecall (a covering summary counted too), next to bm25EvidenceRecall: the
+ *     bench's own Okapi BM25 over the conversation's verbatim turns (scripts/bench/bm25-baseline.ts, nothing shared
+ *     with src/), the reference the issue's targets are set against;
  *   - a second, diagnostic case (`search-recall-keywords`) queries the question's terms minus a fixed list of English
  *     function words, as a model writing a keyword query might; it is not the product's behaviour and tunes nothing;
  *   - oracle zoom walk, per evidence record: assemble the reader's context (waitMs 0), take the shared view line whose

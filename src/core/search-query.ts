@@ -15,7 +15,7 @@
  * inflection suffixes -ing, -ed, -es, -s, -ly removed when 4 letters stay), so "conferences" finds "conference" and
  * "painted" finds "painting"; shorter words, words with digits or `_`, and non-ASCII words match whole. The index is
  * unchanged (no stemming at write time), so the choice can be revisited without re-indexing. Measured on LoCoMo with
- * `npm run bench -- locomo` against whole words only (README "Search").
+ * `npm run bench -- locomo` against whole words only (docs/shared-memory.md "Retrieval").
  */
 import { queryGroups } from "./tokenize.js";
 

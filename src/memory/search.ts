@@ -11,7 +11,7 @@ import { BM25_B, BM25_K1, planRanking, queryUnits } from "../core/search-query.j
 import { termsTsquery, toTsqueryLiteral } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
-import { readSearchStatistics, type SearchHit, searchRanked } from "../store/search.js";
+import { readRecordHeads, readSearchStatistics, type SearchHit, searchRanked } from "../store/search.js";
 import type { Turn } from "../store/turns.js";
 
 export interface SearchOptions {
@@ -117,14 +117,19 @@ export async function searchPlaces(
       ? refOf(node)
       : sessionRef(hit.sessionId as string, hit.generation ?? 0, node);
   };
+  const page = places.slice(offset, offset + limit);
+  const heads = await readRecordHeads(
+    db,
+    page.flatMap(({ hit }) => (hit.payloadHash ? [hit.payloadHash] : [])),
+  );
   return {
-    hits: places.slice(offset, offset + limit).map(({ hit, within }) => ({
+    hits: page.map(({ hit, within }) => ({
       ref: name(hit),
       source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
       sessionId: hit.sessionId,
       kind: hit.kind,
       occurredAt: hit.occurredAt?.toISOString() ?? null,
-      excerpt: excerptAround(hit.text, terms),
+      excerpt: excerptAround(hit.text ?? heads.get(hit.payloadHash?.toString("hex") ?? "") ?? "", terms),
       within: within ? name(within) : null,
     })),
     nextCursor: places.length > offset + limit ? `s2.${offset + limit}` : null,

@@ -27,9 +27,10 @@ export interface SearchHit {
   readonly kind: string | null;
   readonly occurredAt: Date | null;
   readonly rank: number;
-  /** The node text, or the record's first 64 KiB (for the excerpt). */
-  readonly text: string;
-  readonly validUtf8: boolean;
+  /** A node's text; null for a record (its first 64 KiB come from {@link readRecordHeads} for the page shown). */
+  readonly text: string | null;
+  /** A record's payload hash (for {@link readRecordHeads}); null for a node. */
+  readonly payloadHash: Buffer | null;
   /** The record ranges a hit covers: the record itself, a session node's range, a shared node's publications. */
   readonly spans: readonly RecordSpan[];
 }
@@ -153,8 +154,7 @@ export async function searchRanked(
     occurred_at: Date | null;
     rank: number;
     node_text: string | null;
-    head: Buffer | null;
-    valid_utf8: boolean;
+    payload_hash: Buffer | null;
     span_sessions: string[] | null;
     span_generations: number[] | null;
     span_starts: string[] | null;
@@ -220,10 +220,10 @@ export async function searchRanked(
         LIMIT $11::int
      )
      SELECT h.source, h.session_id, h.generation, h.level, h.idx, h.kind, h.occurred_at, h.rank,
-            h.node_text, substring(b.content FROM 1 FOR 65536) AS head, coalesce(b.valid_utf8, true) AS valid_utf8,
+            h.node_text, h.payload_hash,
             sp.sessions AS span_sessions, sp.generations AS span_generations, sp.starts AS span_starts,
             sp.ends AS span_ends
-       FROM best h LEFT JOIN optchat.blobs b ON b.hash = h.payload_hash
+       FROM best h
        -- A shared node's records: its publications' ranges (all below the high-water mark: the node is visible).
        LEFT JOIN LATERAL (
          SELECT array_agg(p.session_id) AS sessions, array_agg(p.generation) AS generations,
@@ -282,9 +282,24 @@ export async function searchRanked(
       kind: row.kind,
       occurredAt: row.occurred_at,
       rank: row.rank,
-      text: row.node_text ?? payloadAsText(row.head ?? Buffer.alloc(0)),
-      validUtf8: row.valid_utf8,
+      text: row.node_text,
+      payloadHash: row.payload_hash,
       spans,
     };
   });
+}
+
+/**
+ * The first 64 KiB of each payload, as text, by hash (hex): read only for the hits a page shows, since a ranked
+ * search looks at several times as many rows as it returns.
+ */
+export async function readRecordHeads(db: Queryable, hashes: readonly Buffer[]): Promise<Map<string, string>> {
+  const heads = new Map<string, string>();
+  if (hashes.length === 0) return heads;
+  const result = await db.query<{ hash: Buffer; head: Buffer }>(
+    "SELECT hash, substring(content FROM 1 FOR 65536) AS head FROM optchat.blobs WHERE hash = ANY($1::bytea[])",
+    [hashes],
+  );
+  for (const row of result.rows) heads.set(row.hash.toString("hex"), payloadAsText(row.head));
+  return heads;
 }

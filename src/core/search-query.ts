@@ -143,11 +143,12 @@ export function idf(documents: number, documentFrequency: number): number {
 }
 
 /**
- * Weights the units by rarity and chooses the candidate generators: units in ascending document frequency, added
- * until their frequencies sum to {@link CANDIDATE_TARGET} (the unit that crosses it included, so at least one). A
- * document matching none of the generators can only hold common units, whose idf is lower than every generator's,
- * so it is left out of ranking: that bounds the work of a query with a common word to about the target. A unit's
- * document frequency is that of its rarest term (a phrase occurs at most where its rarest term does).
+ * Weights the units by rarity and chooses the candidate generators: the rarest unit, then further units in ascending
+ * document frequency while their frequencies sum to at most {@link CANDIDATE_TARGET}. A document matching none of the
+ * generators can only hold more common units, whose idf is lower than every generator's, so it is left out of
+ * ranking: that bounds the work of a query with a rare and a common word to about the target (`npm run bench --
+ * shared`: "<hash> test" scored every record holding "test" otherwise). A unit's document frequency is that of its
+ * rarest term (a phrase occurs at most where its rarest term does).
  */
 export function planRanking(
   units: readonly QueryUnit[],
@@ -162,8 +163,8 @@ export function planRanking(
   const kept = measured.slice(0, MAX_QUERY_UNITS);
   let sum = 0;
   return kept.map(({ unit, df }) => {
-    const generates = sum < CANDIDATE_TARGET;
-    sum += df;
+    const generates = sum === 0 || sum + df <= CANDIDATE_TARGET;
+    if (generates) sum += Math.max(df, 1);
     const single = idf(records.documents, df);
     // A compound phrase adds the idf of its parts again: an exact path or identifier counts double its words.
     const weight = unit.compound

@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
+import { withDatabase } from "../scripts/bench/common.js";
 import { type ModelServer, startModelServer } from "../scripts/model-server.js";
 import {
   type CreateOpencodeEnvOptions,
@@ -19,12 +20,6 @@ import { startWorker } from "../src/memory/worker.js";
 import type { Session } from "../src/store/sessions.js";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
-
-export function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
-}
 
 async function adminQuery(sql: string): Promise<void> {
   const admin = new pg.Client({ connectionString: inject("adminUrl") });

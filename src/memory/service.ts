@@ -23,11 +23,25 @@ import {
 } from "../store/records.js";
 import { ensureScope, findSession, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
+import { type AssembledContext, type AssembleOptions, assembleContext } from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { preparePayload } from "./payload-prep.js";
+import { PinnedNodeCache } from "./pinned-nodes.js";
+import {
+  isScopeReader,
+  isTurn,
+  nextTurnOf,
+  type ReadAs,
+  type ScopeReader,
+  type ServedSnapshot,
+  scopeReader,
+  type TurnContext,
+  turnOrThrow,
+} from "./reader.js";
+import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
 import {
   admitTurnSchema,
   assembleSchema,
@@ -51,28 +65,8 @@ import {
   viewOptionsSchema,
   zoomOptionsSchema,
 } from "./schemas.js";
-import {
-  type AssembledContext,
-  type AssembleOptions,
-  admitTurn,
-  assembleContext,
-  dateFor,
-  finishTurn,
-  nextTurnOf,
-  PinnedNodeCache,
-  type SearchAnswer,
-  type SearchOptions,
-  type ServedSnapshot,
-  type SharedDeps,
-  scopeReader,
-  searchFor,
-  sessionsFor,
-  type TurnContext,
-  turnOrThrow,
-  type ZoomAnswer,
-  type ZoomOptions,
-  zoomFor,
-} from "./shared.js";
+import { type SearchAnswer, type SearchOptions, searchFor } from "./shared.js";
+import { admitTurn, finishTurn } from "./turns.js";
 import {
   type Readiness,
   type RenderedView,
@@ -158,18 +152,15 @@ export interface Memory {
    */
   previewContext(sessionId: string, options: Omit<AssembleOptions, "readiness" | "waitMs">): Promise<AssembledContext>;
   /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
-  zoom(ctx: TurnContext | Turn, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
-  search(ctx: TurnContext | Turn, options: SearchOptions): Promise<SearchAnswer>;
-  date(
-    ctx: TurnContext | Turn,
-    ref: string,
-  ): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
+  zoom(ctx: ReadAs, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
+  search(ctx: ReadAs, options: SearchOptions): Promise<SearchAnswer>;
+  date(ctx: ReadAs, ref: string): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
   sessions(
-    ctx: TurnContext | Turn,
+    ctx: ReadAs,
     options?: { cursor?: string; limit?: number },
   ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
   /** An operator's reader of a scope at its latest snapshot, for the retrieval methods (the CLI uses it). */
-  readScope(scopeId: string): Promise<Turn>;
+  readScope(scopeId: string): Promise<ScopeReader>;
   /** Every audit (publication integrity, snapshot visibility, view coverage, reachability). */
   audit(): Promise<AuditReport>;
   close(): Promise<void>;
@@ -325,9 +316,10 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
     return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
   }
 
-  const shared: SharedDeps = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
-  const reader = (ctx: TurnContext | Turn, where: string): TurnContext | Turn =>
-    "snapshot" in ctx ? ctx : parseInput(turnContextSchema, ctx, where);
+  const shared = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
+  // A turn or scope reader the caller holds is taken as it is; a turn named by its IDs is validated.
+  const reader = (ctx: ReadAs, where: string): ReadAs =>
+    isTurn(ctx) || isScopeReader(ctx) ? ctx : parseInput(turnContextSchema, ctx, where);
   const memory: Memory = {
     pool,
     host: createHostSupport(pool),
@@ -445,12 +437,11 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
     getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
-    assembleContext: (ctx, options) =>
-      assembleContext(
-        shared,
-        parseInput(turnContextSchema, ctx, "assembleContext"),
-        parseInput(assembleSchema, options, "assembleContext"),
-      ),
+    assembleContext: async (ctx, options) => {
+      const valid = parseInput(turnContextSchema, ctx, "assembleContext");
+      const validOptions = parseInput(assembleSchema, options, "assembleContext");
+      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions);
+    },
     previewContext: async (sessionId, options) =>
       assembleContext(shared, await nextTurnOf(pool, await getSession(sessionId)), {
         ...parseInput(assembleSchema, options, "previewContext"),

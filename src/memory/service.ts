@@ -1,11 +1,10 @@
-import { readdirSync } from "node:fs";
 import type { PgBoss } from "pg-boss";
 import { z } from "zod";
 import { createBoss } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
-import { jobQueueInstalled, MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
+import { jobQueueInstalled, readSchemaVersion, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import { listRecords, type SourceRecord } from "../store/records.js";
 import { findSession, type Session } from "../store/sessions.js";
@@ -116,11 +115,6 @@ export interface Memory {
   close(): Promise<void>;
 }
 
-/** Number of migration files this code expects to be applied. */
-export function expectedSchemaVersion(): number {
-  return readdirSync(MIGRATIONS_DIRECTORY).filter((name) => /^\d+[-_].*\.sql$/.test(name)).length;
-}
-
 /**
  * Opens the memory service: a pool, after checking that the database is reachable and migrated. Fails with
  * DATABASE_UNAVAILABLE or SCHEMA_OUT_OF_DATE (naming the fix) instead of failing later inside a query.
@@ -133,7 +127,7 @@ export async function openMemory(
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const version = await readSchemaVersion(pool);
-    const expected = expectedSchemaVersion();
+    const expected = SCHEMA_VERSION;
     if (version < expected) {
       throw new OptchatError(
         "SCHEMA_OUT_OF_DATE",

@@ -220,6 +220,23 @@ export async function eventually<T>(
   }
 }
 
+/**
+ * Waits until `count` backends of the pool's database wait on a lock (pg_stat_activity): the moment a concurrent
+ * writer is known to be blocked behind a held transaction, instead of a sleep that hopes it got there.
+ */
+export async function waitForLockWaiters(db: Pick<pg.Pool, "query">, count = 1, timeoutMs = 10_000): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+      );
+      return (rows[0]?.n ?? 0) >= count ? true : undefined;
+    },
+    timeoutMs,
+    `${count} backend(s) waiting on a lock`,
+  );
+}
+
 /** Polls `check` until it resolves without throwing, or `timeoutMs` passes (then fails with the last error). */
 export async function retrying<T>(check: () => Promise<T>, timeoutMs: number, what: string): Promise<T> {
   const deadline = Date.now() + timeoutMs;

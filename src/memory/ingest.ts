@@ -2,9 +2,15 @@ import type { PgBoss } from "pg-boss";
 import { enqueueNodeJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
-import { type Pool, sqlStateOf, withTransaction } from "../store/db.js";
+import { isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
 import { sealAndAppend } from "../store/ingest-commit.js";
-import { type RecordToSeal, type SealOutcome, type StageOutcome, stageItem } from "../store/records.js";
+import {
+  EVENT_KEY_CONSTRAINT,
+  type RecordToSeal,
+  type SealOutcome,
+  type StageOutcome,
+  stageItem,
+} from "../store/records.js";
 import { prepareEvents } from "./ingest-prep.js";
 import type { IngestEvent, ValidIngestEvent } from "./schemas.js";
 
@@ -95,15 +101,14 @@ export async function ingest(deps: IngestDeps, event: IngestEvent): Promise<Inge
 
 /**
  * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
- * unique_violation on records.event_key. Running the transaction again then sees the winner's record and reports a
+ * unique_violation on records.event_key (its named constraint). Running the transaction again then sees the winner's record and reports a
  * duplicate or a conflict, as a sequential delivery would.
  */
 async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {
-    if (sqlStateOf(error) === "23505" && (error as { constraint?: string }).constraint === "records_event_key_key")
-      return await run();
+    if (isUniqueViolationOf(error, EVENT_KEY_CONSTRAINT)) return await run();
     throw error;
   }
 }

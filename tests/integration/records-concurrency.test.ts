@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { resolveConfig } from "../../src/memory/config.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import { useTestMemory } from "../helpers.js";
+import { useTestMemory, waitForLockWaiters } from "../helpers.js";
 
 const db = useTestMemory();
 const extra: Memory[] = [];
@@ -140,5 +140,36 @@ describe("seq allocation under concurrency", () => {
       [session.sessionId],
     );
     expect(Number(rows[0].next_seq)).toBe(1);
+  });
+
+  it("runs a twin insert again: one finalization sealed into two sessions at once is sealed once, the loser told so", async () => {
+    // Different sessions take different locks, so the second writer's insert meets the first's uncommitted record on
+    // the event_key constraint (records_event_key_unique) and fails with unique_violation once it commits.
+    const a = await db.memory.openSession({ host: "test", hostSessionId: "twin-a", projectId: "prj_twin" });
+    const b = await db.memory.openSession({ host: "test", hostSessionId: "twin-b", projectId: "prj_twin" });
+    const [first, second] = await Promise.all([connection(), connection()]);
+    let release: () => void = () => {};
+    const released = new Promise<void>((resolve) => {
+      release = resolve;
+    });
+    let holding: () => void = () => {};
+    const isHolding = new Promise<void>((resolve) => {
+      holding = resolve;
+    });
+    const sealed = first.ingestMany([event(a.sessionId, "twin-shared", 1, 0)], {
+      beforeCommit: async () => {
+        holding();
+        await released;
+      },
+    });
+    await isHolding;
+    const racing = second.ingestMany([event(b.sessionId, "twin-shared", 1, 0)]);
+    await waitForLockWaiters(db.memory.pool);
+    release();
+    const [[outcome], [again]] = await Promise.all([sealed, racing]);
+    expect(outcome).toMatchObject({ status: "sealed", sessionId: a.sessionId, seq: 0 });
+    expect(again?.status).not.toBe("sealed");
+    expect(again).toMatchObject({ sessionId: a.sessionId, seq: 0 });
+    expect(await db.memory.listRecords(b.sessionId)).toEqual([]);
   });
 });

@@ -237,6 +237,23 @@ export async function waitForLockWaiters(db: Pick<pg.Pool, "query">, count = 1, 
   );
 }
 
+/**
+ * Waits until no optchat job is queued or running (pgboss.job): what a started worker would do has been done. For
+ * "nothing happens" checks, instead of a sleep that hopes a stray job would have run by then.
+ */
+export async function waitForIdleQueues(db: Pick<pg.Pool, "query">, timeoutMs = 30_000): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pgboss.job WHERE name LIKE 'optchat-%' AND state IN ('created', 'retry', 'active')",
+      );
+      return rows[0]?.n === 0 ? true : undefined;
+    },
+    timeoutMs,
+    "the job queues to drain",
+  );
+}
+
 /** Polls `check` until it resolves without throwing, or `timeoutMs` passes (then fails with the last error). */
 export async function retrying<T>(check: () => Promise<T>, timeoutMs: number, what: string): Promise<T> {
   const deadline = Date.now() + timeoutMs;

@@ -129,7 +129,7 @@ describe("seq allocation under concurrency", () => {
     // The second delivery's lookup runs before the first commits; it waits on the generation row, then must not
     // seal the same finalization again.
     const redelivered = second.ingest(twin);
-    await new Promise((resolve) => setTimeout(resolve, 300));
+    await waitForLockWaiters(db.memory.pool);
     release();
     const [[outcome], again] = await Promise.all([sealed, redelivered]);
     expect(outcome).toMatchObject({ status: "sealed", seq: 0 });

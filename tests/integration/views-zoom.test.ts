@@ -5,7 +5,7 @@ import { resolveConfig } from "../../src/memory/config.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
-import { eventually, runCli, useTestMemory } from "../helpers.js";
+import { eventually, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const VIEW_BYTES = 5000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
@@ -142,8 +142,9 @@ describe("restart", () => {
     // Everything stops; a new process opens the same database and runs a worker for a while.
     const reopened = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, viewBytes: VIEW_BYTES } }));
     try {
+      // Its start-up sweep (awaited by startWorker) has queued whatever it finds missing; let that run.
       const worker = await startWorker(reopened, db.config, () => {});
-      await new Promise((resolve) => setTimeout(resolve, 2000));
+      await waitForIdleQueues(reopened.pool);
       await worker.stop();
       expect(viewAsText(await reopened.view(sessionId))).toBe(viewBefore);
       expect(await reopened.zoomSession(sessionId, "0+2")).toEqual(zoomBefore);

@@ -15,6 +15,7 @@ import {
   startOpencodeServer,
 } from "../scripts/opencode-harness.js";
 import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
+import type { IngestEvent } from "../src/memory/schemas.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 import { startWorker } from "../src/memory/worker.js";
 import type { Session } from "../src/store/sessions.js";
@@ -84,6 +85,18 @@ export function useTestMemory(overrides: Partial<Record<SettingName, string | nu
     await drop?.();
   });
   return handle;
+}
+
+/** An ingest event as tests write it: the finalization key flattened to `host`, `messageId` and an optional `partId`. */
+export type TestEvent = Omit<IngestEvent, "finalization"> & {
+  readonly host: string;
+  readonly messageId: string;
+  readonly partId?: string;
+};
+
+/** The ingest event of a test message (the one fixture builder for ingest events). */
+export function ingestEvent({ host, messageId, partId, ...event }: TestEvent): IngestEvent {
+  return { ...event, finalization: { hostSessionId: host, messageId, ...(partId !== undefined ? { partId } : {}) } };
 }
 
 export function readFixture<T = unknown>(name: string): T {

@@ -5,7 +5,7 @@ import { resolveConfig } from "../../src/memory/config.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
-import { eventually, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
+import { eventually, ingestEvent, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const VIEW_BYTES = 5000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
@@ -36,14 +36,17 @@ beforeAll(async () => {
   sessionId = session.sessionId;
   for (let n = 0; n < MESSAGES; n++) originals.push(message(n));
   await db.memory.ingestMany(
-    originals.map((content, n) => ({
-      sessionId,
-      turnId: `t${n >> 2}`,
-      kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
-      finalization: { hostSessionId: "zoom", messageId: `m${n}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
-      content,
-    })),
+    originals.map((content, n) =>
+      ingestEvent({
+        sessionId,
+        turnId: `t${n >> 2}`,
+        kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
+        host: "zoom",
+        messageId: `m${n}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+        content,
+      }),
+    ),
   );
   const worker = await startWorker(db.memory, db.config, () => {});
   await db.memory.settle(sessionId, { timeoutMs: 60_000 });

@@ -83,60 +83,10 @@ export async function assembleContext(
   const available = availableMemoryTokens(options);
 
   const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
-  const sharedView = await readSharedView(deps.pool, turn);
-  const sharedLines: TreeLines | undefined = sharedView
-    ? {
-        treeId: sharedView.treeId,
-        parts: sharedView.parts,
-        leafCount: sharedView.leafCount,
-        atEvent: sharedView.eventNo,
-        name: sharedRef,
-        cache: new Map(),
-        pinned: deps.pinnedNodes,
-      }
-    : undefined;
-
-  // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
-  // only its lines past the covered prefix, while the shared block is included.
-  let ownFrom = sharedView ? await publishedOwnPrefix(deps.pool, turn, sharedView) : 0;
-  const renderShared = (lines: readonly MemoryLine[]) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
-  const renderOwn = (lines: readonly MemoryLine[]) =>
-    renderSessionBlock(
-      {
-        sessionId: turn.sessionId,
-        generation: turn.generation,
-        through: turn.snapshot.ownBoundary,
-        ...(own.ready
-          ? {}
-          : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
-      },
-      lines.filter((line) => {
-        const node = parseRef(line.ref);
-        return node === undefined || endOf(node) > ownFrom;
-      }),
-    );
-
-  // Needs at full detail decide the 30/70 split with spill-over; each block is then projected into its share.
-  const sharedFull = sharedLines
-    ? await fitTokens(deps.pool, sharedLines, Number.MAX_SAFE_INTEGER, renderShared)
-    : undefined;
-  const ownFull =
-    own.lines.parts.length > 0 ? await fitTokens(deps.pool, own.lines, Number.MAX_SAFE_INTEGER, renderOwn) : undefined;
-  const split = splitBudget(available, sharedFull?.tokens ?? 0, ownFull?.tokens ?? 0);
+  const sharedLines = await readSharedLines(deps, turn);
   const blocks: AssembledBlock[] = [];
-  const fit = { pool: deps.pool, strict, windowTokens: options.windowTokens, blocks, omitted };
-  let sharedTokens = 0;
-  if (sharedLines && sharedFull) {
-    const budget = split.shared + Math.max(0, split.own - (ownFull?.tokens ?? 0));
-    sharedTokens = await fitBlock(fit, "shared_memory", sharedLines, renderShared, budget, split.shared);
-  }
-  let ownTokens = 0;
-  if (ownFull) {
-    // Without the shared block, nothing of this session is shown there: the session block then shows all of it.
-    if (sharedTokens === 0) ownFrom = 0;
-    const left = available - sharedTokens;
-    ownTokens = await fitBlock(fit, "session_memory", own.lines, renderOwn, left, left);
-  }
+  const fitting = { pool: deps.pool, strict, windowTokens: options.windowTokens, blocks, omitted };
+  const { sharedTokens, ownTokens } = await fitMemoryBlocks(fitting, turn, own, sharedLines, available);
   let previousTokens = 0;
   if (options.previousExchange !== false) {
     const left = available - sharedTokens - ownTokens;
@@ -159,6 +109,75 @@ export async function assembleContext(
     snapshot: { ...served(turnReader(turn)), ownViewRevision: own.revision },
     omitted,
   };
+}
+
+/** The shared view pinned by the turn's snapshot, as lines to fit (its node texts from the process-wide cache). */
+async function readSharedLines(deps: AssemblyDeps, turn: Turn): Promise<TreeLines | undefined> {
+  const view = await readSharedView(deps.pool, turn);
+  return view
+    ? {
+        treeId: view.treeId,
+        parts: view.parts,
+        leafCount: view.leafCount,
+        atEvent: view.eventNo,
+        name: sharedRef,
+        cache: new Map(),
+        pinned: deps.pinnedNodes,
+      }
+    : undefined;
+}
+
+/**
+ * The shared and session blocks within `available` tokens: their needs at full detail decide the 30/70 split with
+ * spill-over (core/context.ts splitBudget); each block is then projected into its share.
+ */
+async function fitMemoryBlocks(
+  fitting: BlockFitting,
+  turn: Turn,
+  own: { ready: boolean; lines: TreeLines },
+  sharedLines: TreeLines | undefined,
+  available: number,
+): Promise<{ sharedTokens: number; ownTokens: number }> {
+  // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
+  // only its lines past the covered prefix, while the shared block is included.
+  const publishedOwn = sharedLines ? await publishedOwnPrefix(fitting.pool, turn, sharedLines.leafCount) : 0;
+  const renderShared = (lines: readonly MemoryLine[]) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
+  const renderOwnFrom = (from: number) => (lines: readonly MemoryLine[]) =>
+    renderSessionBlock(
+      {
+        sessionId: turn.sessionId,
+        generation: turn.generation,
+        through: turn.snapshot.ownBoundary,
+        ...(own.ready
+          ? {}
+          : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
+      },
+      lines.filter((line) => {
+        const node = parseRef(line.ref);
+        return node === undefined || endOf(node) > from;
+      }),
+    );
+  const sharedFull = sharedLines
+    ? await fitTokens(fitting.pool, sharedLines, Number.MAX_SAFE_INTEGER, renderShared)
+    : undefined;
+  const ownFull =
+    own.lines.parts.length > 0
+      ? await fitTokens(fitting.pool, own.lines, Number.MAX_SAFE_INTEGER, renderOwnFrom(publishedOwn))
+      : undefined;
+  const split = splitBudget(available, sharedFull?.tokens ?? 0, ownFull?.tokens ?? 0);
+  let sharedTokens = 0;
+  if (sharedLines && sharedFull) {
+    const budget = split.shared + Math.max(0, split.own - (ownFull?.tokens ?? 0));
+    sharedTokens = await fitBlock(fitting, "shared_memory", sharedLines, renderShared, budget, split.shared);
+  }
+  let ownTokens = 0;
+  if (ownFull) {
+    // Without the shared block, nothing of this session is shown there: the session block then shows all of it.
+    const from = sharedTokens === 0 ? 0 : publishedOwn;
+    const left = available - sharedTokens;
+    ownTokens = await fitBlock(fitting, "session_memory", own.lines, renderOwnFrom(from), left, left);
+  }
+  return { sharedTokens, ownTokens };
 }
 
 /**
@@ -219,14 +238,14 @@ async function readSharedView(pool: Pool, turn: Turn): Promise<ViewRevision | un
 }
 
 /** Where the session's records that the shared view already holds (its published turns, from the start) end. */
-async function publishedOwnPrefix(pool: Pool, turn: Turn, sharedView: ViewRevision): Promise<number> {
+async function publishedOwnPrefix(pool: Pool, turn: Turn, sharedLeafCount: number): Promise<number> {
   return coveredPrefixEnd(
     await publishedRangesOfSession(
       pool,
       turn.snapshot.scopeId,
       turn.sessionId,
       turn.generation,
-      Math.min(turn.snapshot.publicationHighWater, sharedView.leafCount),
+      Math.min(turn.snapshot.publicationHighWater, sharedLeafCount),
     ),
   );
 }

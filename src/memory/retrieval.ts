@@ -109,65 +109,32 @@ export interface ZoomOptions {
   readonly maxTokens?: number;
 }
 
+/** Reads one page of a record's payload (the service's readPayload). */
+export type PageReader = (
+  ref: { sessionId: string; generation: number; seq: number },
+  cursor: string | undefined,
+  maxBytes: number,
+) => Promise<{
+  text: string;
+  validUtf8: boolean;
+  hostTruncated: boolean;
+  offset: number;
+  totalBytes: number;
+  nextCursor: string | null;
+  complete: boolean;
+}>;
+
 export async function zoomFor(
   deps: { readonly pool: Pool },
   ctx: ReadAs,
   refText: string,
   options: ZoomOptions,
-  readPage: (
-    ref: { sessionId: string; generation: number; seq: number },
-    cursor: string | undefined,
-    maxBytes: number,
-  ) => Promise<{
-    text: string;
-    validUtf8: boolean;
-    hostTruncated: boolean;
-    offset: number;
-    totalBytes: number;
-    nextCursor: string | null;
-    complete: boolean;
-  }>,
+  readPage: PageReader,
 ): Promise<ZoomAnswer> {
   const reader = await readerOf(deps.pool, ctx);
   const ref = parseMemoryRef(refText);
   if (!ref) throw notFound(refText);
-  const snapshot = served(reader);
-
-  if (ref.tree === "shared") {
-    const treeId = reader.scope.sharedTreeId;
-    if (treeId === null || endOf(ref.node) > reader.scope.publicationHighWater) throw notFound(refText);
-    if (ref.node.level > 0) {
-      const lines = await childLinesOf(deps.pool, treeId, ref.node, sharedRef);
-      if (!lines) throw notFound(refText);
-      return { kind: "lines", ref: sharedRef(ref.node), lines: lines.map(refAndText), snapshot };
-    }
-    const publication = await findPublication(
-      deps.pool,
-      reader.scope.scopeId,
-      ref.node.index,
-      reader.scope.publicationHighWater,
-    );
-    if (!publication) throw notFound(refText);
-    const tree = await findSessionTree(deps.pool, publication.sessionId, publication.generation);
-    const nodes = tree ? await findNodes(deps.pool, tree.treeId, publication.sourceCover) : new Map();
-    return {
-      kind: "publication",
-      ref: sharedRef(ref.node),
-      sessionId: publication.sessionId,
-      generation: publication.generation,
-      turnId: publication.turnId,
-      outcome: publication.outcome,
-      // The turn's own records: one run, or several when another turn's records lie between them.
-      range: formatRuns(runsOfCover(publication.sourceCover)),
-      completedAt: publication.completedAt.toISOString(),
-      publishedAt: publication.publishedAt.toISOString(),
-      cover: publication.sourceCover.map((node) => ({
-        ref: sessionRef(publication.sessionId, publication.generation, node),
-        text: nodes.get(nodeKey(node))?.text ?? "",
-      })),
-      snapshot,
-    };
-  }
+  if (ref.tree === "shared") return await zoomShared(deps.pool, reader, ref.node, refText);
 
   const resolved = await resolveSessionRef(deps.pool, reader, ref);
   if (!resolved) throw notFound(refText);
@@ -178,27 +145,66 @@ export async function zoomFor(
   if (resolved.node.level > 0) {
     const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name);
     if (!lines) throw notFound(refText);
-    return { kind: "lines", ref: name(resolved.node), lines: lines.map(refAndText), snapshot };
+    return { kind: "lines", ref: name(resolved.node), lines: lines.map(refAndText), snapshot: served(reader) };
   }
-  // A message: its stored payload, paged; maxTokens bounds the page (conservatively, 3 bytes per token).
+  return await zoomMessage(deps.pool, reader, resolved, name(resolved.node), options, readPage);
+}
+
+/** A shared line: a summary opens into its two lines, a single publication into its turn's cover. */
+async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText: string): Promise<ZoomAnswer> {
+  const snapshot = served(reader);
+  const treeId = reader.scope.sharedTreeId;
+  if (treeId === null || endOf(node) > reader.scope.publicationHighWater) throw notFound(refText);
+  if (node.level > 0) {
+    const lines = await childLinesOf(pool, treeId, node, sharedRef);
+    if (!lines) throw notFound(refText);
+    return { kind: "lines", ref: sharedRef(node), lines: lines.map(refAndText), snapshot };
+  }
+  const publication = await findPublication(pool, reader.scope.scopeId, node.index, reader.scope.publicationHighWater);
+  if (!publication) throw notFound(refText);
+  const tree = await findSessionTree(pool, publication.sessionId, publication.generation);
+  const nodes = tree ? await findNodes(pool, tree.treeId, publication.sourceCover) : new Map();
+  return {
+    kind: "publication",
+    ref: sharedRef(node),
+    sessionId: publication.sessionId,
+    generation: publication.generation,
+    turnId: publication.turnId,
+    outcome: publication.outcome,
+    // The turn's own records: one run, or several when another turn's records lie between them.
+    range: formatRuns(runsOfCover(publication.sourceCover)),
+    completedAt: publication.completedAt.toISOString(),
+    publishedAt: publication.publishedAt.toISOString(),
+    cover: publication.sourceCover.map((cover) => ({
+      ref: sessionRef(publication.sessionId, publication.generation, cover),
+      text: nodes.get(nodeKey(cover))?.text ?? "",
+    })),
+    snapshot,
+  };
+}
+
+/** A single message: its stored payload, paged; maxTokens bounds the page (conservatively, 3 bytes per token). */
+async function zoomMessage(
+  pool: Pool,
+  reader: Reader,
+  resolved: ResolvedSessionRef,
+  ref: string,
+  options: ZoomOptions,
+  readPage: PageReader,
+): Promise<ZoomAnswer> {
   const maxBytes = Math.max(256, Math.min(4 * 1024 * 1024, Math.floor((options.maxTokens ?? 4000) * 3)));
+  const generation = resolved.tree.generation ?? 0;
   const page = await readPage(
-    { sessionId: resolved.session.sessionId, generation: resolved.tree.generation ?? 0, seq: resolved.node.index },
+    { sessionId: resolved.session.sessionId, generation, seq: resolved.node.index },
     options.cursor,
     maxBytes,
   );
-  const [record] = await listRecords(
-    deps.pool,
-    resolved.session.sessionId,
-    resolved.tree.generation ?? 0,
-    resolved.node.index,
-    1,
-  );
+  const [record] = await listRecords(pool, resolved.session.sessionId, generation, resolved.node.index, 1);
   // Fields named one by one: the reader hands back a whole payload page, whose own `ref` (the record's coordinates)
   // once overwrote the line's ref here when the page was spread.
   return {
     kind: "message",
-    ref: name(resolved.node),
+    ref,
     recordKind: record?.kind ?? "?",
     toolName: record?.toolName ?? null,
     occurredAt: record?.occurredAt.toISOString() ?? "",
@@ -209,7 +215,7 @@ export async function zoomFor(
     totalBytes: page.totalBytes,
     nextCursor: page.nextCursor,
     complete: page.complete,
-    snapshot,
+    snapshot: served(reader),
   };
 }
 

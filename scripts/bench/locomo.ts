@@ -52,11 +52,13 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { queryGroups, tokenize } from "../../src/core/tokenize.js";
+import type { AssembleOptions } from "../../src/memory/assembly.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
+import type { TurnContext } from "../../src/memory/reader.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import type { AssembleOptions, SearchAnswer, TurnContext } from "../../src/memory/shared.js";
+import type { SearchAnswer } from "../../src/memory/shared.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { bm25Index } from "./bm25-baseline.js";
 import {

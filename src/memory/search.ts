@@ -12,7 +12,18 @@ import { termsTsquery, toTsqueryLiteral } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
 import { readRecordHeads, readSearchStatistics, type SearchHit, searchRanked } from "../store/search.js";
-import type { Turn } from "../store/turns.js";
+
+/** Who searches: a turn's session and snapshot, or a scope reader's (no own session: sessionId "" matches none). */
+export interface Searcher {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly snapshot: {
+    readonly scopeId: string;
+    readonly publicationHighWater: number;
+    readonly sharedTreeId: number | null;
+    readonly ownBoundary: number;
+  };
+}
 
 export interface SearchOptions {
   readonly query: string;
@@ -66,7 +77,7 @@ function parseCursor(cursor: string | undefined): number {
 /** The page of distinct places for `options` in the turn's snapshot, and the cursor of the next page. */
 export async function searchPlaces(
   db: Queryable,
-  turn: Turn,
+  turn: Searcher,
   options: SearchOptions,
 ): Promise<{ hits: SearchAnswerHit[]; nextCursor: string | null }> {
   const units = queryUnits(options.query);

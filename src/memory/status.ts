@@ -1,6 +1,6 @@
 import { connectClient } from "../store/db.js";
+import { SCHEMA_VERSION } from "../store/migrate.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
-import { expectedSchemaVersion } from "./service.js";
 
 export type { StoreStatus };
 
@@ -8,7 +8,7 @@ export type { StoreStatus };
 export async function readStatus(databaseUrl: string): Promise<StoreStatus & { expectedSchemaVersion: number }> {
   const client = await connectClient(databaseUrl, "optchat-status");
   try {
-    return { ...(await readStoreStatus(client)), expectedSchemaVersion: expectedSchemaVersion() };
+    return { ...(await readStoreStatus(client)), expectedSchemaVersion: SCHEMA_VERSION };
   } finally {
     await client.end().catch(() => {});
   }

@@ -7,6 +7,7 @@ import { summarizeLeaf, summarizeParent } from "../../src/compactor/summarize.js
 import { createFakeSummarizer, SummarizerError } from "../../src/compactor/summarizer.js";
 import { summarizerFromSetting } from "../../src/compactor/worker.js";
 import { buildSummaryRequest, type ChatMessage, overLimitFeedback } from "../../src/core/summary.js";
+import { eventually } from "../helpers.js";
 
 let server: ModelServer;
 
@@ -120,10 +121,12 @@ describe("OpenAI-compatible summarizer against the scripted model server", () =>
 
     const patient = createOpenAiCompatibleSummarizer({ baseUrl: server.url, model: "m" });
     const controller = new AbortController();
-    setTimeout(() => controller.abort(), 200);
-    const aborted = await rejection(
-      patient.complete([{ role: "user", content: "SLOW=5 REPLY=late" }], controller.signal),
-    );
+    const asked = server.requests().length;
+    const pending = rejection(patient.complete([{ role: "user", content: "SLOW=5 REPLY=late" }], controller.signal));
+    // Aborted while the request is at the model, not after a guessed delay.
+    await eventually(async () => (server.requests().length > asked ? true : undefined), 10_000, "the request");
+    controller.abort();
+    const aborted = await pending;
     expect(aborted).toBeInstanceOf(SummarizerError);
     expect(aborted.message).toMatch(/aborted/);
     await expect(patient.complete([{ role: "user", content: "x" }], AbortSignal.abort())).rejects.toThrow(/aborted/);

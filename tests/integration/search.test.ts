@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -22,14 +22,17 @@ beforeAll(async () => {
   stranger = await db.memory.openSession({ host: "test", hostSessionId: "stranger", projectId: "prj_elsewhere" });
   for (const [k, text] of SENTENCES.entries()) {
     await db.memory.admitTurn({ sessionId: writer.sessionId, turnId: `w${k}` });
-    await db.memory.ingest({
-      sessionId: writer.sessionId,
-      turnId: `w${k}`,
-      kind: "user",
-      finalization: { hostSessionId: "writer", messageId: `m${k}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 22, 8, k)).toISOString(),
-      content: text,
-    });
+    await db.memory.ingest(
+      ingestEvent({
+        sessionId: writer.sessionId,
+        turnId: `w${k}`,
+        kind: "user",
+        host: "writer",
+        messageId: `m${k}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 22, 8, k)).toISOString(),
+        content: text,
+      }),
+    );
     await db.memory.finishTurn({ sessionId: writer.sessionId, turnId: `w${k}` }, "completed");
   }
   await eventually(

@@ -48,10 +48,10 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
     }),
     memory_search: tool({
       description:
-        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for words. By default every word must occur; when nothing has them all, the results with any of them come back, best first (match: any asks for that directly). Returns refs with excerpts; open them with memory_zoom.",
+        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for a literal detail the summaries dropped. Write the distinctive words you expect in the text (names, numbers, file paths, identifiers, error messages; a question works too): rarer words weigh more, common words little, and every word need not occur (match: all requires each one; quote \"exact phrases\"). Each hit is a distinct place, best first: a message (pointing at the best-matching one inside a matching summary) or a summary, with its ref, kind, session, time and an excerpt; open it with memory_zoom. Paged by cursor.",
       args: {
-        query: z.string().min(1).max(2000).describe("Words to find; CJK text works"),
-        match: z.enum(["all", "any"]).optional().describe("all (default): every word; any: any word, best first"),
+        query: z.string().min(1).max(2000).describe("Words to find (a question works); CJK text works"),
+        match: z.enum(["all", "any"]).optional().describe("any (default): rarer words weigh more; all: every word"),
         session: z.string().max(200).optional().describe("Only this session (an id from memory_sessions)"),
         before: z.string().max(40).optional().describe("ISO 8601 time: only older matches"),
         after: z.string().max(40).optional().describe("ISO 8601 time: only newer matches"),
@@ -71,9 +71,9 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
               ...(args.cursor ? { cursor: args.cursor } : {}),
               limit: args.limit ?? 10,
             });
-          const asked = args.match ?? "all";
+          const asked = args.match ?? "any";
           const answer = await search(asked);
-          // A question rarely has every one of its words in the answer: fall back to any word, and say so.
+          // Every word rarely occurs in one text: with match all and nothing found, fall back to any word, and say so.
           if (answer.hits.length === 0 && asked === "all" && !args.cursor && /\s/.test(args.query.trim())) {
             const any = await search("any");
             if (any.hits.length > 0) {
@@ -213,7 +213,7 @@ function renderSearch(query: string, answer: SearchAnswer, match: "all" | "any")
     `<memory_search snapshot="${answer.snapshot.publicationHighWater}">`,
     ...answer.hits.map(
       (hit) =>
-        `${hit.ref}|${hit.source}${hit.kind ? ` ${hit.kind}` : ""}${hit.occurredAt ? ` ${hit.occurredAt}` : ""}|${escapeMemoryText(hit.excerpt)}`,
+        `${hit.ref}|${hit.source}${hit.kind ? ` ${hit.kind}` : ""}${hit.sessionId ? ` session ${hit.sessionId}` : ""}${hit.occurredAt ? ` ${hit.occurredAt}` : ""}${hit.within ? ` in ${hit.within}` : ""}|${escapeMemoryText(hit.excerpt)}`,
     ),
     "</memory_search>",
     answer.nextCursor

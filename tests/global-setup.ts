@@ -1,5 +1,6 @@
 import pg from "pg";
 import type { TestProject } from "vitest/node";
+import { withDatabase } from "../scripts/bench/common.js";
 import { migrateAll } from "../src/memory/migrate.js";
 
 declare module "vitest" {
@@ -89,12 +90,6 @@ async function reachable(url: string): Promise<string | undefined> {
   } finally {
     await client.end().catch(() => {});
   }
-}
-
-function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
 }
 
 /** Databases left by test runs whose process is gone (a killed run cannot clean up after itself). */

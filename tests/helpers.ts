@@ -4,6 +4,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, inject } from "vitest";
+import { withDatabase } from "../scripts/bench/common.js";
 import { type ModelServer, startModelServer } from "../scripts/model-server.js";
 import {
   type CreateOpencodeEnvOptions,
@@ -14,17 +15,12 @@ import {
   startOpencodeServer,
 } from "../scripts/opencode-harness.js";
 import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
+import type { IngestEvent } from "../src/memory/schemas.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 import { startWorker } from "../src/memory/worker.js";
 import type { Session } from "../src/store/sessions.js";
 
 export const ROOT = fileURLToPath(new URL("..", import.meta.url));
-
-export function withDatabase(url: string, database: string): string {
-  const parsed = new URL(url);
-  parsed.pathname = `/${database}`;
-  return parsed.toString();
-}
 
 async function adminQuery(sql: string): Promise<void> {
   const admin = new pg.Client({ connectionString: inject("adminUrl") });
@@ -92,6 +88,18 @@ export function useTestMemory(overrides: Partial<Record<SettingName, string | nu
     await drop?.();
   });
   return handle;
+}
+
+/** An ingest event as tests write it: the finalization key flattened to `host`, `messageId` and an optional `partId`. */
+export type TestEvent = Omit<IngestEvent, "finalization"> & {
+  readonly host: string;
+  readonly messageId: string;
+  readonly partId?: string;
+};
+
+/** The ingest event of a test message (the one fixture builder for ingest events). */
+export function ingestEvent({ host, messageId, partId, ...event }: TestEvent): IngestEvent {
+  return { ...event, finalization: { hostSessionId: host, messageId, ...(partId !== undefined ? { partId } : {}) } };
 }
 
 export function readFixture<T = unknown>(name: string): T {
@@ -232,6 +240,40 @@ export async function eventually<T>(
     }
     await new Promise((resolve) => setTimeout(resolve, 100));
   }
+}
+
+/**
+ * Waits until `count` backends of the pool's database wait on a lock (pg_stat_activity): the moment a concurrent
+ * writer is known to be blocked behind a held transaction, instead of a sleep that hopes it got there.
+ */
+export async function waitForLockWaiters(db: Pick<pg.Pool, "query">, count = 1, timeoutMs = 10_000): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+      );
+      return (rows[0]?.n ?? 0) >= count ? true : undefined;
+    },
+    timeoutMs,
+    `${count} backend(s) waiting on a lock`,
+  );
+}
+
+/**
+ * Waits until no optchat job is queued or running (pgboss.job): what a started worker would do has been done. For
+ * "nothing happens" checks, instead of a sleep that hopes a stray job would have run by then.
+ */
+export async function waitForIdleQueues(db: Pick<pg.Pool, "query">, timeoutMs = 30_000): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query<{ n: number }>(
+        "SELECT count(*)::int AS n FROM pgboss.job WHERE name LIKE 'optchat-%' AND state IN ('created', 'retry', 'active')",
+      );
+      return rows[0]?.n === 0 ? true : undefined;
+    },
+    timeoutMs,
+    "the job queues to drain",
+  );
 }
 
 /** Polls `check` until it resolves without throwing, or `timeoutMs` passes (then fails with the last error). */

@@ -47,6 +47,7 @@ export function envNumber(name: string, fallback: number, { min = 0, integer = f
   return value;
 }
 
+/** `url` with its database replaced (the tests and the benchmarks make their scratch databases with it). */
 export function withDatabase(url: string, database: string): string {
   const parsed = new URL(url);
   parsed.pathname = `/${encodeURIComponent(database)}`;

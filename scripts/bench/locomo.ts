@@ -25,9 +25,14 @@
  *     whose range contains it (a session line of its session, or a shared line whose publications include the
  *     record's turn). recall@k "all" = share of questions whose every evidence record is found in the top k; "any" =
  *     share with at least one. Reported for exact and covering, overall and per category;
- *   - search AND-s every word of the query (no stop words, no stemming), so a question is found only when all its
+ *   - `search-recall` asks for every word (match "all"), so a question is found only when all its
  *     words, "what", "did" and "the" included, occur in one record or summary; `termsCoverage` reports how often the
  *     question's terms all occur in its evidence text at all (tokenized as search does), to explain the figures;
+ *   - `memory-search` (k 5 and k 10): the product's path exactly as the plugin's memory_search calls it (match "any",
+ *     limit 10): evidenceRecall (an evidence record as a "message" hit in the top k, for at least one of the
+ *     question's evidence records), coveringRecall (a covering summary counted too), next to bm25EvidenceRecall: the
+ *     bench's own Okapi BM25 over the conversation's verbatim turns (scripts/bench/bm25-baseline.ts, nothing shared
+ *     with src/), the reference the issue's targets are set against;
  *   - a second, diagnostic case (`search-recall-keywords`) queries the question's terms minus a fixed list of English
  *     function words, as a model writing a keyword query might; it is not the product's behaviour and tunes nothing;
  *   - oracle zoom walk, per evidence record: assemble the reader's context (waitMs 0), take the shared view line whose
@@ -47,12 +52,15 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { queryGroups, tokenize } from "../../src/core/tokenize.js";
+import type { AssembleOptions } from "../../src/memory/assembly.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
+import type { TurnContext } from "../../src/memory/reader.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import type { AssembleOptions, SearchAnswer, TurnContext } from "../../src/memory/shared.js";
+import type { SearchAnswer } from "../../src/memory/shared.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
+import { bm25Index } from "./bm25-baseline.js";
 import {
   type BenchContext,
   compactorRecorder,
@@ -485,6 +493,9 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
   let termShareSum = 0;
   const questionTerms: number[] = [];
   const walks = new Map<string, { perRecord: WalkResult[]; perQuestion: number[] }>();
+  // The bench's own BM25 over each conversation's verbatim turns (scripts/bench/bm25-baseline.ts): questions with an
+  // evidence turn in its top k.
+  const bm25Found = { 5: 0, 10: 0 } as Record<number, number>;
   const readers = new Map<string, TurnContext>();
 
   for (const conversation of built) {
@@ -502,6 +513,8 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
       await memory.admitTurn({ ...ctx, query: "LoCoMo questions" });
       readers.set(conversation.scopeId, ctx);
     }
+    const turnsInOrder = [...conversation.placed.values()];
+    const baseline = bm25Index(turnsInOrder.map((place) => place.text));
     const sharedLines = new Map<string, string[]>();
     for (const [name, window] of [
       ["200k", WINDOW_200K],
@@ -533,6 +546,11 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
       questionTerms.push(terms.length);
       termShareSum += terms.length > 0 ? present / terms.length : 0;
       if (terms.length > 0 && present === terms.length) allTermsInEvidence += 1;
+
+      const baselineTop = baseline.top(question.question, 10).map((index) => turnsInOrder[index]);
+      for (const k of [5, 10])
+        if (baselineTop.slice(0, k).some((place) => places.includes(place as Placed)))
+          bm25Found[k] = (bm25Found[k] ?? 0) + 1;
 
       for (const variant of variants) {
         const query = variant.query(question.question);
@@ -604,8 +622,8 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
           "DIAGNOSTIC, not the product's behaviour: the question's terms minus a fixed list of English function " +
           "words (as a model writing a keyword query might), limit 10",
         any:
-          "the question text verbatim with match 'any' (function words dropped, best first): what memory_search " +
-          "answers when no text has every word, limit 10",
+          "the question text verbatim with match 'any', limit 10: exactly what the memory_search tool calls by " +
+          "default (a bag of words ranked by BM25, distinct places)",
       }[variant.name],
       definitions,
       questionsInData: totalQuestions,
@@ -633,6 +651,27 @@ async function score(memory: Memory, built: readonly BuiltConversation[], signal
           }
         : {}),
       searchLatency: summarizeLatencies(variant.ms),
+    });
+  }
+
+  // The product's path as the plugin calls it (match any, limit 10) next to the bench's own BM25 over the turns.
+  const tool = variants.find((variant) => variant.name === "any") as Variant;
+  for (const k of [5, 10]) {
+    const share = (key: string) => round((tool.overall.counts[key] ?? 0) / Math.max(1, tool.overall.questions), 4);
+    emit(BENCH, "memory-search", {
+      k,
+      evidenceRecall: share(`${k}:exact:any`),
+      coveringRecall: share(`${k}:covering:any`),
+      bm25EvidenceRecall: round((bm25Found[k] ?? 0) / Math.max(1, scored.questions), 4),
+      evidenceRecallAll: share(`${k}:exact:all`),
+      questions: scored.questions,
+      searchLatency: summarizeLatencies(tool.ms),
+      definitions: {
+        evidenceRecall: "share of questions with at least one evidence record as a 'message' hit in the top k",
+        coveringRecall: "the same, a summary hit whose range contains an evidence record also counted",
+        bm25EvidenceRecall:
+          "Okapi BM25 (k1 1.2, b 0.75, Latin words + CJK bigrams, no stop words or stemming) over the conversation's verbatim turns, the bench's own implementation: an evidence turn in its top k",
+      },
     });
   }
 

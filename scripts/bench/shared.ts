@@ -36,11 +36,12 @@
  * per publication and an extrapolated build time for the target; every case says which sizes it measured.
  */
 import { NODE_QUEUE, PUBLISH_QUEUE } from "../../src/compactor/queue.js";
+import type { AssembleOptions } from "../../src/memory/assembly.js";
 import { type Config, resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
+import type { TurnContext } from "../../src/memory/reader.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import type { AssembleOptions, TurnContext } from "../../src/memory/shared.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import {
   type BenchContext,

@@ -304,6 +304,15 @@ export function queryGroups(query: string): string[][] {
 }
 
 /**
+ * A tsquery literal for one term, a prefix of one (`'paint':*`), or a phrase of adjacent terms: `'pnpm'`,
+ * `('部署' <-> '署脚')`.
+ */
+export function termsTsquery(terms: readonly string[], prefix = false): string {
+  if (terms.length === 1) return `${quote(terms[0] as string)}${prefix ? ":*" : ""}`;
+  return `(${terms.map(quote).join(" <-> ")})`;
+}
+
+/**
  * English function words dropped from an "any word" query: matching any text that contains "the" ranks noise (the
  * LoCoMo bench's natural-language questions found almost nothing with every word required, and everything with any).
  */

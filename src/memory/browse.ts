@@ -14,6 +14,7 @@ import { listPublicationFailures, listPublications, type PublicationFailure } fr
 import type { SourceRecord } from "../store/records.js";
 import { findScope, type Scope, type Session } from "../store/sessions.js";
 import { findSharedTreeOfScope, listNodeFailures, type Tree } from "../store/trees.js";
+import type { AssembledContext } from "./assembly.js";
 import {
   type BrowseLine,
   createTreeReader,
@@ -32,7 +33,7 @@ import { inspectStoredSession } from "./inspect.js";
 import { resolveSession } from "./resolve-session.js";
 import { listScopes, type ScopeSummary } from "./scopes.js";
 import type { Memory, PayloadPage } from "./service.js";
-import type { AssembledContext, SearchAnswer } from "./shared.js";
+import type { SearchAnswer } from "./shared.js";
 
 /** Bytes of each payload shown in a page of records; the message's own page shows it whole, in parts. */
 export const RECORD_PREVIEW_BYTES = 64 * 1024;

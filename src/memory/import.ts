@@ -530,13 +530,7 @@ async function importTurn(
   }));
   let start = 0;
   while (start < events.length) {
-    let end = start;
-    let bytes = 0;
-    while (end < events.length && end - start < batchSize && (end === start || bytes < BATCH_BYTES)) {
-      const content = (events[end] as IngestEvent).content;
-      bytes += typeof content === "string" ? Buffer.byteLength(content, "utf8") : content.length;
-      end += 1;
-    }
+    const end = batchEnd(events, start, batchSize, BATCH_BYTES);
     const results = await memory.ingestMany(events.slice(start, end));
     results.forEach((result, offset) => {
       const index = start + offset;
@@ -559,6 +553,27 @@ async function importTurn(
       });
     }
   }
+}
+
+/**
+ * Where the batch starting at `start` ends (exclusive): at most `batchSize` events, and cut once their payloads reach
+ * `maxBytes` UTF-8 bytes (a string's length counts UTF-16 code units, a third of the bytes of CJK text). A batch holds
+ * at least one event, however large.
+ */
+export function batchEnd(
+  events: readonly Pick<IngestEvent, "content">[],
+  start: number,
+  batchSize: number,
+  maxBytes: number,
+): number {
+  let end = start;
+  let bytes = 0;
+  while (end < events.length && end - start < batchSize && (end === start || bytes < maxBytes)) {
+    const content = (events[end] as Pick<IngestEvent, "content">).content;
+    bytes += typeof content === "string" ? Buffer.byteLength(content, "utf8") : content.length;
+    end += 1;
+  }
+  return end;
 }
 
 function tally(

@@ -8,6 +8,7 @@ export { availableMemoryTokens, escapeMemoryText, estimateTokens } from "../core
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
+export type { AssembledContext } from "./assembly.js";
 export {
   budgetSettingsOf,
   type Config,
@@ -22,7 +23,8 @@ export {
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export type { RecordTally } from "./import.js";
 export { inspectStoredSession } from "./inspect.js";
+export type { ZoomAnswer } from "./retrieval.js";
 export type { IngestEvent } from "./schemas.js";
 export { type Memory, openMemory } from "./service.js";
-export type { AssembledContext, SearchAnswer, ZoomAnswer } from "./shared.js";
+export type { SearchAnswer } from "./shared.js";
 export { type CompactorEvent, type RunningCompactor, startWorker } from "./worker.js";

@@ -226,7 +226,7 @@ export const searchSchema = z
     after: z.string().max(40).optional(),
     cursor: z.string().max(40).optional(),
     limit: z.number().int().min(1).max(50).optional(),
-    /** all (default): every word must occur; any: any word, best matches first. */
+    /** any (default): a bag of words ranked by BM25; all: every word must occur. */
     match: z.enum(["all", "any"], { errorMap: () => ({ message: "must be all or any" }) }).optional(),
   })
   .strict();

@@ -1,41 +1,40 @@
-import { randomBytes } from "node:crypto";
-import { readdirSync } from "node:fs";
 import type { PgBoss } from "pg-boss";
 import { z } from "zod";
-import { createBoss, enqueueNodeJobs } from "../compactor/queue.js";
-import { type FieldIssue, InputInvalidError, OptchatError } from "../core/errors.js";
+import { createBoss } from "../compactor/queue.js";
+import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
-import { eventKeyOf, sessionIdFromRandom, stageKeyOf } from "../core/ids.js";
-import { decodePayloadCursor, encodePayloadCursor, hashPrefixOf, utf8SafePrefixLength } from "../core/payload.js";
-import { databaseUnavailable, openPool, type Pool, sqlStateOf, withTransaction } from "../store/db.js";
-import { sealAndAppend } from "../store/ingest-commit.js";
-import { jobQueueInstalled, MIGRATIONS_DIRECTORY, readSchemaVersion } from "../store/migrate.js";
+import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
+import { jobQueueInstalled, readSchemaVersion, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
-import {
-  findRecord,
-  listRecords,
-  type RecordToSeal,
-  readPayloadBytes,
-  type SealOutcome,
-  type SourceRecord,
-  type StageOutcome,
-  stageItem,
-} from "../store/records.js";
-import { ensureScope, findSession, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
+import { listRecords, type SourceRecord } from "../store/records.js";
+import { findSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
+import { type AssembledContext, type AssembleOptions, assembleContext } from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
-import { preparePayload } from "./payload-prep.js";
+import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { openSession } from "./open-session.js";
+import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
+import { PinnedNodeCache } from "./pinned-nodes.js";
+import {
+  isScopeReader,
+  isTurn,
+  nextTurnOf,
+  type ReadAs,
+  type ScopeReader,
+  type ServedSnapshot,
+  scopeReader,
+  type TurnContext,
+  turnOrThrow,
+} from "./reader.js";
+import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
 import {
   admitTurnSchema,
   assembleSchema,
   type IngestEvent,
-  ingestEventSchema,
-  issuesOf,
   listRecordsOptionsSchema,
-  MAX_PAYLOAD_BYTES,
   type OpenSessionInput,
   opaqueId,
   openSessionSchema,
@@ -47,32 +46,11 @@ import {
   sessionsOptionsSchema,
   settleOptionsSchema,
   turnContextSchema,
-  type ValidIngestEvent,
   viewOptionsSchema,
   zoomOptionsSchema,
 } from "./schemas.js";
-import {
-  type AssembledContext,
-  type AssembleOptions,
-  admitTurn,
-  assembleContext,
-  dateFor,
-  finishTurn,
-  nextTurnOf,
-  PinnedNodeCache,
-  type SearchAnswer,
-  type SearchOptions,
-  type ServedSnapshot,
-  type SharedDeps,
-  scopeReader,
-  searchFor,
-  sessionsFor,
-  type TurnContext,
-  turnOrThrow,
-  type ZoomAnswer,
-  type ZoomOptions,
-  zoomFor,
-} from "./shared.js";
+import { type SearchAnswer, type SearchOptions, searchFor } from "./shared.js";
+import { admitTurn, finishTurn } from "./turns.js";
 import {
   type Readiness,
   type RenderedView,
@@ -83,43 +61,8 @@ import {
   zoomTree,
 } from "./views.js";
 
-export type IngestResult =
-  | SealOutcome
-  | { readonly status: StageOutcome; readonly eventKey: string; readonly sessionId: string };
-
-export interface RecordRef {
-  readonly sessionId: string;
-  readonly generation: number;
-  readonly seq: number;
-}
-
-export interface PayloadPage {
-  readonly ref: RecordRef;
-  readonly offset: number;
-  /** The exact stored bytes of this page. */
-  readonly bytes: Buffer;
-  /** The page as text; invalid UTF-8 sequences appear as U+FFFD (see `validUtf8`). */
-  readonly text: string;
-  readonly totalBytes: number;
-  readonly validUtf8: boolean;
-  /** Cursor of the next page; null on the last page. */
-  readonly nextCursor: string | null;
-  /** True when this page reaches the end of the payload. */
-  readonly complete: boolean;
-  /** The host had already cut the output before we saw it: the full original cannot be recovered. */
-  readonly hostTruncated: boolean;
-  readonly hostOriginalBytes: number | null;
-}
-
-export interface IngestOptions {
-  readonly beforeCommit?: () => Promise<void>;
-  /**
-   * Build the leaves that need no model call (short messages, seed 002 §3 free nodes) in the ingest transaction, so
-   * the next request need not wait for a compactor job hop (~100 ms each). For a host's per-message ingestion; bulk
-   * imports leave it off (measured: batches of 100 fell from ~5,000 to ~300 records/s with it).
-   */
-  readonly buildFreeInline?: boolean;
-}
+export type { IngestOptions, IngestResult } from "./ingest.js";
+export type { PayloadPage, RecordRef } from "./payload-page.js";
 
 export interface Memory {
   readonly pool: Pool;
@@ -158,26 +101,18 @@ export interface Memory {
    */
   previewContext(sessionId: string, options: Omit<AssembleOptions, "readiness" | "waitMs">): Promise<AssembledContext>;
   /** Retrieval under the turn's scope and snapshot (seed 000 §8). */
-  zoom(ctx: TurnContext | Turn, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
-  search(ctx: TurnContext | Turn, options: SearchOptions): Promise<SearchAnswer>;
-  date(
-    ctx: TurnContext | Turn,
-    ref: string,
-  ): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
+  zoom(ctx: ReadAs, ref: string, options?: ZoomOptions): Promise<ZoomAnswer>;
+  search(ctx: ReadAs, options: SearchOptions): Promise<SearchAnswer>;
+  date(ctx: ReadAs, ref: string): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }>;
   sessions(
-    ctx: TurnContext | Turn,
+    ctx: ReadAs,
     options?: { cursor?: string; limit?: number },
   ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
   /** An operator's reader of a scope at its latest snapshot, for the retrieval methods (the CLI uses it). */
-  readScope(scopeId: string): Promise<Turn>;
+  readScope(scopeId: string): Promise<ScopeReader>;
   /** Every audit (publication integrity, snapshot visibility, view coverage, reachability). */
   audit(): Promise<AuditReport>;
   close(): Promise<void>;
-}
-
-/** Number of migration files this code expects to be applied. */
-export function expectedSchemaVersion(): number {
-  return readdirSync(MIGRATIONS_DIRECTORY).filter((name) => /^\d+[-_].*\.sql$/.test(name)).length;
 }
 
 /**
@@ -192,7 +127,7 @@ export async function openMemory(
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const version = await readSchemaVersion(pool);
-    const expected = expectedSchemaVersion();
+    const expected = SCHEMA_VERSION;
     if (version < expected) {
       throw new OptchatError(
         "SCHEMA_OUT_OF_DATE",
@@ -236,6 +171,7 @@ export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
 function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
   const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
+  const ingestion = { pool, boss, fold };
 
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
@@ -245,120 +181,23 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
     return session;
   }
 
-  async function ingestMany(
-    events: readonly IngestEvent[],
-    where = "ingestMany",
-    options: IngestOptions = {},
-  ): Promise<IngestResult[]> {
-    if (!Array.isArray(events)) throw new InputInvalidError(where, [{ field: "events", problem: "must be an array" }]);
-    const issues: FieldIssue[] = [];
-    const valid: ValidIngestEvent[] = [];
-    const prepared: RecordToSeal[] = [];
-    for (const [index, event] of events.entries()) {
-      const prefix = where === "ingest" ? "" : `events[${index}]`;
-      const parsed = ingestEventSchema.safeParse(event);
-      if (!parsed.success) {
-        issues.push(...issuesOf(parsed.error, prefix));
-        continue;
-      }
-      valid.push(parsed.data);
-      prepared.push(await prepareRecord(parsed.data, prefix ? `${prefix}.` : "", issues));
-    }
-    if (issues.length > 0) throw new InputInvalidError(where, issues);
-
-    return await retryOnTwinInsert(() =>
-      withTransaction(pool, async (client) => {
-        const results: (IngestResult | undefined)[] = new Array(prepared.length);
-        const finals: { index: number; record: RecordToSeal }[] = [];
-        for (const [index, item] of prepared.entries()) {
-          const event = valid[index] as ValidIngestEvent;
-          if (event.final) {
-            finals.push({ index, record: item });
-          } else {
-            const status = await stageItem(client, {
-              stageKey: item.stageKey,
-              sessionId: item.sessionId,
-              generation: item.generation,
-              turnId: item.turnId,
-              kind: item.kind,
-              revision: event.finalization.revision,
-              payload: item.payload,
-            });
-            results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
-          }
-        }
-        if (finals.length > 0) {
-          // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
-          // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
-          const sealed = await sealAndAppend(
-            client,
-            finals.map((f) => f.record),
-            fold,
-            { buildFreeInline: options.buildFreeInline ?? false },
-          );
-          finals.forEach((f, n) => {
-            results[f.index] = sealed.outcomes[n];
-          });
-          for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
-        }
-        await options.beforeCommit?.();
-        return results as IngestResult[];
-      }),
-    );
-  }
-
-  async function ingest(event: IngestEvent): Promise<IngestResult> {
-    const [result] = await ingestMany([event], "ingest");
-    if (!result) throw new Error("ingest: no result");
-    if (result.status === "conflict") {
-      throw new OptchatError(
-        "INGEST_CONFLICT",
-        `ingest: finalization ${result.eventKey} is already sealed as ${result.sessionId}:${result.generation}:${result.seq} with different content; the sealed record is unchanged and the conflict is recorded (#${result.conflictId}). A host rewrite must use a new revision.`,
-        { ...result },
-      );
-    }
-    return result;
-  }
-
   async function treeOf(sessionId: string) {
     const session = await getSession(sessionId);
     return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
   }
 
-  const shared: SharedDeps = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
-  const reader = (ctx: TurnContext | Turn, where: string): TurnContext | Turn =>
-    "snapshot" in ctx ? ctx : parseInput(turnContextSchema, ctx, where);
+  const shared = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
+  // A turn or scope reader the caller holds is taken as it is; a turn named by its IDs is validated.
+  const reader = (ctx: ReadAs, where: string): ReadAs =>
+    isTurn(ctx) || isScopeReader(ctx) ? ctx : parseInput(turnContextSchema, ctx, where);
   const memory: Memory = {
     pool,
     host: createHostSupport(pool),
     getSession,
-    ingest,
-    ingestMany: (events, options) => ingestMany(events, "ingestMany", options),
+    ingest: (event) => ingest(ingestion, event),
+    ingestMany: (events, options) => ingestMany(ingestion, events, "ingestMany", options),
 
-    async openSession(input) {
-      const valid = parseInput(openSessionSchema, input, "openSession");
-      // Scope (seed 000 §11): the project by default; an explicit profile scope shares several projects; an isolated
-      // session gets a scope of its own, with no shared tree: it neither publishes nor reads shared memory.
-      const sessionId = sessionIdFromRandom(randomBytes(16));
-      const kind = valid.sharing === "isolated" ? "isolated" : valid.scopeId !== undefined ? "profile" : "project";
-      const scopeId = kind === "isolated" ? `isolated:${sessionId}` : (valid.scopeId ?? `project:${valid.projectId}`);
-      // A known session is returned as it is (no scope is created for it again: an isolated one would leak a scope).
-      const known = await findSessionByHost(pool, valid.host, valid.hostSessionId);
-      if (known) return known;
-      return await withTransaction(pool, async (client) => {
-        await ensureScope(client, scopeId, kind);
-        const { session } = await registerSession(client, {
-          sessionId,
-          scopeId,
-          host: valid.host,
-          hostSessionId: valid.hostSessionId,
-          projectId: valid.projectId ?? null,
-          parentSessionId: valid.parentSessionId ?? null,
-          title: valid.title ?? null,
-        });
-        return session;
-      });
-    },
+    openSession: (input) => openSession(pool, parseInput(openSessionSchema, input, "openSession")),
 
     async listRecords(sessionId, rawOptions = {}) {
       const options = parseInput(listRecordsOptionsSchema, rawOptions, "listRecords");
@@ -372,49 +211,12 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
       );
     },
 
-    async readPayload(ref, options = {}) {
-      const validRef = parseInput(recordRefSchema, ref, "readPayload", "ref");
-      const validOptions = parseInput(readPayloadOptionsSchema, options, "readPayload");
-      const record = await findRecord(pool, validRef.sessionId, validRef.generation, validRef.seq);
-      if (!record) {
-        throw new OptchatError(
-          "REF_NOT_FOUND",
-          `readPayload: no record ${validRef.sessionId}:${validRef.generation}:${validRef.seq}`,
-          {
-            ref: validRef,
-          },
-        );
-      }
-      const hashPrefix = hashPrefixOf(record.payloadHash);
-      let offset = 0;
-      if (validOptions.cursor !== undefined) {
-        const cursor = decodePayloadCursor(validOptions.cursor);
-        if (!cursor || cursor.hashPrefix !== hashPrefix || cursor.offset > record.payloadBytes) {
-          throw new InputInvalidError("readPayload", [
-            { field: "cursor", problem: "is not a cursor of this payload (use nextCursor from the previous page)" },
-          ]);
-        }
-        offset = cursor.offset;
-      }
-      const chunk = await readPayloadBytes(pool, record.payloadHash, offset, validOptions.maxBytes);
-      const reachesEnd = offset + chunk.length >= record.payloadBytes;
-      // Valid UTF-8 pages end on code point boundaries so each page decodes on its own; binary pages cut anywhere.
-      const length = record.validUtf8 ? utf8SafePrefixLength(chunk, reachesEnd) : chunk.length;
-      const bytes = chunk.subarray(0, length);
-      const end = offset + length;
-      return {
-        ref: validRef,
-        offset,
-        bytes,
-        text: bytes.toString("utf8"),
-        totalBytes: record.payloadBytes,
-        validUtf8: record.validUtf8,
-        nextCursor: end < record.payloadBytes ? encodePayloadCursor({ hashPrefix, offset: end }) : null,
-        complete: end >= record.payloadBytes,
-        hostTruncated: record.hostTruncated,
-        hostOriginalBytes: record.hostOriginalBytes,
-      };
-    },
+    readPayload: (ref, options = {}) =>
+      readPayloadPage(
+        pool,
+        parseInput(recordRefSchema, ref, "readPayload", "ref"),
+        parseInput(readPayloadOptionsSchema, options, "readPayload"),
+      ),
 
     async settle(sessionId, rawOptions = {}) {
       const options = parseInput(settleOptionsSchema, rawOptions, "settle");
@@ -445,12 +247,11 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
     getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
-    assembleContext: (ctx, options) =>
-      assembleContext(
-        shared,
-        parseInput(turnContextSchema, ctx, "assembleContext"),
-        parseInput(assembleSchema, options, "assembleContext"),
-      ),
+    assembleContext: async (ctx, options) => {
+      const valid = parseInput(turnContextSchema, ctx, "assembleContext");
+      const validOptions = parseInput(assembleSchema, options, "assembleContext");
+      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions);
+    },
     previewContext: async (sessionId, options) =>
       assembleContext(shared, await nextTurnOf(pool, await getSession(sessionId)), {
         ...parseInput(assembleSchema, options, "previewContext"),
@@ -479,56 +280,4 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
     },
   };
   return memory;
-}
-
-async function prepareRecord(event: ValidIngestEvent, prefix: string, issues: FieldIssue[]): Promise<RecordToSeal> {
-  const content = event.content as string | Uint8Array;
-  // A string has at least one UTF-8 byte per code unit: one longer than the limit is refused without encoding it.
-  const surelyTooLarge = content.length > MAX_PAYLOAD_BYTES;
-  const prepared = await preparePayload(surelyTooLarge ? "" : content, event.toolName);
-  const bytes = surelyTooLarge ? content.length : prepared.payload.length;
-  if (surelyTooLarge || bytes > MAX_PAYLOAD_BYTES) {
-    issues.push({
-      field: `${prefix}content`,
-      problem: `is ${surelyTooLarge && typeof content === "string" ? "at least " : ""}${bytes} bytes, above the ${MAX_PAYLOAD_BYTES}-byte limit; truncate it at the host and set hostTruncated`,
-    });
-  }
-  const attributes: Record<string, unknown> = { ...(event.attributes ?? {}) };
-  if (prepared.loneSurrogatesReplaced > 0) attributes.loneSurrogatesReplaced = prepared.loneSurrogatesReplaced;
-  return {
-    sessionId: event.sessionId,
-    generation: event.generation,
-    eventKey: eventKeyOf(event.finalization),
-    stageKey: stageKeyOf(event.finalization),
-    turnId: event.turnId,
-    kind: event.kind,
-    occurredAt: typeof event.occurredAt === "string" ? new Date(event.occurredAt) : event.occurredAt,
-    payload: prepared.payload,
-    payloadHash: prepared.payloadHash,
-    validUtf8: prepared.validUtf8,
-    toolCallId: event.toolCallId ?? null,
-    toolName: event.toolName ?? null,
-    hostTruncated: event.hostTruncated !== undefined,
-    hostOriginalBytes: event.hostTruncated?.originalBytes ?? null,
-    projectId: event.projectId ?? null,
-    worktreeId: event.worktreeId ?? null,
-    commitId: event.commit ?? null,
-    attributes,
-    search: prepared.search,
-  };
-}
-
-/**
- * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
- * unique_violation on records.event_key. Running the transaction again then sees the winner's record and reports a
- * duplicate or a conflict, as a sequential delivery would.
- */
-async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
-  try {
-    return await run();
-  } catch (error) {
-    if (sqlStateOf(error) === "23505" && (error as { constraint?: string }).constraint === "records_event_key_key")
-      return await run();
-    throw error;
-  }
 }

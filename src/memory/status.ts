@@ -1,9 +1,9 @@
 import type { BudgetSettings } from "../compactor/budget.js";
 import { ledgerExists } from "../store/compactor-calls.js";
 import { connectClient } from "../store/db.js";
+import { SCHEMA_VERSION } from "../store/migrate.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
 import { readTodaySpend, type TodaySpend } from "./cost.js";
-import { expectedSchemaVersion } from "./service.js";
 
 export type { StoreStatus };
 
@@ -20,7 +20,7 @@ export async function readStatus(
     const status = await readStoreStatus(client);
     // By the table, not a schema version: the ledger's migration number may still change when branches merge.
     const compactorToday = budget && (await ledgerExists(client)) ? await readTodaySpend(client, budget) : undefined;
-    return { ...status, expectedSchemaVersion: expectedSchemaVersion(), ...(compactorToday ? { compactorToday } : {}) };
+    return { ...status, expectedSchemaVersion: SCHEMA_VERSION, ...(compactorToday ? { compactorToday } : {}) };
   } finally {
     await client.end().catch(() => {});
   }

@@ -210,21 +210,34 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
     );
   }
   if (node.level === 0) return { ref: refOf(node), kind: "record", seq: node.index };
+  const lines = await childLinesOf(db, tree.treeId, node, refOf);
+  if (!lines) throw new OptchatError("REF_NOT_FOUND", `No line ${ref}: its parts are not summarized yet`, { ref });
+  return { ref: refOf(node), kind: "children", lines };
+}
+
+/**
+ * The two lines a summary opens into (seed 002 §7.1), named by `name`; undefined when either is not built, which
+ * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet).
+ */
+export async function childLinesOf(
+  db: Queryable,
+  treeId: number,
+  node: NodeAddress,
+  name: (node: NodeAddress) => string,
+): Promise<ViewLine[] | undefined> {
   const children = childrenOf(node);
-  const nodes = await findNodes(db, tree.treeId, children);
-  const lines = children.map((child) => {
+  const nodes = await findNodes(db, treeId, children);
+  const lines: ViewLine[] = [];
+  for (const child of children) {
     const found = nodes.get(nodeKey(child));
-    return found
-      ? {
-          ref: refOf(child),
-          level: child.level,
-          text: found.text,
-          built: true,
-          bytes: partBytes(child, () => found.byteLength),
-        }
-      : undefined;
-  });
-  if (lines.some((line) => line === undefined))
-    throw new OptchatError("REF_NOT_FOUND", `No line ${ref}: its parts are not summarized yet`, { ref });
-  return { ref: refOf(node), kind: "children", lines: lines as ViewLine[] };
+    if (!found) return undefined;
+    lines.push({
+      ref: name(child),
+      level: child.level,
+      text: found.text,
+      built: true,
+      bytes: partBytes(child, () => found.byteLength),
+    });
+  }
+  return lines;
 }

@@ -1,6 +1,6 @@
 import type { Queryable } from "./db.js";
 
-/** One model call of the compactor, as the ledger stores it (migrations/0NN_compactor_calls.sql). */
+/** One model call of the compactor, as the ledger stores it (migrations/009_compactor_calls.sql). */
 export interface CompactorCallRow {
   readonly at: Date;
   readonly provider: string;

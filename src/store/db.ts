@@ -154,6 +154,11 @@ export function sqlStateOf(error: unknown): string | undefined {
   return typeof code === "string" && /^[0-9A-Z]{5}$/.test(code) ? code : undefined;
 }
 
+/** Is `error` unique_violation (SQLSTATE 23505) on the constraint named `constraint`? */
+export function isUniqueViolationOf(error: unknown, constraint: string): boolean {
+  return sqlStateOf(error) === "23505" && (error as { constraint?: unknown }).constraint === constraint;
+}
+
 /** How `error` (or an error it wraps: pg-boss, AggregateError of several addresses) may be retried, if at all. */
 export function databaseFailureOf(error: unknown, depth = 0): DatabaseFailure | undefined {
   if (error === null || typeof error !== "object" || depth > 4) return undefined;

@@ -6,6 +6,14 @@ import { connectClient, databaseUnavailable, sqlStateOf } from "./db.js";
 
 export const MIGRATIONS_DIRECTORY = fileURLToPath(new URL("../../migrations/", import.meta.url));
 
+/**
+ * The schema version this code needs: the number of the newest file in migrations/ (they are numbered 1, 2, ...
+ * without gaps; postgres-migrations refuses a gap). Kept by hand so that opening memory reads no files (an installed
+ * package's migrations folder need not sit next to the code that runs); tests/unit/schema-version.test.ts fails when
+ * a migration is added without raising it.
+ */
+export const SCHEMA_VERSION = 9;
+
 export interface MigrationOutcome {
   readonly databaseCreated: boolean;
   readonly applied: readonly string[];

@@ -76,12 +76,35 @@ export async function insertPublication(db: Queryable, input: NewPublication): P
        UPDATE optchat.scopes SET next_publication_seq = next_publication_seq + 1
         WHERE scope_id = $1::text RETURNING next_publication_seq - 1 AS publication_seq
      )
-     INSERT INTO optchat.publications (scope_id, publication_seq, session_id, generation, turn_id, start_seq,
-                                       end_seq_exclusive, outcome, completed_at, cover_levels, cover_idxs)
-     SELECT $1::text, seq.publication_seq, $2::text, $3::int, $4::text, $5::bigint, $6::bigint, $7::text,
-            $8::timestamptz, $9::int[], $10::bigint[]
-       FROM seq
-     RETURNING ${COLUMNS}`,
+, publication AS (
+       INSERT INTO optchat.publications (scope_id, publication_seq, session_id, generation, turn_id, start_seq,
+                                         end_seq_exclusive, outcome, completed_at, cover_levels, cover_idxs)
+       SELECT $1::text, seq.publication_seq, $2::text, $3::int, $4::text, $5::bigint, $6::bigint, $7::text,
+              $8::timestamptz, $9::int[], $10::bigint[]
+         FROM seq
+       RETURNING ${COLUMNS}
+     ),
+     -- BM25 statistics (migrations/007) count a turn's records once, when it is published: under the scope row's lock
+     -- taken above, so the scope's statistics rows have one writer at a time, and off the ingest path.
+     turn_records AS (
+       SELECT r.search FROM publication p
+         JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation AND r.turn_id = p.turn_id
+          AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+        WHERE r.search IS NOT NULL
+     ),
+     term_counts AS (
+       INSERT INTO optchat.search_term_counts AS c (scope_id, term, documents)
+       SELECT $1::text, u.lexeme, count(*) FROM turn_records tr CROSS JOIN LATERAL unnest(tr.search) AS u(lexeme, positions, weights)
+        GROUP BY u.lexeme
+       ON CONFLICT (scope_id, term) DO UPDATE SET documents = c.documents + excluded.documents
+     ),
+     record_lengths AS (
+       INSERT INTO optchat.search_scope_stats AS t (scope_id, documents, total_length)
+       SELECT $1::text, count(*), coalesce(sum(length(tr.search)), 0) FROM turn_records tr HAVING count(*) > 0
+       ON CONFLICT (scope_id)
+       DO UPDATE SET documents = t.documents + excluded.documents, total_length = t.total_length + excluded.total_length
+     )
+     SELECT * FROM publication`,
     [
       input.scopeId,
       input.sessionId,

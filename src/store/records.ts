@@ -1,6 +1,9 @@
 import { OptchatError } from "../core/errors.js";
 import type { Queryable } from "./db.js";
 
+/** The unique constraint on records.event_key (named in migrations/008_named_constraints.sql). */
+export const EVENT_KEY_CONSTRAINT = "records_event_key_unique";
+
 export type RecordKind = "user" | "assistant" | "tool_call" | "tool_result" | "report" | "note";
 
 /** One final record, validated and hashed, ready to seal. */

@@ -27,40 +27,138 @@ export interface SearchHit {
   readonly kind: string | null;
   readonly occurredAt: Date | null;
   readonly rank: number;
-  /** The node text, or the record's first 64 KiB (for the excerpt). */
-  readonly text: string;
-  readonly validUtf8: boolean;
+  /** A node's text; null for a record (its first 64 KiB come from {@link readRecordHeads} for the page shown). */
+  readonly text: string | null;
+  /** A record's payload hash (for {@link readRecordHeads}); null for a node. */
+  readonly payloadHash: Buffer | null;
+  /** The record ranges a hit covers: the record itself, a session node's range, a shared node's publications. */
+  readonly spans: readonly RecordSpan[];
+}
+
+export interface RecordSpan {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly startSeq: number;
+  readonly endSeq: number;
+}
+
+/** Scope-wide statistics for BM25 (migrations/007): record and summary counts and lengths, and the terms' frequencies. */
+export interface SearchStatistics {
+  readonly records: { readonly documents: number; readonly averageLength: number };
+  readonly nodes: { readonly documents: number; readonly averageLength: number };
+  /**
+   * Records of the scope containing the term (0 when none), and for a prefix `stem:*` the sum over the terms that start
+   * with it (a record holding two of them counts twice: an overcount, capped at the record count by the idf).
+   */
+  readonly documentFrequency: ReadonlyMap<string, number>;
 }
 
 /**
- * Full-text search over records and summary nodes with our own tokens (a tsquery literal from src/core/tokenize.ts).
- * Visibility is part of the WHERE clause, so rows outside the snapshot are never read, ranked or excerpted:
+ * Reads the scope's statistics for the given terms and prefixes: a primary-key range per term or prefix and two
+ * small sums.
+ */
+export async function readSearchStatistics(
+  db: Queryable,
+  scopeId: string,
+  terms: readonly string[],
+  prefixes: readonly string[] = [],
+): Promise<SearchStatistics> {
+  const result = await db.query<{ what: string; term: string | null; documents: number; total: number }>(
+    `SELECT 'term' AS what, c.term, sum(c.documents)::float8 AS documents, 0::float8 AS total
+       FROM optchat.search_term_counts c WHERE c.scope_id = $1::text AND c.term = ANY($2::text[]) GROUP BY c.term
+     UNION ALL
+     -- chr(1114111) is U+10FFFF, the largest code point: in the terms' C collation (UTF-8 byte order) every term that
+     -- starts with the prefix lies in [prefix, prefix || U+10FFFF).
+     SELECT 'prefix', p.prefix || ':*',
+            coalesce((SELECT sum(c.documents) FROM optchat.search_term_counts c
+                       WHERE c.scope_id = $1::text AND c.term >= p.prefix COLLATE "C"
+                         AND c.term < (p.prefix || chr(1114111)) COLLATE "C" AND starts_with(c.term, p.prefix)), 0)::float8,
+            0::float8
+       FROM unnest($3::text[]) AS p(prefix)
+     UNION ALL
+     SELECT 'records', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
+       FROM optchat.search_scope_stats WHERE scope_id = $1::text
+     UNION ALL
+     SELECT 'nodes', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
+       FROM optchat.search_tree_stats WHERE scope_id = $1::text`,
+    [scopeId, [...new Set(terms)], [...new Set(prefixes)]],
+  );
+  const documentFrequency = new Map<string, number>();
+  const collection = { records: { documents: 0, averageLength: 0 }, nodes: { documents: 0, averageLength: 0 } };
+  for (const row of result.rows) {
+    if (row.what === "term" || row.what === "prefix") documentFrequency.set(row.term as string, row.documents);
+    else
+      collection[row.what as "records" | "nodes"] = {
+        documents: row.documents,
+        averageLength: row.documents > 0 ? row.total / row.documents : 0,
+      };
+  }
+  return { ...collection, documentFrequency };
+}
+
+/** A ranked query as src/core/search-query.ts plans it, in tsquery literals (src/core/tokenize.ts). */
+export interface RankedSearch {
+  /** Finds the candidates: the generating units OR-ed, or every word AND-ed in the all-words mode. */
+  readonly candidates: string;
+  /** Each unit's tsquery and what a document containing it scores before length normalisation. */
+  readonly units: readonly { readonly tsquery: string; readonly weight: number }[];
+  readonly recordAverageLength: number;
+  readonly nodeAverageLength: number;
+  readonly k1: number;
+  readonly b: number;
+  /** Most candidate rows of each source that are scored (a query of only very common words). */
+  readonly candidateCap: number;
+}
+
+const FIXED_PARAMS = 16;
+
+/** The BM25 score of alias `x` (presence of each unit, length in distinct terms), over numbered parameters. */
+function scoreExpression(alias: string, units: number, averageParam: string): string {
+  const terms: string[] = [];
+  for (let i = 0; i < units; i++) {
+    const q = FIXED_PARAMS + 1 + 2 * i;
+    terms.push(`CASE WHEN ${alias}.search @@ $${q}::tsquery THEN $${q + 1}::float8 ELSE 0 END`);
+  }
+  const sum = terms.length > 0 ? terms.join(" + ") : "0";
+  return `((${sum}) * ($14::float8 + 1) / (1 + $14::float8 * (1 - $15::float8 + $15::float8 * length(${alias}.search) / greatest(${averageParam}::float8, 1))))`;
+}
+
+/**
+ * BM25-ranked search over records and summary nodes (issue 10). Visibility is part of the WHERE clause, so rows
+ * outside the snapshot are never read, ranked or excerpted:
  * - records and session nodes of the caller's own session below its boundary;
  * - records and session nodes of other sessions of the scope, current generation, inside one node of the source
  *   cover of one of their publications below the high-water mark (the turn's own records only);
  * - shared-tree nodes whose whole range is below the high-water mark.
- * Ordered by rank, then recency; `offset`/`limit` page it (the caller encodes them in its cursor).
+ * Candidates are the visible rows matching `candidates` (through the GIN indexes), at most `candidateCap` per source;
+ * each is scored by the units it contains, weighted by the caller's idf, times BM25's length factor. Ordered by
+ * score, then recency; the best `limit` rows. The caller merges them into places (src/memory/search.ts).
  */
-export async function searchVisible(
+export async function searchRanked(
   db: Queryable,
   scope: SearchScope,
-  tsquery: string,
+  search: RankedSearch,
   filters: SearchFilters,
-  offset: number,
   limit: number,
 ): Promise<SearchHit[]> {
+  const unitParams = search.units.flatMap((unit) => [unit.tsquery, unit.weight]);
+  const records = scoreExpression("c", search.units.length, "$12");
+  const nodes = scoreExpression("c", search.units.length, "$13");
   const result = await db.query<{
     source: SearchHit["source"];
     session_id: string | null;
     generation: number | null;
     level: number;
-    idx: number;
+    idx: string;
     kind: string | null;
     occurred_at: Date | null;
     rank: number;
     node_text: string | null;
-    head: Buffer | null;
-    valid_utf8: boolean;
+    payload_hash: Buffer | null;
+    span_sessions: string[] | null;
+    span_generations: number[] | null;
+    span_starts: string[] | null;
+    span_ends: string[] | null;
   }>(
     `WITH q AS (SELECT $2::tsquery AS query),
      -- The record ranges the snapshot may see: the caller's own history before its boundary, and exactly the ranges
@@ -80,35 +178,65 @@ export async function searchVisible(
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
           AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
-     hits AS (
-       SELECT 'record'::text AS source, r.session_id, r.generation, 0 AS level, r.seq AS idx, r.kind, r.occurred_at,
-              ts_rank(r.search, q.query) AS rank, NULL::text AS node_text, r.payload_hash
+     record_candidates AS (
+       SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
          FROM visible v CROSS JOIN q
          JOIN optchat.records r ON r.session_id = v.session_id AND r.generation = v.generation
           AND r.seq >= v.start_seq AND r.seq < v.end_seq
         WHERE r.search @@ q.query
           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
-       UNION ALL
-       SELECT 'session_node', v.session_id, v.generation, n.level, n.idx, NULL, NULL, ts_rank(n.search, q.query), n.text, NULL
+        LIMIT $16::int
+     ),
+     session_candidates AS (
+       SELECT v.session_id, v.generation, n.level, n.idx, n.text, n.search
          FROM visible v CROSS JOIN q
          JOIN optchat.trees t ON t.kind = 'session' AND t.session_id = v.session_id AND t.generation = v.generation
          JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0
           AND n.idx * (1::bigint << n.level) >= v.start_seq AND (n.idx + 1) * (1::bigint << n.level) <= v.end_seq
         WHERE n.search @@ q.query AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
-       UNION ALL
-       SELECT 'shared_node', NULL, NULL, n.level, n.idx, NULL, NULL, ts_rank(n.search, q.query), n.text, NULL
+        LIMIT $16::int
+     ),
+     shared_candidates AS (
+       SELECT n.level, n.idx, n.text, n.search
          FROM q JOIN optchat.nodes n ON n.tree_id = $7::bigint AND (n.idx + 1) * (1::bigint << n.level) <= $3::bigint
         WHERE n.search @@ q.query AND $8::text IS NULL AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
+        LIMIT $16::int
+     ),
+     hits AS (
+       SELECT 'record'::text AS source, c.session_id, c.generation, 0 AS level, c.seq AS idx, c.kind, c.occurred_at,
+              ${records} AS rank, NULL::text AS node_text, c.payload_hash
+         FROM record_candidates c
+       UNION ALL
+       SELECT 'session_node', c.session_id, c.generation, c.level, c.idx, NULL, NULL, ${nodes}, c.text, NULL
+         FROM session_candidates c
+       UNION ALL
+       SELECT 'shared_node', NULL, NULL, c.level, c.idx, NULL, NULL, ${nodes}, c.text, NULL
+         FROM shared_candidates c
+     ),
+     best AS (
+       SELECT * FROM hits h
+        ORDER BY h.rank DESC, h.occurred_at DESC NULLS LAST, h.source, h.session_id, h.level, h.idx
+        LIMIT $11::int
      )
      SELECT h.source, h.session_id, h.generation, h.level, h.idx, h.kind, h.occurred_at, h.rank,
-            h.node_text, substring(b.content FROM 1 FOR 65536) AS head, coalesce(b.valid_utf8, true) AS valid_utf8
-       FROM hits h LEFT JOIN optchat.blobs b ON b.hash = h.payload_hash
-      ORDER BY h.rank DESC, h.occurred_at DESC NULLS LAST, h.source, h.session_id, h.level, h.idx
-      OFFSET $11::int LIMIT $12::int`,
+            h.node_text, h.payload_hash,
+            sp.sessions AS span_sessions, sp.generations AS span_generations, sp.starts AS span_starts,
+            sp.ends AS span_ends
+       FROM best h
+       -- A shared node's records: its publications' ranges (all below the high-water mark: the node is visible).
+       LEFT JOIN LATERAL (
+         SELECT array_agg(p.session_id) AS sessions, array_agg(p.generation) AS generations,
+                array_agg(p.start_seq) AS starts, array_agg(p.end_seq_exclusive) AS ends
+           FROM optchat.publications p
+          WHERE h.source = 'shared_node' AND p.scope_id = $1::text
+            AND p.publication_seq >= h.idx * (1::bigint << h.level)
+            AND p.publication_seq < (h.idx + 1) * (1::bigint << h.level)
+       ) sp ON true
+      ORDER BY h.rank DESC, h.occurred_at DESC NULLS LAST, h.source, h.session_id, h.level, h.idx`,
     [
       scope.scopeId,
-      tsquery,
+      search.candidates,
       scope.publicationHighWater,
       scope.ownSessionId,
       scope.ownGeneration,
@@ -117,20 +245,61 @@ export async function searchVisible(
       filters.sessionId ?? null,
       filters.before ?? null,
       filters.after ?? null,
-      offset,
       limit,
+      search.recordAverageLength,
+      search.nodeAverageLength,
+      search.k1,
+      search.b,
+      search.candidateCap,
+      ...unitParams,
     ],
   );
-  return result.rows.map((row) => ({
-    source: row.source,
-    sessionId: row.session_id,
-    generation: row.generation,
-    level: row.level,
-    index: Number(row.idx),
-    kind: row.kind,
-    occurredAt: row.occurred_at,
-    rank: row.rank,
-    text: row.node_text ?? payloadAsText(row.head ?? Buffer.alloc(0)),
-    validUtf8: row.valid_utf8,
-  }));
+  return result.rows.map((row) => {
+    const index = Number(row.idx);
+    const span = (startSeq: number, endSeq: number): RecordSpan => ({
+      sessionId: row.session_id as string,
+      generation: row.generation as number,
+      startSeq,
+      endSeq,
+    });
+    const spans: RecordSpan[] =
+      row.source === "record"
+        ? [span(index, index + 1)]
+        : row.source === "session_node"
+          ? [span(index * 2 ** row.level, (index + 1) * 2 ** row.level)]
+          : (row.span_sessions ?? []).map((sessionId, i) => ({
+              sessionId,
+              generation: row.span_generations?.[i] as number,
+              startSeq: Number(row.span_starts?.[i]),
+              endSeq: Number(row.span_ends?.[i]),
+            }));
+    return {
+      source: row.source,
+      sessionId: row.session_id,
+      generation: row.generation,
+      level: row.level,
+      index,
+      kind: row.kind,
+      occurredAt: row.occurred_at,
+      rank: row.rank,
+      text: row.node_text,
+      payloadHash: row.payload_hash,
+      spans,
+    };
+  });
+}
+
+/**
+ * The first 64 KiB of each payload, as text, by hash (hex): read only for the hits a page shows, since a ranked
+ * search looks at several times as many rows as it returns.
+ */
+export async function readRecordHeads(db: Queryable, hashes: readonly Buffer[]): Promise<Map<string, string>> {
+  const heads = new Map<string, string>();
+  if (hashes.length === 0) return heads;
+  const result = await db.query<{ hash: Buffer; head: Buffer }>(
+    "SELECT hash, substring(content FROM 1 FOR 65536) AS head FROM optchat.blobs WHERE hash = ANY($1::bytea[])",
+    [hashes],
+  );
+  for (const row of result.rows) heads.set(row.hash.toString("hex"), payloadAsText(row.head));
+  return heads;
 }

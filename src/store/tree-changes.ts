@@ -575,12 +575,22 @@ async function foldWithLoadedSizes(
 
 async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
   await db.query(
-    `INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
-                                attempts, overshoot, tree_event, job_id, job_attempt, search)
-     VALUES ($1::bigint, $2::int, $3::bigint,
-             coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
-             $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int,
-             $13::tsvector)`,
+    // The tree's search statistics (migrations/007) in the same statement; the writer holds the tree row's lock.
+    `WITH node AS (
+       INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
+                                  attempts, overshoot, tree_event, job_id, job_attempt, search)
+       VALUES ($1::bigint, $2::int, $3::bigint,
+               coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
+               $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int,
+               $13::tsvector)
+       RETURNING tree_id, length(search) AS terms
+     )
+     INSERT INTO optchat.search_tree_stats AS s (scope_id, tree_id, documents, total_length)
+     SELECT coalesce(t.scope_id, ss.scope_id), node.tree_id, 1, node.terms
+       FROM node JOIN optchat.trees t ON t.tree_id = node.tree_id
+       LEFT JOIN optchat.sessions ss ON ss.session_id = t.session_id
+     ON CONFLICT (scope_id, tree_id)
+     DO UPDATE SET documents = s.documents + excluded.documents, total_length = s.total_length + excluded.total_length`,
     [
       treeId,
       node.level,

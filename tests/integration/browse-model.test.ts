@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBrowseModel } from "../../src/memory/browse.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { Session } from "../../src/store/sessions.js";
-import { databaseDigest, HOSTILE_TEXT, seedBrowseMemory, useTestMemory } from "../helpers.js";
+import { databaseDigest, HOSTILE_TEXT, ingestEvent, seedBrowseMemory, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let a: Session;
@@ -32,14 +32,17 @@ describe("the browser's read-only service", () => {
       readOnly.pool.query("INSERT INTO optchat.scopes (scope_id, kind) VALUES ('project:x', 'project')"),
     ).rejects.toMatchObject({ code: "25006" });
     await expect(
-      readOnly.ingest({
-        sessionId: a.sessionId,
-        turnId: "a9",
-        kind: "user",
-        finalization: { hostSessionId: a.hostSessionId, messageId: "late" },
-        occurredAt: new Date().toISOString(),
-        content: "a write through the service",
-      }),
+      readOnly.ingest(
+        ingestEvent({
+          sessionId: a.sessionId,
+          turnId: "a9",
+          kind: "user",
+          host: a.hostSessionId,
+          messageId: "late",
+          occurredAt: new Date().toISOString(),
+          content: "a write through the service",
+        }),
+      ),
     ).rejects.toThrow(/read-only/);
   });
 

@@ -7,7 +7,7 @@ import { main } from "../../src/cli/main.js";
 import { COMMANDS } from "../../src/cli/registry.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { registerSession } from "../../src/store/sessions.js";
-import { collect, ROOT, runCli, useTestMemory } from "../helpers.js";
+import { collect, ingestEvent, ROOT, runCli, useTestMemory } from "../helpers.js";
 
 /** The `optchat` conventions of issue 12 item 4: help, pipes, session ids, scopes. */
 
@@ -20,14 +20,18 @@ beforeAll(async () => {
   optchatId = session.sessionId;
   await db.memory.admitTurn({ sessionId: optchatId, turnId: "msg_1", query: "where is the broker" });
   await db.memory.ingestMany(
-    ["where is the broker configured?", "In src/broker.ts, DurableBroker."].map((content, n) => ({
-      sessionId: optchatId,
-      turnId: "msg_1",
-      kind: n === 0 ? ("user" as const) : ("assistant" as const),
-      finalization: { hostSessionId: OPENCODE_ID, messageId: `msg_${n + 1}`, partId: `prt_${n}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
-      content,
-    })),
+    ["where is the broker configured?", "In src/broker.ts, DurableBroker."].map((content, n) =>
+      ingestEvent({
+        sessionId: optchatId,
+        turnId: "msg_1",
+        kind: n === 0 ? ("user" as const) : ("assistant" as const),
+        host: OPENCODE_ID,
+        messageId: `msg_${n + 1}`,
+        partId: `prt_${n}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+        content,
+      }),
+    ),
   );
   await db.memory.finishTurn({ sessionId: optchatId, turnId: "msg_1" }, "completed");
   const worker = await startWorker(db.memory, db.config, () => {});

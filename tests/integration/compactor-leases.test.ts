@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { eventually, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import { eventually, ingestEvent, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
 
 const db = useTestMemory();
 const workers: WorkerProcess[] = [];
@@ -20,14 +20,17 @@ async function start(env: Record<string, string> = {}): Promise<WorkerProcess> {
 
 async function ingestLong(name: string): Promise<string> {
   const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_leases" });
-  await db.memory.ingest({
-    sessionId: session.sessionId,
-    turnId: "t1",
-    kind: "assistant",
-    finalization: { hostSessionId: name, messageId: "m0" },
-    occurredAt: "2026-11-20T10:00:00Z",
-    content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
-  });
+  await db.memory.ingest(
+    ingestEvent({
+      sessionId: session.sessionId,
+      turnId: "t1",
+      kind: "assistant",
+      host: name,
+      messageId: "m0",
+      occurredAt: "2026-11-20T10:00:00Z",
+      content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
+    }),
+  );
   return session.sessionId;
 }
 

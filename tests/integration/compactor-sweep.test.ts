@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 
@@ -10,14 +10,17 @@ describe("start-up sweep", () => {
     const ctx = { sessionId: session.sessionId, turnId: "t1" };
     await db.memory.admitTurn(ctx);
     await db.memory.ingestMany(
-      Array.from({ length: 6 }, (_, k) => ({
-        sessionId: session.sessionId,
-        turnId: "t1",
-        kind: "assistant" as const,
-        finalization: { hostSessionId: "sweep", messageId: `m${k}` },
-        occurredAt: new Date(Date.UTC(2026, 10, 25, 9, k)).toISOString(),
-        content: `step ${k}: ${"a long explanation of what was done and why it matters later. ".repeat(12)}`,
-      })),
+      Array.from({ length: 6 }, (_, k) =>
+        ingestEvent({
+          sessionId: session.sessionId,
+          turnId: "t1",
+          kind: "assistant" as const,
+          host: "sweep",
+          messageId: `m${k}`,
+          occurredAt: new Date(Date.UTC(2026, 10, 25, 9, k)).toISOString(),
+          content: `step ${k}: ${"a long explanation of what was done and why it matters later. ".repeat(12)}`,
+        }),
+      ),
     );
     await db.memory.finishTurn(ctx, "completed");
     // t1's cover is not summarized yet, so its publication has no job to lose: the node commit that completes the
@@ -27,14 +30,17 @@ describe("start-up sweep", () => {
     const readyCtx = { sessionId: ready.sessionId, turnId: "r1" };
     await db.memory.admitTurn(readyCtx);
     await db.memory.ingestMany(
-      Array.from({ length: 2 }, (_, k) => ({
-        sessionId: ready.sessionId,
-        turnId: "r1",
-        kind: "assistant" as const,
-        finalization: { hostSessionId: "sweep2", messageId: `m${k}` },
-        occurredAt: new Date(Date.UTC(2026, 10, 25, 10, k)).toISOString(),
-        content: `short step ${k}`,
-      })),
+      Array.from({ length: 2 }, (_, k) =>
+        ingestEvent({
+          sessionId: ready.sessionId,
+          turnId: "r1",
+          kind: "assistant" as const,
+          host: "sweep2",
+          messageId: `m${k}`,
+          occurredAt: new Date(Date.UTC(2026, 10, 25, 10, k)).toISOString(),
+          content: `short step ${k}`,
+        }),
+      ),
       { buildFreeInline: true },
     );
     await db.memory.finishTurn(readyCtx, "completed");

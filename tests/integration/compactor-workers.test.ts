@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, it } from "vitest";
 import { auditTreeViews } from "../../src/memory/audit.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import { ingestEvent, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
 
 const VIEW_BYTES = 6000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
@@ -43,14 +43,15 @@ describe("compactor: three worker processes sharing the queue", () => {
           db.memory.ingestMany(
             Array.from({ length: 25 }, (_, k): IngestEvent => {
               const n = from + k;
-              return {
+              return ingestEvent({
                 sessionId: session.sessionId,
                 turnId: `t${Math.floor(n / 10)}`,
                 kind: n % 10 === 0 ? "user" : "assistant",
-                finalization: { hostSessionId: `w${s}`, messageId: `m${n}` },
+                host: `w${s}`,
+                messageId: `m${n}`,
                 occurredAt: new Date(Date.UTC(2026, 10, 1, 0, 0, n)).toISOString(),
                 content: content(s, n),
-              };
+              });
             }),
           ),
         ),

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { estimateTokens } from "../../src/core/context.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ viewBytes: 4000 });
 let session: Session;
@@ -10,14 +10,17 @@ let n = 0;
 
 async function ingest(turnId: string, kind: "user" | "assistant", text: string) {
   n += 1;
-  await db.memory.ingest({
-    sessionId: session.sessionId,
-    turnId,
-    kind,
-    finalization: { hostSessionId: "ctx", messageId: `m${n}` },
-    occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, n)).toISOString(),
-    content: text,
-  });
+  await db.memory.ingest(
+    ingestEvent({
+      sessionId: session.sessionId,
+      turnId,
+      kind,
+      host: "ctx",
+      messageId: `m${n}`,
+      occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, n)).toISOString(),
+      content: text,
+    }),
+  );
 }
 
 const WINDOW = {

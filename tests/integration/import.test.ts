@@ -6,7 +6,7 @@ import { importCommand } from "../../src/cli/commands/import.js";
 import { checkJsonl, ImportLineError, importJsonl } from "../../src/memory/import.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const FIXTURE = new URL("../fixtures/import-small.jsonl", import.meta.url);
 const fixtureLines = () => readFileSync(FIXTURE, "utf8").split("\n").slice(0, -1);
@@ -122,7 +122,7 @@ describe("optchat import (JSONL)", () => {
       records: { total: 13, sealed: 0, duplicates: 13, conflicts: 0 },
       errors: 0,
     });
-    await new Promise((resolve) => setTimeout(resolve, 1500)); // a stray publication job would run by now
+    await waitForIdleQueues(db.memory.pool); // a stray job (node or publication) has run by now
     expect(await counts()).toEqual(before);
   });
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { startWorker } from "../../src/memory/worker.js";
-import { retrying, runCli, useTestMemory } from "../helpers.js";
+import { ingestEvent, retrying, runCli, useTestMemory } from "../helpers.js";
 
 /** `optchat inspect`: one session's health from the database, with a verdict that tells working from failing. */
 
@@ -11,14 +11,15 @@ async function oneTurn(t: typeof ok, host: string, content: string) {
   const session = await t.memory.openSession({ host: "opencode", hostSessionId: host, projectId: "prj_inspect" });
   await t.memory.admitTurn({ sessionId: session.sessionId, turnId: "t1", query: "q" });
   await t.memory.ingestMany([
-    {
+    ingestEvent({
       sessionId: session.sessionId,
       turnId: "t1",
       kind: "user",
-      finalization: { hostSessionId: host, messageId: "m1" },
+      host,
+      messageId: "m1",
       occurredAt: new Date().toISOString(),
       content,
-    },
+    }),
   ]);
   await t.memory.finishTurn({ sessionId: session.sessionId, turnId: "t1" }, "completed");
   return session;

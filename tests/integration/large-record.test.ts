@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { EARLY_WORD, largeText } from "../../scripts/bench/large.js";
 import { NODE_QUEUE } from "../../src/compactor/queue.js";
 import { type CompactorEvent, type RunningCompactor, startWorker } from "../../src/memory/worker.js";
-import { useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ summarizer: "fake" });
 let worker: RunningCompactor | undefined;
@@ -42,16 +42,20 @@ describe("a large record", () => {
     await db.memory.admitTurn({ sessionId: session.sessionId, turnId: "t0" });
 
     const ingestGaps = timerGaps();
-    const sealed = await db.memory.ingest({
-      sessionId: session.sessionId,
-      turnId: "t0",
-      kind: "tool_result",
-      toolName: "bash",
-      toolCallId: "call_0",
-      finalization: { hostSessionId: "big", messageId: "m0", partId: "p0" },
-      occurredAt: "2026-12-01T10:00:00.000Z",
-      content: text,
-    });
+    const sealed = await db.memory.ingest(
+      ingestEvent({
+        sessionId: session.sessionId,
+        turnId: "t0",
+        kind: "tool_result",
+        toolName: "bash",
+        toolCallId: "call_0",
+        host: "big",
+        messageId: "m0",
+        partId: "p0",
+        occurredAt: "2026-12-01T10:00:00.000Z",
+        content: text,
+      }),
+    );
     expect(ingestGaps.stop()).toBeLessThan(STALL_BOUND_MS);
     const seq = (sealed as { seq: number }).seq;
 

@@ -2,7 +2,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { resolveConfig } from "../../src/memory/config.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
-import { useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory, waitForLockWaiters } from "../helpers.js";
 
 const db = useTestMemory();
 const extra: Memory[] = [];
@@ -18,13 +18,34 @@ async function connection(): Promise<Memory> {
 }
 
 function event(sessionId: string, host: string, writer: number, n: number): IngestEvent {
-  return {
+  return ingestEvent({
     sessionId,
     turnId: `w${writer}`,
     kind: "assistant",
-    finalization: { hostSessionId: host, messageId: `w${writer}-m${n}` },
+    host,
+    messageId: `w${writer}-m${n}`,
     occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, n)).toISOString(),
     content: `writer ${writer} message ${n}`,
+  });
+}
+
+/** A beforeCommit hook that keeps its transaction open: `holding` resolves once it does, `release` lets it commit. */
+function commitHold(): { beforeCommit: () => Promise<void>; holding: Promise<void>; release: () => void } {
+  let release: () => void = () => {};
+  const released = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  let holding: () => void = () => {};
+  const isHolding = new Promise<void>((resolve) => {
+    holding = resolve;
+  });
+  return {
+    beforeCommit: async () => {
+      holding();
+      await released;
+    },
+    holding: isHolding,
+    release: () => release(),
   };
 }
 
@@ -66,21 +87,11 @@ describe("seq allocation under concurrency", () => {
 
     // A writer that has ingested a record of session A and has not committed yet holds A's generation row.
     const holder = await connection();
-    let release: () => void = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let holding: () => void = () => {};
-    const isHolding = new Promise<void>((resolve) => {
-      holding = resolve;
-    });
+    const hold = commitHold();
     const held = holder.ingestMany([{ ...event(a.sessionId, "lock-a", 9, 0), turnId: "held" }], {
-      beforeCommit: async () => {
-        holding();
-        await released;
-      },
+      beforeCommit: hold.beforeCommit,
     });
-    await isHolding;
+    await hold.holding;
     const holdMs = 3000;
     const heldAt = performance.now();
 
@@ -90,7 +101,7 @@ describe("seq allocation under concurrency", () => {
     const sessionBMs = performance.now() - startB;
 
     await new Promise((resolve) => setTimeout(resolve, Math.max(0, holdMs - (performance.now() - heldAt))));
-    release();
+    hold.release();
     await held;
     const sessionAMs = await intoA;
 
@@ -111,26 +122,14 @@ describe("seq allocation under concurrency", () => {
     const session = await db.memory.openSession({ host: "test", hostSessionId: "twin", projectId: "prj_lock" });
     const [first, second] = await Promise.all([connection(), connection()]);
     const twin = event(session.sessionId, "twin", 1, 0);
-    let release: () => void = () => {};
-    const released = new Promise<void>((resolve) => {
-      release = resolve;
-    });
-    let holding: () => void = () => {};
-    const isHolding = new Promise<void>((resolve) => {
-      holding = resolve;
-    });
-    const sealed = first.ingestMany([twin], {
-      beforeCommit: async () => {
-        holding();
-        await released;
-      },
-    });
-    await isHolding;
+    const hold = commitHold();
+    const sealed = first.ingestMany([twin], { beforeCommit: hold.beforeCommit });
+    await hold.holding;
     // The second delivery's lookup runs before the first commits; it waits on the generation row, then must not
     // seal the same finalization again.
     const redelivered = second.ingest(twin);
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    release();
+    await waitForLockWaiters(db.memory.pool);
+    hold.release();
     const [[outcome], again] = await Promise.all([sealed, redelivered]);
     expect(outcome).toMatchObject({ status: "sealed", seq: 0 });
     expect(again).toMatchObject({ status: "duplicate", seq: 0 });
@@ -140,5 +139,24 @@ describe("seq allocation under concurrency", () => {
       [session.sessionId],
     );
     expect(Number(rows[0].next_seq)).toBe(1);
+  });
+
+  it("runs a twin insert again: one finalization sealed into two sessions at once is sealed once, the loser told so", async () => {
+    // Different sessions take different locks, so the second writer's insert meets the first's uncommitted record on
+    // the event_key constraint (records_event_key_unique) and fails with unique_violation once it commits.
+    const a = await db.memory.openSession({ host: "test", hostSessionId: "twin-a", projectId: "prj_twin" });
+    const b = await db.memory.openSession({ host: "test", hostSessionId: "twin-b", projectId: "prj_twin" });
+    const [first, second] = await Promise.all([connection(), connection()]);
+    const hold = commitHold();
+    const sealed = first.ingestMany([event(a.sessionId, "twin-shared", 1, 0)], { beforeCommit: hold.beforeCommit });
+    await hold.holding;
+    const racing = second.ingestMany([event(b.sessionId, "twin-shared", 1, 0)]);
+    await waitForLockWaiters(db.memory.pool);
+    hold.release();
+    const [[outcome], [again]] = await Promise.all([sealed, racing]);
+    expect(outcome).toMatchObject({ status: "sealed", sessionId: a.sessionId, seq: 0 });
+    expect(again?.status).not.toBe("sealed");
+    expect(again).toMatchObject({ sessionId: a.sessionId, seq: 0 });
+    expect(await db.memory.listRecords(b.sessionId)).toEqual([]);
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { collect, startScript, useTestMemory, waitForLine } from "../helpers.js";
+import { collect, ingestEvent, startScript, useTestMemory, waitForLine } from "../helpers.js";
 
 const db = useTestMemory();
 const WRITER = "tests/fixtures/writer-holds-transaction.ts";
@@ -15,14 +15,17 @@ async function storedState(sessionId: string) {
 }
 
 async function expectNextSeqZero(sessionId: string): Promise<void> {
-  const result = await db.memory.ingest({
-    sessionId,
-    turnId: "t2",
-    kind: "user",
-    finalization: { hostSessionId: `after-${sessionId}`, messageId: "after" },
-    occurredAt: "2026-11-20T10:00:00Z",
-    content: "written after the crash",
-  });
+  const result = await db.memory.ingest(
+    ingestEvent({
+      sessionId,
+      turnId: "t2",
+      kind: "user",
+      host: `after-${sessionId}`,
+      messageId: "after",
+      occurredAt: "2026-11-20T10:00:00Z",
+      content: "written after the crash",
+    }),
+  );
   expect(result).toMatchObject({ status: "sealed", seq: 0 });
 }
 

@@ -2,7 +2,7 @@ import { createHash } from "node:crypto";
 import { beforeAll, describe, expect, it } from "vitest";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import type { PayloadPage, RecordRef } from "../../src/memory/service.js";
-import { useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let sessionId = "";
@@ -15,17 +15,21 @@ beforeAll(async () => {
 
 async function ingestContent(content: string | Uint8Array, extra: Partial<IngestEvent> = {}): Promise<RecordRef> {
   message += 1;
-  const result = await db.memory.ingest({
-    sessionId,
-    turnId: "t1",
-    kind: "tool_result",
-    toolCallId: `call_${message}`,
-    toolName: "bash",
-    finalization: { hostSessionId: "payloads", messageId: `m${message}`, partId: "p" },
-    occurredAt: "2026-11-20T10:00:00Z",
-    content,
-    ...extra,
-  });
+  const result = await db.memory.ingest(
+    ingestEvent({
+      sessionId,
+      turnId: "t1",
+      kind: "tool_result",
+      toolCallId: `call_${message}`,
+      toolName: "bash",
+      host: "payloads",
+      messageId: `m${message}`,
+      partId: "p",
+      occurredAt: "2026-11-20T10:00:00Z",
+      content,
+      ...extra,
+    }),
+  );
   if (!("seq" in result)) throw new Error(`not sealed: ${result.status}`);
   return { sessionId, generation: result.generation, seq: result.seq };
 }

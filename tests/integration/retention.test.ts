@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { deleteSupersededRevisions } from "../../src/store/retention.js";
-import { useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory } from "../helpers.js";
 
 // Job retention at its floor and a fast sweep, so the test sees pg-boss's maintenance delete finished jobs.
 const db = useTestMemory({ viewBytes: 2000, jobRetentionSeconds: 1, retentionSweepSeconds: 1 });
@@ -10,14 +10,17 @@ const db = useTestMemory({ viewBytes: 2000, jobRetentionSeconds: 1, retentionSwe
 let n = 0;
 async function ingest(sessionId: string, host: string, turnId: string, text: string) {
   n += 1;
-  await db.memory.ingest({
-    sessionId,
-    turnId,
-    kind: n % 2 ? "user" : "assistant",
-    finalization: { hostSessionId: host, messageId: `m${n}` },
-    occurredAt: new Date(Date.UTC(2026, 11, 1, 9, 0, n)).toISOString(),
-    content: text,
-  });
+  await db.memory.ingest(
+    ingestEvent({
+      sessionId,
+      turnId,
+      kind: n % 2 ? "user" : "assistant",
+      host,
+      messageId: `m${n}`,
+      occurredAt: new Date(Date.UTC(2026, 11, 1, 9, 0, n)).toISOString(),
+      content: text,
+    }),
+  );
 }
 
 async function count(sql: string, values: unknown[] = []): Promise<number> {

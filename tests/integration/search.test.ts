@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -22,14 +22,17 @@ beforeAll(async () => {
   stranger = await db.memory.openSession({ host: "test", hostSessionId: "stranger", projectId: "prj_elsewhere" });
   for (const [k, text] of SENTENCES.entries()) {
     await db.memory.admitTurn({ sessionId: writer.sessionId, turnId: `w${k}` });
-    await db.memory.ingest({
-      sessionId: writer.sessionId,
-      turnId: `w${k}`,
-      kind: "user",
-      finalization: { hostSessionId: "writer", messageId: `m${k}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 22, 8, k)).toISOString(),
-      content: text,
-    });
+    await db.memory.ingest(
+      ingestEvent({
+        sessionId: writer.sessionId,
+        turnId: `w${k}`,
+        kind: "user",
+        host: "writer",
+        messageId: `m${k}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 22, 8, k)).toISOString(),
+        content: text,
+      }),
+    );
     await db.memory.finishTurn({ sessionId: writer.sessionId, turnId: `w${k}` }, "completed");
   }
   await eventually(
@@ -70,11 +73,12 @@ describe("search", () => {
     }
   });
 
-  it("finds texts with any of the words when asked, best match first, and still nothing across scopes", async () => {
+  it("finds texts with any of the words by default, best match first, and still nothing across scopes", async () => {
     const ctx = { sessionId: reader.sessionId, turnId: "r1" };
     const question = "which tool does the deploy use instead of npm, pnpm?";
-    expect((await db.memory.search(ctx, { query: question })).hits).toEqual([]);
+    expect((await db.memory.search(ctx, { query: question, match: "all" })).hits).toEqual([]);
     const any = await db.memory.search(ctx, { query: question, match: "any" });
+    expect((await db.memory.search(ctx, { query: question })).hits).toEqual(any.hits);
     expect(any.hits[0]?.ref).toBe(`${writer.sessionId}:0:0+1`);
     expect(any.hits.every((hit) => hit.excerpt.includes("npm"))).toBe(true);
     const strangerCtx = { sessionId: stranger.sessionId, turnId: "s1" };
@@ -89,11 +93,15 @@ describe("search", () => {
         (h) => h.source === "message",
       ),
     ).toEqual([]);
-    const first = await db.memory.search(ctx, { query: "データベース", limit: 1 });
+    // Two places (the Japanese and the Korean sentence): one per page.
+    const query = "データベース 데이터베이스";
+    const first = await db.memory.search(ctx, { query, limit: 1 });
     expect(first.hits).toHaveLength(1);
     expect(first.nextCursor).not.toBeNull();
-    const second = await db.memory.search(ctx, { query: "データベース", limit: 1, cursor: first.nextCursor as string });
+    const second = await db.memory.search(ctx, { query, limit: 1, cursor: first.nextCursor as string });
+    expect(second.hits).toHaveLength(1);
     expect(second.hits[0]?.ref).not.toBe(first.hits[0]?.ref);
+    expect(second.nextCursor).toBeNull();
     await expect(db.memory.search(ctx, { query: "!!! ???" })).rejects.toMatchObject({
       code: "INPUT_INVALID",
       issues: [{ field: "query" }],

@@ -3,7 +3,7 @@ import { openMemory } from "../../src/memory/service.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, runCli, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, runCli, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -59,14 +59,17 @@ async function turn(
   });
   for (const [kind, text] of messages) {
     message += 1;
-    await db.memory.ingest({
-      sessionId: session.sessionId,
-      turnId,
-      kind,
-      finalization: { hostSessionId: session.hostSessionId, messageId: `m${message}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, message)).toISOString(),
-      content: text,
-    });
+    await db.memory.ingest(
+      ingestEvent({
+        sessionId: session.sessionId,
+        turnId,
+        kind,
+        host: session.hostSessionId,
+        messageId: `m${message}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, message)).toISOString(),
+        content: text,
+      }),
+    );
   }
   await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, outcome);
   if (admitted.publishes)
@@ -186,15 +189,18 @@ describe("shared memory across sessions", () => {
     const published = await publications();
     for (let i = 0; i < 3; i++) {
       await db.memory.finishTurn({ sessionId: a.sessionId, turnId: "a1" }, "completed");
-      await db.memory.ingest({
-        sessionId: a.sessionId,
-        turnId: "a1",
-        kind: "user",
-        finalization: { hostSessionId: "A", messageId: "m1" },
-        occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, 1)).toISOString(),
-        content:
-          "We need a persistent queue for the importer. Let's not use Redis; the existing broker should provide persistence.",
-      });
+      await db.memory.ingest(
+        ingestEvent({
+          sessionId: a.sessionId,
+          turnId: "a1",
+          kind: "user",
+          host: "A",
+          messageId: "m1",
+          occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, 1)).toISOString(),
+          content:
+            "We need a persistent queue for the importer. Let's not use Redis; the existing broker should provide persistence.",
+        }),
+      );
     }
     // Wait until the compactor has nothing left to do, so that a duplicate publication would have happened by now.
     await eventually(

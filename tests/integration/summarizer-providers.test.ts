@@ -187,6 +187,26 @@ describe("any OpenAI-compatible server through @ai-sdk/openai-compatible", () =>
     expect(lastCompactorRequest().body.stream_options).toEqual({ include_usage: true });
   });
 
+  it("stops a call when its job is aborted", async () => {
+    const silent: Server = createServer(() => {});
+    await new Promise<void>((resolve) => silent.listen(0, "127.0.0.1", resolve));
+    try {
+      const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/v1`;
+      const summarizer = await createSummarizer(settings("openai-compatible", { url, timeoutMs: 60_000 }));
+      const controller = new AbortController();
+      const pending = failure(summarizer.complete(buildSummaryPrompt([], step), { signal: controller.signal }));
+      // Aborted once the request has reached the server (not after a fixed delay, which load could outrun).
+      await new Promise<void>((resolve) => silent.once("request", () => resolve()));
+      controller.abort();
+      expect((await pending).kind).toBe("aborted");
+      const before = await failure(summarizer.complete(buildSummaryPrompt([], step), { signal: AbortSignal.abort() }));
+      expect(before.kind).toBe("aborted");
+    } finally {
+      silent.closeAllConnections();
+      await new Promise<void>((resolve) => silent.close(() => resolve()));
+    }
+  });
+
   it("says which setting to check when nothing listens, and times out a server that never answers", async () => {
     const probe = createServer();
     await new Promise<void>((resolve) => probe.listen(0, "127.0.0.1", resolve));

@@ -3,7 +3,7 @@ import { OptchatError } from "../../src/core/errors.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
 
 // Summaries take 150 ms, so a turn's cover is not built yet when it finishes (the case where publication used to
 // wait by rescheduling itself).
@@ -24,14 +24,17 @@ async function open(name: string): Promise<Session> {
 
 async function record(session: Session, turnId: string, kind: "user" | "assistant", content: string) {
   message += 1;
-  return await db.memory.ingest({
-    sessionId: session.sessionId,
-    turnId,
-    kind,
-    finalization: { hostSessionId: session.hostSessionId, messageId: `m${message}` },
-    occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, message)).toISOString(),
-    content,
-  });
+  return await db.memory.ingest(
+    ingestEvent({
+      sessionId: session.sessionId,
+      turnId,
+      kind,
+      host: session.hostSessionId,
+      messageId: `m${message}`,
+      occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, message)).toISOString(),
+      content,
+    }),
+  );
 }
 
 async function publicationOf(session: Session, turnId: string) {

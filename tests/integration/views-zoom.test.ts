@@ -5,7 +5,7 @@ import { resolveConfig } from "../../src/memory/config.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
-import { eventually, runCli, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const VIEW_BYTES = 5000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
@@ -36,14 +36,17 @@ beforeAll(async () => {
   sessionId = session.sessionId;
   for (let n = 0; n < MESSAGES; n++) originals.push(message(n));
   await db.memory.ingestMany(
-    originals.map((content, n) => ({
-      sessionId,
-      turnId: `t${n >> 2}`,
-      kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
-      finalization: { hostSessionId: "zoom", messageId: `m${n}` },
-      occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
-      content,
-    })),
+    originals.map((content, n) =>
+      ingestEvent({
+        sessionId,
+        turnId: `t${n >> 2}`,
+        kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
+        host: "zoom",
+        messageId: `m${n}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+        content,
+      }),
+    ),
   );
   const worker = await startWorker(db.memory, db.config, () => {});
   await db.memory.settle(sessionId, { timeoutMs: 60_000 });
@@ -142,8 +145,9 @@ describe("restart", () => {
     // Everything stops; a new process opens the same database and runs a worker for a while.
     const reopened = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, viewBytes: VIEW_BYTES } }));
     try {
+      // Its start-up sweep (awaited by startWorker) has queued whatever it finds missing; let that run.
       const worker = await startWorker(reopened, db.config, () => {});
-      await new Promise((resolve) => setTimeout(resolve, 2000));
+      await waitForIdleQueues(reopened.pool);
       await worker.stop();
       expect(viewAsText(await reopened.view(sessionId))).toBe(viewBefore);
       expect(await reopened.zoomSession(sessionId, "0+2")).toEqual(zoomBefore);

@@ -5,12 +5,12 @@ import { renderSearch } from "../render.js";
 import { requireScope } from "./scope-flag.js";
 
 const usage =
-  "optchat search --scope <scope> <query...> [--any] [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]";
+  "optchat search --scope <scope> <query...> [--all] [--session ID] [--before ISO] [--after ISO] [--cursor C] [--json]";
 
 export const searchCommand: Command = {
   name: "search",
   usage: [usage],
-  summary: "every word must occur, or any of them with --any (best first)",
+  summary: "best matches first (rarer words weigh more); --all: every word must occur",
   async run(args, { config, output }) {
     const flags = {
       scope: { type: "string" },
@@ -18,7 +18,7 @@ export const searchCommand: Command = {
       before: { type: "string" },
       after: { type: "string" },
       cursor: { type: "string" },
-      any: { type: "boolean" },
+      all: { type: "boolean" },
     } as const;
     const { values, positionals } = parseCommand(args, flags, "any", usage);
     const scope = requireScope(values.scope, usage);
@@ -26,7 +26,7 @@ export const searchCommand: Command = {
     const answer = await withMemory(config, "optchat-cli", async (memory) =>
       memory.search(await memory.readScope(scope), {
         query: positionals.join(" "),
-        ...(values.any ? { match: "any" as const } : {}),
+        ...(values.all ? { match: "all" as const } : {}),
         ...(values.session ? { sessionId: (await resolveSession(memory, values.session)).sessionId } : {}),
         ...(values.before ? { before: values.before } : {}),
         ...(values.after ? { after: values.after } : {}),

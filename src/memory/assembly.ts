@@ -1,0 +1,314 @@
+import {
+  availableMemoryTokens,
+  type ContextBudgetInput,
+  coveredPrefixEnd,
+  estimateTokens,
+  type MemoryLine,
+  type RenderedBlock,
+  renderPreviousExchange,
+  renderSessionBlock,
+  renderSharedBlock,
+  splitBudget,
+} from "../core/context.js";
+import { OptchatError } from "../core/errors.js";
+import { restrictToPrefix } from "../core/fold.js";
+import { payloadAsText } from "../core/payload.js";
+import { sharedRef } from "../core/refs.js";
+import { endOf, parseRef, refOf } from "../core/tree.js";
+import type { Pool } from "../store/db.js";
+import type { TreeListener } from "../store/notifications.js";
+import { publishedRangesOfSession } from "../store/publications.js";
+import { readTurnMessages } from "../store/records.js";
+import { findSessionTree, findViewRevision, type ViewRevision } from "../store/trees.js";
+import { findPreviousTurn, pinOwnViewRevision, type Turn } from "../store/turns.js";
+import type { Config } from "./config.js";
+import { fitTokens, type TreeLines } from "./fit-tokens.js";
+import type { PinnedNodeCache } from "./pinned-nodes.js";
+import { type ServedSnapshot, served, turnReader } from "./reader.js";
+import { settleTree } from "./views.js";
+
+// Context assembly (seed 000 §7): the memory blocks of one model request of a turn, within its budget.
+
+export interface AssemblyDeps {
+  readonly pool: Pool;
+  readonly listener: TreeListener;
+  readonly config: Config;
+  /** Node texts as of a tree event, which never change: every model step of every turn reuses them. */
+  readonly pinnedNodes: PinnedNodeCache;
+}
+
+export interface AssembleOptions extends ContextBudgetInput {
+  readonly previousExchange?: boolean;
+  /** strict (default): MEMORY_NOT_READY after the wait; partial: proceed and say in the block what is missing. */
+  readonly readiness?: "strict" | "partial";
+  readonly waitMs?: number;
+}
+
+export interface AssembledBlock {
+  readonly name: "shared_memory" | "session_memory" | "previous_exchange";
+  readonly text: string;
+  /** The text as pieces (text === pieces.join("\n")): opening, each line, closing (core/context.ts). */
+  readonly pieces: readonly string[];
+  readonly tokens: number;
+  readonly lines: number;
+}
+
+export interface AssembledContext {
+  readonly blocks: readonly AssembledBlock[];
+  readonly tokens: {
+    readonly available: number;
+    readonly used: number;
+    readonly shared: number;
+    readonly own: number;
+    readonly previous: number;
+  };
+  readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null };
+  /** What could not be included, and why (partial mode, or the previous exchange not fitting). */
+  readonly omitted: readonly string[];
+}
+
+/**
+ * The memory blocks for one model request of `turn`. Reads only, with one exception: the first assembly of a turn
+ * whose own history is ready pins the turn's own view revision (`pinOwnView`), so that every later model step of the
+ * turn sees the same session view. A turn built in memory with its own revision already set (a preview) is never
+ * written.
+ */
+export async function assembleContext(
+  deps: AssemblyDeps,
+  turn: Turn,
+  options: AssembleOptions,
+): Promise<AssembledContext> {
+  const strict = (options.readiness ?? "strict") === "strict";
+  const omitted: string[] = [];
+  const available = availableMemoryTokens(options);
+
+  const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
+  const sharedLines = await readSharedLines(deps, turn);
+  const blocks: AssembledBlock[] = [];
+  const fitting = { pool: deps.pool, strict, windowTokens: options.windowTokens, blocks, omitted };
+  const { sharedTokens, ownTokens } = await fitMemoryBlocks(fitting, turn, own, sharedLines, available);
+  let previousTokens = 0;
+  if (options.previousExchange !== false) {
+    const left = available - sharedTokens - ownTokens;
+    const previous = await previousExchangeBlock(deps.pool, turn);
+    if (previous && previous.tokens <= left) {
+      blocks.push(previous);
+      previousTokens = previous.tokens;
+    } else if (previous) {
+      omitted.push(`previous exchange: needs ${previous.tokens} tokens, ${left} left`);
+    }
+  }
+  const used = sharedTokens + ownTokens + previousTokens;
+  // Validation: the whole is within the budget, measured again on the final text.
+  const measured = blocks.reduce((sum, block) => sum + estimateTokens(block.text), 0);
+  if (measured !== used || used > available)
+    throw new Error(`context assembly exceeded its budget: ${measured} tokens for ${available}`);
+  return {
+    blocks,
+    tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
+    snapshot: { ...served(turnReader(turn)), ownViewRevision: own.revision },
+    omitted,
+  };
+}
+
+/** The shared view pinned by the turn's snapshot, as lines to fit (its node texts from the process-wide cache). */
+async function readSharedLines(deps: AssemblyDeps, turn: Turn): Promise<TreeLines | undefined> {
+  const view = await readSharedView(deps.pool, turn);
+  return view
+    ? {
+        treeId: view.treeId,
+        parts: view.parts,
+        leafCount: view.leafCount,
+        atEvent: view.eventNo,
+        name: sharedRef,
+        cache: new Map(),
+        pinned: deps.pinnedNodes,
+      }
+    : undefined;
+}
+
+/**
+ * The shared and session blocks within `available` tokens: their needs at full detail decide the 30/70 split with
+ * spill-over (core/context.ts splitBudget); each block is then projected into its share.
+ */
+async function fitMemoryBlocks(
+  fitting: BlockFitting,
+  turn: Turn,
+  own: { ready: boolean; lines: TreeLines },
+  sharedLines: TreeLines | undefined,
+  available: number,
+): Promise<{ sharedTokens: number; ownTokens: number }> {
+  // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
+  // only its lines past the covered prefix, while the shared block is included.
+  const publishedOwn = sharedLines ? await publishedOwnPrefix(fitting.pool, turn, sharedLines.leafCount) : 0;
+  const renderShared = (lines: readonly MemoryLine[]) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
+  const renderOwnFrom = (from: number) => (lines: readonly MemoryLine[]) =>
+    renderSessionBlock(
+      {
+        sessionId: turn.sessionId,
+        generation: turn.generation,
+        through: turn.snapshot.ownBoundary,
+        ...(own.ready
+          ? {}
+          : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
+      },
+      lines.filter((line) => {
+        const node = parseRef(line.ref);
+        return node === undefined || endOf(node) > from;
+      }),
+    );
+  const sharedFull = sharedLines
+    ? await fitTokens(fitting.pool, sharedLines, Number.MAX_SAFE_INTEGER, renderShared)
+    : undefined;
+  const ownFull =
+    own.lines.parts.length > 0
+      ? await fitTokens(fitting.pool, own.lines, Number.MAX_SAFE_INTEGER, renderOwnFrom(publishedOwn))
+      : undefined;
+  const split = splitBudget(available, sharedFull?.tokens ?? 0, ownFull?.tokens ?? 0);
+  let sharedTokens = 0;
+  if (sharedLines && sharedFull) {
+    const budget = split.shared + Math.max(0, split.own - (ownFull?.tokens ?? 0));
+    sharedTokens = await fitBlock(fitting, "shared_memory", sharedLines, renderShared, budget, split.shared);
+  }
+  let ownTokens = 0;
+  if (ownFull) {
+    // Without the shared block, nothing of this session is shown there: the session block then shows all of it.
+    const from = sharedTokens === 0 ? 0 : publishedOwn;
+    const left = available - sharedTokens;
+    ownTokens = await fitBlock(fitting, "session_memory", own.lines, renderOwnFrom(from), left, left);
+  }
+  return { sharedTokens, ownTokens };
+}
+
+/**
+ * The own session's view before the turn's boundary: every part must be a summary. Waits (bounded) for that; then
+ * strict fails, partial says so in `omitted` and goes on with what is built.
+ */
+async function readOwnView(
+  deps: AssemblyDeps,
+  turn: Turn,
+  strict: boolean,
+  waitMs: number,
+  omitted: string[],
+): Promise<{ ready: boolean; revision: number | null; lines: TreeLines }> {
+  let ready = true;
+  try {
+    await settleUpTo(deps, turn, waitMs);
+  } catch (error) {
+    if (strict) throw error;
+    ready = false;
+    omitted.push(`session memory: ${(error as Error).message}`);
+  }
+  const tree = await findSessionTree(deps.pool, turn.sessionId, turn.generation);
+  if (!tree) throw new Error(`session ${turn.sessionId} has no tree`);
+  let revision = turn.snapshot.ownViewRevision;
+  if (revision === null && ready) revision = await pinOwnView(deps.pool, turn, tree.treeId);
+  const view =
+    revision !== null
+      ? await findViewRevision(deps.pool, tree.treeId, revision)
+      : await findViewRevision(deps.pool, tree.treeId);
+  return {
+    ready,
+    revision,
+    lines: {
+      treeId: tree.treeId,
+      parts: view ? restrictToPrefix(view.parts, turn.snapshot.ownBoundary) : [],
+      leafCount: turn.snapshot.ownBoundary,
+      atEvent: undefined,
+      name: refOf,
+      cache: new Map(),
+    },
+  };
+}
+
+/**
+ * The one write of an assembly: the turn's own view revision, fixed at its first assembly with its history ready
+ * (the latest revision then), so that later model steps of the turn render the same session view. Returns the pinned
+ * revision (the one a concurrent first assembly pinned, if it won), or null when the tree has no revision yet.
+ */
+async function pinOwnView(pool: Pool, turn: Turn, treeId: number): Promise<number | null> {
+  const latest = await findViewRevision(pool, treeId);
+  return latest ? await pinOwnViewRevision(pool, turn, latest.revision) : null;
+}
+
+async function readSharedView(pool: Pool, turn: Turn): Promise<ViewRevision | undefined> {
+  return turn.snapshot.sharedTreeId !== null && turn.snapshot.sharedViewRevision !== null
+    ? await findViewRevision(pool, turn.snapshot.sharedTreeId, turn.snapshot.sharedViewRevision)
+    : undefined;
+}
+
+/** Where the session's records that the shared view already holds (its published turns, from the start) end. */
+async function publishedOwnPrefix(pool: Pool, turn: Turn, sharedLeafCount: number): Promise<number> {
+  return coveredPrefixEnd(
+    await publishedRangesOfSession(
+      pool,
+      turn.snapshot.scopeId,
+      turn.sessionId,
+      turn.generation,
+      Math.min(turn.snapshot.publicationHighWater, sharedLeafCount),
+    ),
+  );
+}
+
+interface BlockFitting {
+  readonly pool: Pool;
+  readonly strict: boolean;
+  readonly windowTokens: number;
+  readonly blocks: AssembledBlock[];
+  readonly omitted: string[];
+}
+
+/**
+ * Fits one memory block into `budget` tokens and adds it, returning its tokens; when even its smallest cover does
+ * not fit, strict mode throws BUDGET_EXCEEDED and partial mode leaves it out (0), saying so. `reported` is the share
+ * the message names (the shared block may also use what the session block leaves of its share).
+ */
+async function fitBlock(
+  fitting: BlockFitting,
+  name: "shared_memory" | "session_memory",
+  lines: TreeLines,
+  render: (lines: readonly MemoryLine[]) => RenderedBlock,
+  budget: number,
+  reported: number,
+): Promise<number> {
+  const fitted = await fitTokens(fitting.pool, lines, budget, render);
+  const what = name === "shared_memory" ? "shared memory" : "session memory";
+  if (!fitted.fits) {
+    const message = `the ${what} needs at least ${fitted.tokens} tokens, ${reported} are available (window ${fitting.windowTokens})`;
+    if (fitting.strict) throw budgetError(message, fitted.tokens, reported);
+    fitting.omitted.push(`${what}: ${message}`);
+    return 0;
+  }
+  fitting.blocks.push({ name, text: fitted.text, pieces: fitted.pieces, tokens: fitted.tokens, lines: fitted.lines });
+  return fitted.tokens;
+}
+
+/** The previous turn's messages as a block, or undefined when there is no previous turn or it has none. */
+async function previousExchangeBlock(pool: Pool, turn: Turn): Promise<AssembledBlock | undefined> {
+  const previous = await findPreviousTurn(pool, turn);
+  if (!previous) return undefined;
+  const messages = await readTurnMessages(pool, turn.sessionId, turn.generation, previous.turnId);
+  if (messages.length === 0) return undefined;
+  const first = messages[0]?.seq as number;
+  const last = messages[messages.length - 1]?.seq as number;
+  const { text, pieces } = renderPreviousExchange(
+    { sessionId: turn.sessionId, refs: `${first}+1..${last}+1` },
+    messages.map((m) => ({ kind: m.kind, text: payloadAsText(m.payload) })),
+  );
+  return { name: "previous_exchange", text, pieces, tokens: estimateTokens(text), lines: messages.length };
+}
+
+function budgetError(message: string, needed: number, available: number): OptchatError {
+  return new OptchatError(
+    "BUDGET_EXCEEDED",
+    `Memory does not fit the model's context: ${message}. Use a model with a larger context window, lower the output reservation, or allow partial memory (readiness mode 'partial').`,
+    { needed, available },
+  );
+}
+
+/** Waits until the own tree's leaves before the turn's boundary are all summaries. */
+async function settleUpTo(deps: AssemblyDeps, turn: Turn, timeoutMs: number): Promise<void> {
+  const tree = await findSessionTree(deps.pool, turn.sessionId, turn.generation);
+  if (tree && tree.builtLeaves >= turn.snapshot.ownBoundary) return;
+  await settleTree(deps.pool, deps.listener, turn.sessionId, turn.generation, timeoutMs, turn.snapshot.ownBoundary);
+}

@@ -1,0 +1,114 @@
+import type { PgBoss } from "pg-boss";
+import { enqueueNodeJobs } from "../compactor/queue.js";
+import { OptchatError } from "../core/errors.js";
+import type { FoldParams } from "../core/fold.js";
+import { isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
+import { sealAndAppend } from "../store/ingest-commit.js";
+import {
+  EVENT_KEY_CONSTRAINT,
+  type RecordToSeal,
+  type SealOutcome,
+  type StageOutcome,
+  stageItem,
+} from "../store/records.js";
+import { prepareEvents } from "./ingest-prep.js";
+import type { IngestEvent, ValidIngestEvent } from "./schemas.js";
+
+export type IngestResult =
+  | SealOutcome
+  | { readonly status: StageOutcome; readonly eventKey: string; readonly sessionId: string };
+
+export interface IngestOptions {
+  readonly beforeCommit?: () => Promise<void>;
+  /**
+   * Build the leaves that need no model call (short messages, seed 002 §3 free nodes) in the ingest transaction, so
+   * the next request need not wait for a compactor job hop (~100 ms each). For a host's per-message ingestion; bulk
+   * imports leave it off (measured: batches of 100 fell from ~5,000 to ~300 records/s with it).
+   */
+  readonly buildFreeInline?: boolean;
+}
+
+export interface IngestDeps {
+  readonly pool: Pool;
+  readonly boss: PgBoss;
+  readonly fold: FoldParams;
+}
+
+/**
+ * Ingests a batch in one transaction: non-final events are staged; final ones are sealed, appended as leaves of
+ * their generation's tree (the view folds) and their ready leaf jobs enqueued, all before one commit.
+ */
+export async function ingestMany(
+  deps: IngestDeps,
+  events: readonly IngestEvent[],
+  where = "ingestMany",
+  options: IngestOptions = {},
+): Promise<IngestResult[]> {
+  const { valid, prepared } = await prepareEvents(events, where);
+  return await retryOnTwinInsert(() =>
+    withTransaction(deps.pool, async (client) => {
+      const results: (IngestResult | undefined)[] = new Array(prepared.length);
+      const finals: { index: number; record: RecordToSeal }[] = [];
+      for (const [index, item] of prepared.entries()) {
+        const event = valid[index] as ValidIngestEvent;
+        if (event.final) {
+          finals.push({ index, record: item });
+        } else {
+          const status = await stageItem(client, {
+            stageKey: item.stageKey,
+            sessionId: item.sessionId,
+            generation: item.generation,
+            turnId: item.turnId,
+            kind: item.kind,
+            revision: event.finalization.revision,
+            payload: item.payload,
+          });
+          results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
+        }
+      }
+      if (finals.length > 0) {
+        // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
+        // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
+        const sealed = await sealAndAppend(
+          client,
+          finals.map((f) => f.record),
+          deps.fold,
+          { buildFreeInline: options.buildFreeInline ?? false },
+        );
+        finals.forEach((f, n) => {
+          results[f.index] = sealed.outcomes[n];
+        });
+        for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(deps.boss, client, treeId, nodes);
+      }
+      await options.beforeCommit?.();
+      return results as IngestResult[];
+    }),
+  );
+}
+
+export async function ingest(deps: IngestDeps, event: IngestEvent): Promise<IngestResult> {
+  const [result] = await ingestMany(deps, [event], "ingest");
+  if (!result) throw new Error("ingest: no result");
+  if (result.status === "conflict") {
+    throw new OptchatError(
+      "INGEST_CONFLICT",
+      `ingest: finalization ${result.eventKey} is already sealed as ${result.sessionId}:${result.generation}:${result.seq} with different content; the sealed record is unchanged and the conflict is recorded (#${result.conflictId}). A host rewrite must use a new revision.`,
+      { ...result },
+    );
+  }
+  return result;
+}
+
+/**
+ * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
+ * unique_violation on records.event_key (its named constraint). Running the transaction again then sees the winner's record and reports a
+ * duplicate or a conflict, as a sequential delivery would.
+ */
+async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (error) {
+    if (isUniqueViolationOf(error, EVENT_KEY_CONSTRAINT)) return await run();
+    throw error;
+  }
+}

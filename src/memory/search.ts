@@ -1,0 +1,152 @@
+/**
+ * `search` (seed 000 §8, issue 10): BM25 over the turn's snapshot, as distinct places. The query is a bag of weighted
+ * words by default (src/core/search-query.ts); `match: "all"` keeps only texts holding every word. Statistics are the
+ * scope's (src/store/search.ts readSearchStatistics), so another scope never changes a score.
+ */
+import { excerptAround } from "../core/context.js";
+import { InputInvalidError } from "../core/errors.js";
+import { sessionRef, sharedRef } from "../core/refs.js";
+import { distinctPlaces } from "../core/search-places.js";
+import { BM25_B, BM25_K1, planRanking, queryUnits } from "../core/search-query.js";
+import { termsTsquery, toTsqueryLiteral } from "../core/tokenize.js";
+import { refOf } from "../core/tree.js";
+import type { Queryable } from "../store/db.js";
+import { readRecordHeads, readSearchStatistics, type SearchHit, searchRanked } from "../store/search.js";
+
+/** Who searches: a turn's session and snapshot, or a scope reader's (no own session: sessionId "" matches none). */
+export interface Searcher {
+  readonly sessionId: string;
+  readonly generation: number;
+  readonly snapshot: {
+    readonly scopeId: string;
+    readonly publicationHighWater: number;
+    readonly sharedTreeId: number | null;
+    readonly ownBoundary: number;
+  };
+}
+
+export interface SearchOptions {
+  readonly query: string;
+  readonly sessionId?: string;
+  readonly before?: string;
+  readonly after?: string;
+  readonly cursor?: string;
+  readonly limit?: number;
+  /** any (default): any word counts, rarer words more; all: every word must occur in the text. */
+  readonly match?: "all" | "any";
+}
+
+export interface SearchAnswerHit {
+  readonly ref: string;
+  readonly source: "message" | "summary" | "shared summary";
+  readonly sessionId: string | null;
+  readonly kind: string | null;
+  readonly occurredAt: string | null;
+  readonly excerpt: string;
+  /** The summary this message was found under (it matched too, and covers the message), when there is one. */
+  readonly within: string | null;
+}
+
+/** Hits fetched per place wanted: merging a summary with what it covers consumes hits. */
+const HITS_PER_PLACE = 4;
+/** Most rows one page reads, whatever its offset. */
+const MAX_FETCH = 400;
+/**
+ * Most candidate rows scored per source (records, session nodes, shared nodes): a query whose rarest unit is in more
+ * records than this scores the first rows the index returns, not all of them (a query of only common words ranks
+ * weakly anyway; scoring every row cost about 8 µs each).
+ */
+const CANDIDATE_CAP = 2_000;
+
+function parseDate(value: string | undefined, field: string): Date | undefined {
+  if (value === undefined) return undefined;
+  const parsed = new Date(value);
+  if (Number.isNaN(parsed.getTime()))
+    throw new InputInvalidError("search", [{ field, problem: "must be an ISO 8601 date or time" }]);
+  return parsed;
+}
+
+function parseCursor(cursor: string | undefined): number {
+  if (!cursor) return 0;
+  const match = /^s2\.(\d{1,9})$/.exec(cursor);
+  if (!match)
+    throw new InputInvalidError("search", [{ field: "cursor", problem: "is not a cursor from a previous answer" }]);
+  return Number(match[1]);
+}
+
+/** The page of distinct places for `options` in the turn's snapshot, and the cursor of the next page. */
+export async function searchPlaces(
+  db: Queryable,
+  turn: Searcher,
+  options: SearchOptions,
+): Promise<{ hits: SearchAnswerHit[]; nextCursor: string | null }> {
+  const units = queryUnits(options.query);
+  const required = options.match === "all" ? toTsqueryLiteral(options.query, "all") : undefined;
+  if (units.length === 0)
+    throw new InputInvalidError("search", [{ field: "query", problem: "has no searchable words" }]);
+  const before = parseDate(options.before, "before");
+  const after = parseDate(options.after, "after");
+  const limit = Math.min(50, Math.max(1, options.limit ?? 10));
+  const offset = parseCursor(options.cursor);
+
+  const statistics = await readSearchStatistics(
+    db,
+    turn.snapshot.scopeId,
+    units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
+    units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
+  );
+  const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
+  const generators = ranked.filter((unit) => unit.generates).map((unit) => termsTsquery(unit.terms, unit.prefix));
+  const hits = await searchRanked(
+    db,
+    {
+      scopeId: turn.snapshot.scopeId,
+      publicationHighWater: turn.snapshot.publicationHighWater,
+      sharedTreeId: turn.snapshot.sharedTreeId,
+      ownSessionId: turn.sessionId,
+      ownGeneration: turn.generation,
+      ownBoundary: turn.snapshot.ownBoundary,
+    },
+    {
+      candidates: required ?? generators.join(" | "),
+      units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
+      recordAverageLength: statistics.records.averageLength,
+      nodeAverageLength: statistics.nodes.averageLength,
+      k1: BM25_K1,
+      b: BM25_B,
+      candidateCap: CANDIDATE_CAP,
+    },
+    {
+      ...(options.sessionId ? { sessionId: options.sessionId } : {}),
+      ...(before ? { before } : {}),
+      ...(after ? { after } : {}),
+    },
+    Math.min(MAX_FETCH, (offset + limit + 1) * HITS_PER_PLACE),
+  );
+  const places = distinctPlaces(hits);
+  const terms = units.flatMap((unit) => unit.terms);
+  const name = (hit: SearchHit) => {
+    const node = { level: hit.level, index: hit.index };
+    if (hit.source === "shared_node") return sharedRef(node);
+    return hit.sessionId === turn.sessionId
+      ? refOf(node)
+      : sessionRef(hit.sessionId as string, hit.generation ?? 0, node);
+  };
+  const page = places.slice(offset, offset + limit);
+  const heads = await readRecordHeads(
+    db,
+    page.flatMap(({ hit }) => (hit.payloadHash ? [hit.payloadHash] : [])),
+  );
+  return {
+    hits: page.map(({ hit, within }) => ({
+      ref: name(hit),
+      source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
+      sessionId: hit.sessionId,
+      kind: hit.kind,
+      occurredAt: hit.occurredAt?.toISOString() ?? null,
+      excerpt: excerptAround(hit.text ?? heads.get(hit.payloadHash?.toString("hex") ?? "") ?? "", terms),
+      within: within ? name(within) : null,
+    })),
+    nextCursor: places.length > offset + limit ? `s2.${offset + limit}` : null,
+  };
+}

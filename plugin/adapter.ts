@@ -8,11 +8,12 @@ import {
   estimateTokens,
   isOptchatError,
   type Memory,
-  type RunningCompactor,
   type Session,
   type Turn,
 } from "../src/memory/index.js";
 import type { ResolvedPluginConfig } from "./config.js";
+import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
+import { type RepairDeps, repairStaleTurns } from "./host-reconcile.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
   assistantRecordDrafts,
@@ -28,6 +29,8 @@ import {
   userRecordDrafts,
   withoutRetryTriggers,
 } from "./messages.js";
+import { assemblySettings, type PreparedTurn, preparedFor, prepareTurn } from "./prepared-context.js";
+import { settle } from "./shutdown.js";
 
 export const HOST = "opencode";
 
@@ -38,6 +41,13 @@ export const HOST = "opencode";
  */
 const IDLE_GRACE_MS = 5_000;
 
+/**
+ * How long after the process opened the pass over the project's stuck turns runs (see `reconcileProject`): after the
+ * start-up work of a process that lives on, and never within a typical `opencode run` (2-5 s), which must not pay
+ * for it (issue 9 item 2).
+ */
+const PROJECT_RECONCILE_AFTER_MS = 5_000;
+
 /** Waits before the retries of a failed session job (see `enqueue`): about 30 s in all. */
 const JOB_RETRY_DELAYS_MS = [500, 1_000, 2_000, 4_000, 8_000, 15_000] as const;
 
@@ -47,6 +57,8 @@ export interface HostLookups {
   parentOf(hostSessionId: string): Promise<string | undefined>;
   /** A model's context and output limits, in tokens. */
   modelLimits(providerId: string, modelId: string): Promise<{ context: number; output: number } | undefined>;
+  /** OpenCode's stored transcript of a session, oldest first (the host transcript is the source, seed 000 §3). */
+  transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
 }
 
 /** Thrown from `chat.message` to refuse a prompt; the only error the adapter lets reach OpenCode on purpose. */
@@ -67,6 +79,8 @@ interface OpenTurn {
   /** Assistant messages seen for the turn, in progress or final. */
   readonly assistantMessages: Set<string>;
   lastStep: { messageId: string; final: boolean; terminal: boolean } | undefined;
+  /** The queued part of the turn's admission (see `admitCounted`); undefined for a continuation turn. */
+  admission: Promise<void> | undefined;
 }
 
 interface SessionState {
@@ -103,7 +117,14 @@ interface SessionState {
   disabled: string | undefined;
   /** An actionable error for the current request (strict readiness, budget): raised from the next `chat.params`. */
   pendingError: string | undefined;
+  /**
+   * The tokens the request the transform just built needs, when the model's limits were unknown to it (the lookup
+   * failed or timed out) and it assumed a window: `chat.params` checks it against the limit OpenCode passes there.
+   */
+  unsized: { tokens: number; assumedWindow: number } | undefined;
   lastInjection: Record<string, unknown> | undefined;
+  /** What the latest admitted turn's assemblies read before knowing their budget (plugin/prepared-context.ts). */
+  prepared: PreparedTurn | undefined;
   /** The last complete assembly, for the later steps of the same turn. */
   assembled: { turnId: string; context: AssembledContext } | undefined;
   busy: boolean;
@@ -116,7 +137,9 @@ interface SessionState {
 export interface AdapterStatus {
   readonly holder: string;
   readonly startedAt: Date;
-  readonly worker: "off" | "starting" | "running" | "failed";
+  readonly worker: EmbeddedWorkerState;
+  /** What made the embedded worker start (it starts when needed, see plugin/embedded-worker.ts). */
+  readonly workerStartReason: string | undefined;
   readonly workerError: string | undefined;
   readonly workerLastEvent: string | undefined;
   readonly problems: number;
@@ -135,69 +158,110 @@ export class OpencodeAdapter {
   private readonly limits = new Map<string, { context: number; output: number }>();
   /** Parents of subagent sessions created in this process (`session.created` carries them). */
   private readonly parents = new Map<string, string>();
-  private worker: RunningCompactor | undefined;
-  private workerState: AdapterStatus["worker"] = "off";
+  /** Sessions created in this process without a parent. */
+  private readonly roots = new Set<string>();
+  private worker: EmbeddedWorker | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
+  private closingDone: Promise<void> | undefined;
+  private projectReconcile: ReturnType<typeof setTimeout> | undefined;
   private problems = 0;
   private lastProblem: string | undefined;
   private readonly startedAt = new Date();
   private closed = false;
   private readonly closing = new AbortController();
+  /** The scope's project id (a hash for directories outside git): the same for every record of this process. */
+  private readonly projectId: string;
 
   constructor(
     readonly memory: Memory,
     readonly config: ResolvedPluginConfig,
-    private readonly project: { id: string; worktree: string; directory: string },
+    project: { id: string; worktree: string; directory: string },
     private readonly lookups: HostLookups,
     private readonly log: (level: "info" | "warn" | "error", message: string) => void,
-  ) {}
+  ) {
+    this.projectId = projectScopeId(project);
+  }
 
   // ---------------------------------------------------------------------------------------------------------------
   // Lifecycle
 
-  async startWorker(start: () => Promise<RunningCompactor>): Promise<void> {
-    if (!this.config.plugin.embeddedWorker) return;
-    this.workerState = "starting";
-    try {
-      this.worker = await start();
-      this.workerState = "running";
-    } catch (error) {
-      this.workerState = "failed";
-      this.workerError = describe(error);
-      await this.problem("worker", undefined, error);
-    }
+  /** Schedules the pass over the project's stuck turns (see `reconcileProject`); never waited for. */
+  scheduleProjectReconcile(afterMs = PROJECT_RECONCILE_AFTER_MS): void {
+    this.projectReconcile = setTimeout(() => {
+      if (!this.closed) this.reconcileProject().catch((error) => this.problem("reconcile", undefined, error));
+    }, afterMs);
+    this.projectReconcile.unref?.();
+  }
+
+  /** The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). */
+  attachWorker(worker: EmbeddedWorker): void {
+    this.worker = worker;
   }
 
   noteWorkerEvent(event: { type: string; message?: string; error?: unknown }): void {
     this.workerLastEvent = `${new Date().toISOString()} ${event.type}`;
+    if (event.type.startsWith("starting")) {
+      this.log("info", `optchat: embedded worker ${event.type}`);
+      this.recordTiming("worker", performance.now(), { event: event.type });
+    }
     if (event.type === "error" || event.type === "failure") {
       this.workerError = `${event.type}: ${describe(event.error ?? event.message ?? "")}`;
     }
   }
 
-  async close(): Promise<void> {
-    if (this.closed) return;
+  /**
+   * Waits until every session's serial work (ingestion, outcomes, lease releases) has run, or `budgetMs` passed. Work
+   * queued while waiting (a final message arriving during a close) is waited for too.
+   */
+  flush(budgetMs: number): Promise<boolean> {
+    return settle(() => [...this.sessions.values()].map((state) => state.queue), budgetMs);
+  }
+
+  /**
+   * Flushes pending ingestion and outcomes (at most `budgetMs`, setting OPTCHAT_CLOSE_FLUSH_MS), releases the leases
+   * of sessions with no open turn, stops the embedded worker at once and closes the pool. Every caller (dispose, a
+   * signal) gets the same promise: a SIGTERM during a dispose must not end the process before the flush.
+   */
+  close(budgetMs: number = this.config.plugin.closeFlushMs): Promise<void> {
+    this.closingDone ??= this.closeWithin(budgetMs);
+    return this.closingDone;
+  }
+
+  private async closeWithin(budgetMs: number): Promise<void> {
+    const started = performance.now();
     this.closed = true;
+    clearTimeout(this.projectReconcile);
+    // Retry waits are cut short: a job failing now records its problem once instead of waiting for the database.
     this.closing.abort();
+    const flushed = await this.flush(budgetMs);
+    if (!flushed) {
+      this.log(
+        "warn",
+        `optchat: closing after ${budgetMs} ms with ingestion still pending (setting OPTCHAT_CLOSE_FLUSH_MS); the next OpenCode process stores what is missing from OpenCode's transcript`,
+      );
+    }
     for (const state of this.sessions.values()) {
-      await state.queue.catch(() => {});
-      await this.releaseLease(state);
+      if (flushed) await this.releaseLease(state);
       // Unfinished turns keep their claim until it expires (another process may then take over), but no timer may
       // outlive the pool it renews through.
       if (state.lease?.timer) clearInterval(state.lease.timer);
       if (state.idleCheck) clearTimeout(state.idleCheck.timer);
     }
-    await this.worker?.stop(5_000).catch(() => {});
-    await this.memory.close().catch(() => {});
+    await this.worker?.stop();
+    this.recordTiming("close", started, { flushed });
+    // Not waited for: nothing is pending any more, and `opencode run` exits once `dispose` returns (the pool's
+    // sockets then close with the process); in `serve` the close completes in the background.
+    void this.memory.close().catch(() => {});
   }
 
   status(): AdapterStatus {
     return {
       holder: this.holder,
       startedAt: this.startedAt,
-      worker: this.workerState,
-      workerError: this.workerError,
+      worker: this.worker?.state ?? "off",
+      workerStartReason: this.worker?.startReason,
+      workerError: this.workerError ?? this.worker?.error,
       workerLastEvent: this.workerLastEvent,
       problems: this.problems,
       lastProblem: this.lastProblem,
@@ -212,7 +276,7 @@ export class OpencodeAdapter {
     try {
       await this.admitTimed(hostSessionId, message, parts);
     } finally {
-      this.timing("admit", started);
+      this.recordTiming("admit", started);
     }
   }
 
@@ -236,6 +300,15 @@ export class OpencodeAdapter {
     }
   }
 
+  /**
+   * What must be decided before OpenCode stores the prompt runs here, awaited by `chat.message`: the session, its lease
+   * (a refusal is thrown: the prompt must not run) and the turn's place in this process. The rest of the admission
+   * (earlier events of the session, reconciliation, the turn's row and pinned snapshot) is the session's next serial
+   * job, and the user record the one after: OpenCode 1.18.33 spends 0.7-1.1 s between `chat.message` and the first
+   * request's transform (provider start-up, measured in `opencode run`), so that work overlaps it instead of delaying
+   * the prompt (issue 9 item 2: admission was 0.2-0.7 s of `chat.message`). Everything that needs the turn (the
+   * transform, memory tools, its steps' ingestion) waits for `admission` first.
+   */
   private async admitCounted(
     state: SessionState,
     hostSessionId: string,
@@ -246,39 +319,32 @@ export class OpencodeAdapter {
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
     await this.claimLease(state, session);
-    try {
-      // Earlier events of this session first (the previous turn's last records and its outcome), so the new turn's
-      // snapshot and boundary come after them, as the user saw them.
-      await state.queue;
-      await this.reconcile(state, session);
-      // A prompt to an idle session: turns of this process still open were stopped (their idle check may not have run
-      // yet); they must not be ended as this turn's queued predecessors when its reply comes.
-      if (state.idleSince !== undefined) {
-        await this.endStoppedTurns(
-          state,
-          session,
-          [...state.turns.values()].filter((turn) => !turn.finished),
-        ).catch((error) => this.problem("finish", hostSessionId, error));
-      }
-      const query = requestQuery(parts);
-      const turn = await this.memory.admitTurn({
-        sessionId: session.sessionId,
-        turnId: message.id,
-        ...(query ? { query } : {}),
-      });
-      state.pinned.set(turn.turnId, turn);
-      if (!state.turns.has(message.id)) {
-        state.turns.set(message.id, {
-          turnId: message.id,
-          admitted: true,
-          finished: false,
-          ending: undefined,
-          assistantMessages: new Set(),
-          lastStep: undefined,
-        });
-      }
-      state.turnOfMessage.set(message.id, message.id);
-      state.busy = true;
+    // A prompt to an idle session: turns of this process still open were stopped (their idle check may not have run
+    // yet); they must not be ended as this turn's queued predecessors when its reply comes. Decided now: OpenCode
+    // reports the session busy as soon as this hook returns.
+    const stopped = state.idleSince !== undefined ? [...state.turns.values()].filter((turn) => !turn.finished) : [];
+    const known = state.turns.get(message.id);
+    const turn = known ?? newOpenTurn(message.id);
+    if (!known) state.turns.set(message.id, turn);
+    state.turnOfMessage.set(message.id, message.id);
+    state.busy = true;
+    const admission = state.queue.then(() =>
+      this.admitInMemory(state, session, turn, stopped, message, parts).catch(async (error) => {
+        // The turn runs without memory, as if it had never been admitted here.
+        if (!turn.admitted && state.turns.get(turn.turnId) === turn) {
+          state.turns.delete(turn.turnId);
+          state.turnOfMessage.delete(turn.turnId);
+        }
+        await this.problem("admit", hostSessionId, error);
+      }),
+    );
+    turn.admission = admission;
+    state.queue = admission;
+    // The user record is the session's next job, not part of the admission: the request does not wait for it (its
+    // message is at the turn's boundary, never replaced), and as a job it is retried and flushed at close like every
+    // other record.
+    this.enqueue(state, "ingest", async (session) => {
+      if (!turn.admitted) return;
       await this.ingestDrafts(
         state,
         session,
@@ -287,9 +353,56 @@ export class OpencodeAdapter {
         message.time?.created,
         userRecordDrafts(message, parts),
       );
-    } catch (error) {
-      await this.problem("admit", hostSessionId, error);
+    });
+  }
+
+  /** The queued part of an admission (see `admitCounted`): never retried, a failure leaves the turn unadmitted. */
+  private async admitInMemory(
+    state: SessionState,
+    session: Session,
+    turn: OpenTurn,
+    stopped: readonly OpenTurn[],
+    message: HostMessageInfo,
+    parts: readonly HostPart[],
+  ): Promise<void> {
+    const started = performance.now();
+    if (state.lastFence === 1 && (this.roots.has(state.hostSessionId) || this.parents.has(state.hostSessionId))) {
+      // Created in this process and never claimed before (its lease's first fence): no process left a turn or a
+      // record in it, so there is nothing to reconcile or load (two round trips less before the first request).
+      state.reconciled = true;
+      state.seqsLoaded = true;
     }
+    await this.reconcile(state, session);
+    if (stopped.length > 0) {
+      await this.endStoppedTurns(state, session, stopped).catch((error) =>
+        this.problem("finish", state.hostSessionId, error),
+      );
+    }
+    const query = requestQuery(parts);
+    const admitted = await this.memory.admitTurn({
+      sessionId: session.sessionId,
+      turnId: message.id,
+      ...(query ? { query } : {}),
+    });
+    state.pinned.set(admitted.turnId, admitted);
+    turn.admitted = true;
+    // Read now what the first request's memory needs (plugin/prepared-context.ts); its transform only fits it. Its
+    // readiness wait begins now, so a worker that would be needed must start now too.
+    state.prepared = prepareTurn(this.memory, this.config, { sessionId: session.sessionId, turnId: admitted.turnId });
+    await Promise.all([
+      this.startWorkerIfBehind(session, admitted),
+      // The first request's transform needs them; loaded now, while OpenCode prepares that request (it tries again).
+      this.loadSeqs(state, session).catch(() => {}),
+    ]);
+    this.recordTiming("admitted", started);
+  }
+
+  /** Merges the database's host message seqs into this process's once per session (see `SessionState.seqs`). */
+  private async loadSeqs(state: SessionState, session: Session): Promise<void> {
+    if (state.seqsLoaded) return;
+    const stored = await this.memory.host.hostMessageSeqs(session.sessionId, session.currentGeneration);
+    for (const [id, seq] of stored) noteSeq(state.seqs, id, seq);
+    state.seqsLoaded = true;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -317,6 +430,7 @@ export class OpencodeAdapter {
         case "session.created": {
           const info = props.info as { id?: string; parentID?: string } | undefined;
           if (info?.id && info.parentID) this.parents.set(info.id, info.parentID);
+          else if (info?.id) this.roots.add(info.id);
           return;
         }
         case "session.deleted": {
@@ -378,7 +492,7 @@ export class OpencodeAdapter {
       const started = performance.now();
       const drafts = assistantRecordDrafts(info, parts);
       await this.ingestDrafts(state, session, turnId, info.id, info.time?.completed, drafts);
-      this.timing("ingest", started, { records: drafts.length });
+      this.recordTiming("ingest", started, { records: drafts.length });
       this.messages.delete(info.id);
       if (step.terminal) await this.finish(state, session, turnId, step.outcome);
     });
@@ -403,14 +517,7 @@ export class OpencodeAdapter {
     if (!info.parentID) return undefined;
     // The turn ended but OpenCode goes on from a message of its own (the "Continue…" after a native compaction): a
     // turn of its own, admitted by the ingestion job, so nothing is written into an already published turn.
-    state.turns.set(info.parentID, {
-      turnId: info.parentID,
-      admitted: false,
-      finished: false,
-      ending: undefined,
-      assistantMessages: new Set(),
-      lastStep: undefined,
-    });
+    state.turns.set(info.parentID, newOpenTurn(info.parentID));
     state.turnOfMessage.set(info.parentID, info.parentID);
     return info.parentID;
   }
@@ -419,6 +526,7 @@ export class OpencodeAdapter {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;
     state.idleSince ??= Date.now();
+    this.worker?.onSessionIdle(() => state.idleSince !== undefined && !this.closed);
     // Decided on the turns open when the event arrived: a stale idle (OpenCode sends two per turn, and the queue may
     // run them late) must never end a turn admitted after it (seen under CI load: a completed turn read as
     // interrupted). A turn with a terminal step is finished by that step's own job, queued before this one.
@@ -570,7 +678,7 @@ export class OpencodeAdapter {
       error?: string,
     ) => {
       const summary = { status, turnId, ...detail, ms: Math.round((performance.now() - started) * 100) / 100 };
-      this.timing("transform", started, { status, assembleMs, reused: detail.reused === true });
+      this.recordTiming("transform", started, { status, assembleMs, reused: detail.reused === true });
       if (state) state.lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
       const sessionId = state?.session?.sessionId;
       if (!sessionId) return;
@@ -591,6 +699,7 @@ export class OpencodeAdapter {
       if (!state?.session) return record("skipped", { reason: "no turn of this session was admitted by this process" });
       if (state.disabled) return record("skipped", { reason: state.disabled });
       state.pendingError = undefined;
+      state.unsized = undefined;
       if (state.compacting) {
         state.compacting = false;
         // Native compaction summarizes OpenCode's own transcript, never our synthetic view (seed 000 §13).
@@ -600,14 +709,14 @@ export class OpencodeAdapter {
       // turn's own messages are never replaced (they are at or after its boundary), sealed yet or not.
       const requestIndex = lastRequestIndex(messages);
       const request = requestIndex >= 0 ? (messages[requestIndex] as HostMessage) : undefined;
-      const turnId = (request && state.turnOfMessage.get(request.info.id)) ?? [...state.turns.values()].at(-1)?.turnId;
+      const turnOf = () =>
+        (request && state.turnOfMessage.get(request.info.id)) ?? [...state.turns.values()].at(-1)?.turnId;
+      // The admission's queued part may still run (see `admitCounted`); a failed one leaves the turn unadmitted.
+      await state.turns.get(turnOf() ?? "")?.admission;
+      const turnId = turnOf();
       if (!turnId) return record("skipped", { reason: "the request's user message was not admitted by optchat" });
       const turn = await this.pinnedTurn(state, state.session, turnId);
-      if (!state.seqsLoaded) {
-        const stored = await this.memory.host.hostMessageSeqs(state.session.sessionId, state.session.currentGeneration);
-        for (const [id, seq] of stored) noteSeq(state.seqs, id, seq);
-        state.seqsLoaded = true;
-      }
+      await this.loadSeqs(state, state.session);
       const seqs = state.seqs;
       // The lowest boundary of the turns still open here: a prompt queued during another turn's tool loop must not
       // make that turn's own request replaceable (its records lie below the queued turn's boundary).
@@ -642,6 +751,8 @@ export class OpencodeAdapter {
         state.pendingError = actionableError("BUDGET_EXCEEDED", message);
         return record("budget_exceeded", { budget, model }, turnId, message);
       }
+      // A turn admitted here asked at admission (see `admitInMemory`); a continuation turn asks now.
+      if (state.prepared?.turnId !== turnId) await this.startWorkerIfBehind(state.session, turn);
       let context: AssembledContext;
       const assembling = performance.now();
       // Every step of a turn reads the same pinned snapshot, so a complete assembly of an earlier step stays right
@@ -655,12 +766,8 @@ export class OpencodeAdapter {
             ? earlier
             : await this.memory.assembleContext(
                 { sessionId: state.session.sessionId, turnId },
-                {
-                  ...budget,
-                  previousExchange: this.config.plugin.previousExchange && this.config.plugin.mode === "replace",
-                  readiness: this.config.plugin.readiness,
-                  waitMs: this.config.plugin.readinessWaitMs,
-                },
+                { ...budget, ...assemblySettings(this.config) },
+                await preparedFor(state.prepared, turnId),
               );
       } catch (error) {
         if (isOptchatError(error, "MEMORY_NOT_READY") || isOptchatError(error, "BUDGET_EXCEEDED")) {
@@ -677,6 +784,7 @@ export class OpencodeAdapter {
       }
       assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
       state.assembled = context.omitted.length === 0 ? { turnId, context } : undefined;
+      if (!limits) state.unsized = { tokens: fixed + context.tokens.used, assumedWindow: windowTokens };
       // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
       const ownComplete =
         context.blocks.some((b) => b.name === "session_memory") &&
@@ -722,6 +830,18 @@ export class OpencodeAdapter {
     }
   }
 
+  /** Starts a waiting embedded worker when the turn's memory will wait for summaries (EmbeddedWorker.onRequest). */
+  private async startWorkerIfBehind(session: Session, turn: Turn): Promise<void> {
+    await this.worker?.onRequest(turn.snapshot.ownBoundary, async () => {
+      return (await this.memory.host.treeProgress(session.sessionId, turn.generation)).builtLeaves;
+    });
+  }
+
+  /** `chat.params` of an agent request: the request is on its way (see EmbeddedWorker.onFirstRequestSent). */
+  noteRequestSent(): void {
+    this.worker?.onFirstRequestSent(() => this.memory.host.jobsWaitingForWorker());
+  }
+
   /** `chat.params`: raises the actionable error the transform recorded for this request (strict readiness, budget). */
   takePendingError(hostSessionId: string): string | undefined {
     const state = this.sessions.get(hostSessionId);
@@ -736,6 +856,22 @@ export class OpencodeAdapter {
         state.systemTokens ?? 0,
         system.reduce((sum, s) => sum + estimateTokens(s), 0),
       );
+  }
+
+  /**
+   * `chat.params` of a request whose transform did not know the model's limits: a request that does not fit the window
+   * OpenCode passes here is stopped with the budget error, like the transform would have stopped it.
+   */
+  checkUnsized(hostSessionId: string, model: string, limit: { context?: number } | undefined): void {
+    const state = this.sessions.get(hostSessionId);
+    const unsized = state?.unsized;
+    if (!state || !unsized || !limit?.context) return;
+    state.unsized = undefined;
+    if (unsized.tokens <= limit.context || state.pendingError) return;
+    state.pendingError = actionableError(
+      "BUDGET_EXCEEDED",
+      `the request needs about ${unsized.tokens} tokens (memory sized for an assumed window of ${unsized.assumedWindow}: OpenCode did not answer with the model's limits in time); the window of ${model} is ${limit.context}`,
+    );
   }
 
   noteModelLimits(providerId: string, modelId: string, limit: { context?: number; output?: number } | undefined): void {
@@ -758,6 +894,8 @@ export class OpencodeAdapter {
    */
   async toolTurn(hostSessionId: string, assistantMessageId?: string): Promise<Turn> {
     const state = this.sessions.get(hostSessionId);
+    // Admissions whose queued part still runs (see `admitCounted`): a failed one removes its turn.
+    await Promise.all(state ? [...state.turns.values()].map((turn) => turn.admission) : []);
     const turns = state ? [...state.turns.values()] : [];
     const byMessage = assistantMessageId
       ? (turns.find((turn) => turn.assistantMessages.has(assistantMessageId)) ??
@@ -803,8 +941,10 @@ export class OpencodeAdapter {
         systemTokens: undefined,
         disabled: undefined,
         pendingError: undefined,
+        unsized: undefined,
         lastInjection: undefined,
         assembled: undefined,
+        prepared: undefined,
         busy: false,
         idleSince: undefined,
         idleCheck: undefined,
@@ -826,6 +966,7 @@ export class OpencodeAdapter {
         if (entry.parts.values().next().value?.sessionID === hostSessionId) this.messages.delete(id);
       this.sessions.delete(hostSessionId);
       this.parents.delete(hostSessionId);
+      this.roots.delete(hostSessionId);
     });
   }
 
@@ -843,19 +984,25 @@ export class OpencodeAdapter {
     state.opening ??= (async () => {
       try {
         const scope = this.config.plugin.scope;
+        // Asked beside the rest: `chat.message` waits for this open.
+        const rewrittenLookup = this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
+        rewrittenLookup.catch(() => {});
+        // A session created in this process says whether it has a parent (`session.created`): no client round trip.
         const parentHost =
           this.parents.get(state.hostSessionId) ??
-          (await this.lookups.parentOf(state.hostSessionId).catch(() => undefined));
+          (this.roots.has(state.hostSessionId)
+            ? undefined
+            : await this.lookups.parentOf(state.hostSessionId).catch(() => undefined));
         const parent = parentHost ? await this.memory.host.findSession(HOST, parentHost) : undefined;
         const session = await this.memory.openSession({
           host: HOST,
           hostSessionId: state.hostSessionId,
-          projectId: projectScopeId(this.project),
+          projectId: this.projectId,
           ...(scope.startsWith("profile:") ? { scopeId: scope } : {}),
           ...(scope === "isolated" ? { sharing: "isolated" as const } : {}),
           ...(parent ? { parentSessionId: parent.sessionId } : {}),
         });
-        const rewritten = await this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
+        const rewritten = await rewrittenLookup;
         if (rewritten) state.disabled = rewritten.message;
         state.session = session;
         return session;
@@ -948,21 +1095,15 @@ export class OpencodeAdapter {
   }
 
   /**
-   * First sight of a session in this process, with its lease held: turns left active by a process that died (killed
-   * mid-turn, its assistant message never completed) end as interrupted (OpenCode 1.18.33 never repairs them).
+   * First sight of a session in this process, with its lease held: turns left active by a process that stopped (killed
+   * mid-turn, or closed right after the answer before its ingestion ran) are repaired from OpenCode's transcript
+   * (plugin/host-reconcile.ts): the finished messages optchat lacks are stored, and the turn gets its real outcome.
    */
   private async reconcile(state: SessionState, session: Session): Promise<void> {
     if (state.reconciled) return;
     try {
-      const stale = await this.memory.host.activeTurns(session.sessionId);
-      for (const turn of stale) {
-        if (state.turns.has(turn.turnId)) continue;
-        await this.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, "interrupted");
-        this.log(
-          "info",
-          `optchat: turn ${turn.turnId} of ${state.hostSessionId} was left unfinished by a stopped process; recorded as interrupted`,
-        );
-      }
+      const stale = (await this.memory.host.activeTurns(session.sessionId)).filter((t) => !state.turns.has(t.turnId));
+      await repairStaleTurns(this.repairDeps(state, session), session, stale, "prompt");
       state.reconciled = true;
     } catch (error) {
       // The new turn is admitted anyway; the next admission tries again.
@@ -970,7 +1111,38 @@ export class OpencodeAdapter {
     }
   }
 
+  /** What repairing `state`'s stale turns needs (plugin/host-reconcile.ts). */
+  private repairDeps(state: SessionState, session: Session): RepairDeps {
+    return {
+      memory: this.memory,
+      transcript: () => this.lookups.transcript(state.hostSessionId),
+      ingest: (turnId, messageId, at, drafts) => this.ingestDrafts(state, session, turnId, messageId, at, drafts),
+      log: (message) => this.log("info", message),
+    };
+  }
+
+  /**
+   * A pass over this project's stuck turns, once, a while after the process opened (PROJECT_RECONCILE_AFTER_MS): a turn
+   * another process left active with its reply in OpenCode's transcript is repaired now, so the project's other
+   * sessions see it once it is published, without waiting for its own session to be prompted again.
+   */
+  private async reconcileProject(): Promise<void> {
+    const stuck = await this.memory.host.stuckTurns({ projectId: this.projectId, holderGone: true });
+    const gone = stuck.filter((t) => t.leaseExpiredAt.getTime() < Date.now() || holderIsDead(t.holder));
+    for (const hostSessionId of new Set(gone.map((t) => t.hostSessionId))) {
+      if (this.closed) return;
+      const state = this.state(hostSessionId);
+      // A session this process drives is reconciled by its own admission.
+      if (state.turns.size > 0 || state.reconciled) continue;
+      this.enqueue(state, "reconcile", async (session) => {
+        const stale = (await this.memory.host.activeTurns(session.sessionId)).filter((t) => !state.turns.has(t.turnId));
+        await repairStaleTurns(this.repairDeps(state, session), session, stale, "start");
+      });
+    }
+  }
+
   private async pinnedTurn(state: SessionState, session: Session, turnId: string): Promise<Turn> {
+    await state.turns.get(turnId)?.admission;
     const known = state.pinned.get(turnId);
     if (known) return known;
     const open = state.turns.get(turnId);
@@ -1006,7 +1178,7 @@ export class OpencodeAdapter {
         ...(draft.toolCallId ? { toolCallId: draft.toolCallId } : {}),
         ...(draft.toolName ? { toolName: draft.toolName } : {}),
         ...(draft.hostTruncated ? { hostTruncated: {} } : {}),
-        projectId: projectScopeId(this.project),
+        projectId: this.projectId,
         attributes: { hostMessageId: messageId, hostPartId: draft.partId },
       })),
       // The next request of the turn waits for these to be summarized (readiness): short ones need no model.
@@ -1064,7 +1236,7 @@ export class OpencodeAdapter {
   }
 
   /** One JSON line per measured operation, when OPTCHAT_TIMINGS_FILE is set (for `npm run bench -- plugin`). */
-  private timing(op: string, started: number, extra: Record<string, unknown> = {}): void {
+  recordTiming(op: string, started: number, extra: Record<string, unknown> = {}): void {
     const file = this.config.plugin.timingsFile;
     if (!file) return;
     const ms = Math.round((performance.now() - started) * 1000) / 1000;
@@ -1122,6 +1294,19 @@ export function projectScopeId(project: { id: string; worktree: string; director
 
 function noteSeq(seqs: Map<string, number>, messageId: string, seq: number): void {
   seqs.set(messageId, Math.max(seqs.get(messageId) ?? -1, seq));
+}
+
+/** A turn this process tracks, not yet admitted in memory (see `admitCounted`, and continuations in `turnFor`). */
+function newOpenTurn(turnId: string): OpenTurn {
+  return {
+    turnId,
+    admitted: false,
+    finished: false,
+    ending: undefined,
+    assistantMessages: new Set(),
+    lastStep: undefined,
+    admission: undefined,
+  };
 }
 
 /** A turn whose latest step has started and not completed. */

@@ -37,7 +37,7 @@ export const PLUGIN_SETTINGS = {
     env: "OPTCHAT_READINESS_WAIT_MS",
     default: 15_000,
     accepted:
-      "an integer from 0 to 600000: how long a model request waits for the compactor before the readiness policy applies",
+      "an integer from 0 to 600000: how long a model request waits for the compactor before the readiness policy applies (for a turn's first request, counted from the prompt's admission)",
   },
   previousExchange: {
     env: "OPTCHAT_PREVIOUS_EXCHANGE",
@@ -48,6 +48,20 @@ export const PLUGIN_SETTINGS = {
     env: "OPTCHAT_EMBEDDED_WORKER",
     default: "on",
     accepted: "'on' or 'off': run a compactor worker inside each OpenCode process (besides any `optchat worker`)",
+  },
+  embeddedWorkerStartMs: {
+    env: "OPTCHAT_EMBEDDED_WORKER_START_MS",
+    default: 10_000,
+    accepted:
+      "an integer from 0 to 600000: the embedded worker starts when a session first goes idle, when memory is not ready for a request, or this long after OpenCode loads the plugin, whichever comes first (0: at once)",
+  },
+  closeFlushMs: {
+    env: "OPTCHAT_CLOSE_FLUSH_MS",
+    // Ends as soon as the work is done, so a long bound costs nothing normally; 3 s lost a final step's ingestion at
+    // load average ~30 (a tool step's ingestion took 1-4 s there).
+    default: 10_000,
+    accepted:
+      "an integer from 0 to 60000: how long closing OpenCode (dispose, SIGTERM, SIGINT, SIGHUP) waits for pending ingestion and turn outcomes before it exits",
   },
   embeddedWorkerConcurrency: {
     env: "OPTCHAT_EMBEDDED_WORKER_CONCURRENCY",
@@ -108,6 +122,8 @@ const pluginSchema = z.object({
   previousExchange: onOff,
   embeddedWorker: onOff,
   embeddedWorkerConcurrency: integerFrom(1, 64),
+  embeddedWorkerStartMs: integerFrom(0, 600_000),
+  closeFlushMs: integerFrom(0, 60_000),
   windowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1000, "below 1000"),
   outputTokens: integerFrom(0, 1_000_000),
   toolsTokens: integerFrom(0, 1_000_000),

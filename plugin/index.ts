@@ -3,7 +3,9 @@ import { openMemory, redactUrl, startWorker } from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter, PromptRefused } from "./adapter.js";
 import { compactorModel } from "./compactor-model.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
+import { EmbeddedWorker } from "./embedded-worker.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
+import { bounded, closeOnSignals } from "./shutdown.js";
 import { memoryTools } from "./tools.js";
 
 /** How long a hook waits for one OpenCode client lookup before going on without it. */
@@ -50,6 +52,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   // the database does not need an OpenCode restart.
   let unavailable: string | undefined;
   let failedAt = 0;
+  let unregister = () => {};
   const open = async (): Promise<OpencodeAdapter> => {
     const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
     const adapter = new OpencodeAdapter(
@@ -59,12 +62,23 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       lookups,
       log,
     );
-    void adapter.startWorker(() =>
-      startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
-        concurrency: config.plugin.embeddedWorkerConcurrency,
-        summarizer: compactor.summarizer,
-      }),
+    adapter.attachWorker(
+      new EmbeddedWorker(
+        config.plugin.embeddedWorker,
+        (reason) => {
+          adapter.noteWorkerEvent({ type: `starting (${reason})` });
+          return startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
+            concurrency: config.plugin.embeddedWorkerConcurrency,
+            summarizer: compactor.summarizer,
+          });
+        },
+        (error) => adapter.problem("worker", undefined, error),
+        config.plugin.embeddedWorkerStartMs,
+      ),
     );
+    adapter.scheduleProjectReconcile();
+    // Pending ingestion and outcomes are flushed when OpenCode is told to stop (plugin/shutdown.ts).
+    unregister = closeOnSignals(adapter, config.plugin.closeFlushMs);
     unavailable = undefined;
     return adapter;
   };
@@ -89,6 +103,8 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
 
   return {
     "chat.message": async (hookInput, output) => {
+      // The whole hook, the wait for the database's open included: what OpenCode waits for before it goes on.
+      const started = performance.now();
       let adapter: OpencodeAdapter;
       try {
         adapter = await ready();
@@ -115,6 +131,8 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
           throw error;
         }
         await adapter.problem("admit", hookInput.sessionID, error);
+      } finally {
+        adapter.recordTiming("chat.message", started);
       }
     },
 
@@ -149,13 +167,19 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
           providerID?: string;
           limit?: { context?: number; output?: number };
         };
-        if (model?.providerID && model.id) adapter.noteModelLimits(model.providerID, model.id, model.limit);
+        if (model?.providerID && model.id) {
+          adapter.noteModelLimits(model.providerID, model.id, model.limit);
+          // The title request runs beside the turn's own requests, often with another model.
+          if (hookInput.agent !== "title")
+            adapter.checkUnsized(hookInput.sessionID, `${model.providerID}/${model.id}`, model.limit);
+        }
       } catch (error) {
         await adapter.problem("params", hookInput.sessionID, error);
       }
       // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
       // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
       if (hookInput.agent !== "title") {
+        adapter.noteRequestSent();
         const pending = adapter.takePendingError(hookInput.sessionID);
         if (pending) throw new PromptRefused(pending);
       }
@@ -168,14 +192,26 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
     tool: memoryTools(ready),
 
     dispose: async () => {
-      await withAdapter((adapter) => adapter.close());
+      // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.
+      const started = performance.now();
+      await withAdapter(async (adapter) => {
+        await bounded(adapter.close(config.plugin.closeFlushMs), config.plugin.closeFlushMs + 500);
+        adapter.recordTiming("dispose", started);
+        // OpenCode may load the plugin again in this process (a new instance); this adapter is done.
+        unregister();
+      });
     },
   };
 };
 
+/** What `client.config.providers()` answers, as far as the plugin reads it. */
+interface ProvidersAnswer {
+  data?: { providers?: { id: string; models?: Record<string, { limit?: { context?: number; output?: number } }> }[] };
+}
+
 function clientLookups(input: PluginInput): HostLookups {
   const client = input.client;
-  let providers: Promise<unknown> | undefined;
+  let providers: Promise<ProvidersAnswer | undefined> | undefined;
   return {
     async parentOf(hostSessionId) {
       const result = await withTimeout(client.session.get({ path: { id: hostSessionId } }));
@@ -183,17 +219,31 @@ function clientLookups(input: PluginInput): HostLookups {
       return info?.parentID;
     },
     async modelLimits(providerId, modelId) {
-      providers ??= withTimeout(client.config.providers());
-      const result = (await providers) as
-        | {
-            data?: {
-              providers?: { id: string; models?: Record<string, { limit?: { context?: number; output?: number } }> }[];
-            };
-          }
-        | undefined;
+      // Kept once OpenCode answered with its providers. A request that failed or answered nothing is forgotten, and
+      // a lookup that timed out leaves the request running for the next one: a slow answer (OpenCode still starting
+      // its providers under load) must never stand in for the model's limits for the rest of the process (it made a
+      // 6k-token model's request go out unrefused, sized for the assumed 32k window).
+      providers ??= client.config.providers().then(
+        (result) => {
+          if (!(result as ProvidersAnswer | undefined)?.data?.providers) providers = undefined;
+          return result as ProvidersAnswer | undefined;
+        },
+        () => {
+          providers = undefined;
+          return undefined;
+        },
+      );
+      const result = await withTimeout(providers);
       const provider = result?.data?.providers?.find((p) => p.id === providerId);
       const limit = provider?.models?.[modelId]?.limit;
       return limit?.context ? { context: limit.context, output: limit.output ?? 4096 } : undefined;
+    },
+    async transcript(hostSessionId) {
+      // `GET /session/:id/message`: [{info, parts}] oldest first (works inside `opencode run` too: the client calls
+      // the in-process app; docs/opencode-notes.md).
+      const result = await withTimeout(client.session.messages({ path: { id: hostSessionId } }));
+      const data = (result as { data?: unknown } | undefined)?.data;
+      return Array.isArray(data) ? (data as HostMessage[]) : undefined;
     },
   };
 }

@@ -7,7 +7,7 @@ import {
   type SearchAnswer,
   type ZoomAnswer,
 } from "../src/memory/index.js";
-import type { OpencodeAdapter } from "./adapter.js";
+import { holderIsDead, type OpencodeAdapter } from "./adapter.js";
 
 /** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
 const ZOOM_PAGE_TOKENS = 6_000;
@@ -145,6 +145,7 @@ export async function inspectSession(
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
       embeddedWorker: process.worker,
+      workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,
       workerError: process.workerError ?? null,
       problemsSinceStart: process.problems,
@@ -168,6 +169,7 @@ export async function inspectSession(
     report,
     await inspectStoredSession(adapter.memory, session, {
       workerInThisProcess: process.worker === "running",
+      holderIsGone: holderIsDead,
       budget: budgetSettingsOf(adapter.config.core),
     }),
   );

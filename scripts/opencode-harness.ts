@@ -12,7 +12,7 @@
  *   this process exits.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync } from "node:fs";
+import { existsSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -82,6 +82,11 @@ export interface RunOpencodeOptions {
    * sees (reply on stdout, `Error: …` on stderr); `sessionId` is then only known when `session` was given.
    */
   format?: "json" | "default";
+  /**
+   * Measure the process's CPU time (user + system, all its threads) with `/usr/bin/time` (GNU time): `cpuS` in the
+   * result. Throws when /usr/bin/time is missing.
+   */
+  cpuTime?: boolean;
 }
 
 export interface RunOpencodeResult {
@@ -95,6 +100,8 @@ export interface RunOpencodeResult {
   text: string;
   /** `error.data.message` (or the error's name) of every `error` event (json format). */
   errors: string[];
+  /** With `cpuTime`: CPU seconds the opencode process used (user + system). */
+  cpuS?: number;
 }
 
 export interface OpencodeServer {
@@ -274,9 +281,10 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
   return result;
 }
 
-function spawnTracked(env: OpencodeEnv, args: string[]): ChildProcess {
+function spawnTracked(env: OpencodeEnv, args: string[], prefix: readonly string[] = []): ChildProcess {
   const state = stateOf(env);
-  const child = spawn(OPENCODE_BIN, args, {
+  const [command, ...rest] = [...prefix, OPENCODE_BIN, ...args] as [string, ...string[]];
+  const child = spawn(command, rest, {
     cwd: env.projectDir,
     // OpenCode takes its directory from PWD when set: an inherited PWD would open a second instance elsewhere.
     env: { ...env.env, PWD: env.projectDir },
@@ -336,7 +344,11 @@ export async function runOpencode(
   if (options.session) args.push("--session", options.session);
   if (options.title !== undefined) args.push("--title", options.title);
   args.push(...(options.extraArgs ?? []));
-  const child = spawnTracked(env, args);
+  const timesFile = options.cpuTime
+    ? join(env.root, `cpu-${Date.now()}-${Math.random().toString(36).slice(2)}.txt`)
+    : "";
+  if (options.cpuTime && !existsSync(GNU_TIME)) throw new Error(`cpuTime needs ${GNU_TIME} (GNU time)`);
+  const child = spawnTracked(env, args, options.cpuTime ? [GNU_TIME, "-f", "%U %S", "-o", timesFile] : []);
   const out = collectOutput(child);
   child.stdin?.on("error", () => {});
   child.stdin?.end(prompt);
@@ -372,7 +384,30 @@ export async function runOpencode(
       const error = event.error as { name?: string; data?: { message?: string } } | undefined;
       return error?.data?.message ?? error?.name ?? JSON.stringify(event.error);
     });
-  return { code, stdout, stderr: out.stderr(), sessionId, events, text, errors };
+  const cpuS = options.cpuTime ? readCpuSeconds(timesFile) : undefined;
+  return {
+    code,
+    stdout,
+    stderr: out.stderr(),
+    sessionId,
+    events,
+    text,
+    errors,
+    ...(cpuS === undefined ? {} : { cpuS }),
+  };
+}
+
+const GNU_TIME = "/usr/bin/time";
+
+/** `%U %S` as written by GNU time's `-o` (the last line: a signal note may come first). */
+function readCpuSeconds(file: string): number | undefined {
+  try {
+    const last = readFileSync(file, "utf8").trim().split("\n").at(-1) ?? "";
+    const [user, system] = last.split(" ").map(Number);
+    return user !== undefined && system !== undefined && Number.isFinite(user + system) ? user + system : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 async function freePort(): Promise<number> {

@@ -49,6 +49,7 @@ import {
   type BenchContext,
   createDatabase,
   dropDatabase,
+  median,
   note,
   ratio,
   round,
@@ -158,15 +159,6 @@ export function attribute(request: CapturedRequest): AttributedRequest | undefin
 
 export function billed(r: { inputTokens: number; cacheReadTokens: number; cacheWriteTokens: number }): number {
   return r.inputTokens - r.cacheReadTokens - r.cacheWriteTokens + 0.1 * r.cacheReadTokens + 1.25 * r.cacheWriteTokens;
-}
-
-function median(values: readonly number[]): number | null {
-  if (values.length === 0) return null;
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
 function reuse(earlier: AttributedRequest, later: AttributedRequest): number {

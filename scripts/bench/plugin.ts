@@ -11,12 +11,16 @@
  *   admit      per user message: chat.message (session lease, turn admission with its snapshot, the user record)
  *   ingest     per finalized assistant message: its records sealed (tree leaves, view fold, search tokens, jobs)
  *   model      per main request: the scripted model's answer time, the baseline the plugin's time compares to
+ *   run        per `opencode run` invocation: wall time with and without the plugin, interleaved (scripts/bench/
+ *              plugin-run.ts); measured first, on the fresh database
  * Environment:
- *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40)
+ *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40; 0 skips the serve cases)
+ *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 7; 0 skips the run case)
  */
 import { readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import pg from "pg";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { startModelServer } from "../model-server.js";
 import { cleanupOpencodeEnv, createOpencodeEnv, startOpencodeServer } from "../opencode-harness.js";
@@ -33,11 +37,13 @@ import {
   summarizeLatencies,
   withDatabase,
 } from "./common.js";
+import { runPluginRunBench } from "./plugin-run.js";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 
 export async function runPluginBench(context: BenchContext): Promise<void> {
-  const turns = envNumber("OPTCHAT_BENCH_PLUGIN_TURNS", 40, { min: 2, integer: true });
+  const turns = envNumber("OPTCHAT_BENCH_PLUGIN_TURNS", 40, { min: 0, integer: true });
+  const runs = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 0, integer: true });
   const name = scratchDatabaseName("plugin");
   await createDatabase(context.serverUrl, name);
   const url = withDatabase(context.serverUrl, name);
@@ -49,8 +55,44 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     pluginOptions: { databaseUrl: url },
     extraEnv: { OPTCHAT_TIMINGS_FILE: timings },
   });
+  const bare = await createOpencodeEnv({ modelUrl: model.url });
   try {
     await migrateAll(url);
+    if (runs > 0) {
+      const db = new pg.Pool({ connectionString: url, max: 1 });
+      const baselinePath = process.env.OPTCHAT_BENCH_PLUGIN_BASELINE;
+      const baselineDb = scratchDatabaseName("plugin_base");
+      let baseline: Awaited<ReturnType<typeof createOpencodeEnv>> | undefined;
+      try {
+        if (baselinePath) {
+          await createDatabase(context.serverUrl, baselineDb);
+          const baselineUrl = withDatabase(context.serverUrl, baselineDb);
+          await migrateAll(baselineUrl);
+          baseline = await createOpencodeEnv({
+            modelUrl: model.url,
+            pluginPath: baselinePath,
+            pluginOptions: { databaseUrl: baselineUrl },
+          });
+        }
+        await runPluginRunBench(
+          { env, timings },
+          { env: bare },
+          model,
+          db,
+          context.signal,
+          baseline ? { env: baseline } : undefined,
+        );
+      } finally {
+        await db.end();
+        if (baseline) {
+          await cleanupOpencodeEnv(baseline).catch(() => {});
+          await dropDatabase(context.serverUrl, baselineDb);
+        }
+      }
+    }
+    if (turns === 0) return;
+    model.clear();
+    rmSync(timings, { force: true });
     const server = await startOpencodeServer(env);
     try {
       const session = await server.createSession("bench");
@@ -111,6 +153,7 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     emit("plugin", "model", { ...sizes, samples: main.length, ...modelMs, note: "scripted server answer time" });
     note(`plugin: model p50 ${round(modelMs.p50Ms ?? 0)} ms over ${main.length} requests`);
   } finally {
+    await cleanupOpencodeEnv(bare).catch(() => {});
     await cleanupOpencodeEnv(env).catch(() => {});
     rmSync(timings, { force: true });
     await model.close();

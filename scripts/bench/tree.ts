@@ -959,7 +959,7 @@ async function noopThroughput(
   options: Parameters<PgBoss["work"]>[1] & object,
   signal: AbortSignal,
 ): Promise<NoopResult> {
-  const boss = createBoss(databaseUrl, "worker");
+  const boss = await createBoss(databaseUrl, "worker");
   boss.on("error", (error) => note(`pg-boss (${variant}): ${errorMessage(error)}`));
   await boss.start();
   const queue = `optchat-bench-noop-${variant}`;

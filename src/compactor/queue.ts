@@ -1,4 +1,4 @@
-import { PgBoss } from "pg-boss";
+import type { PgBoss } from "pg-boss";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
 
@@ -52,11 +52,14 @@ export type BossRole = "installer" | "producer" | "worker";
  * (every memory service) only insert jobs inside our transactions; workers also supervise expired claims and listen
  * for new jobs.
  */
-export function createBoss(
+export async function createBoss(
   databaseUrl: string,
   role: BossRole,
   options: { maintenanceIntervalSeconds?: number } = {},
-): PgBoss {
+): Promise<PgBoss> {
+  // Loaded when first needed: pg-boss was ~60 ms of the ~160 ms an OpenCode process spends importing the plugin
+  // (Bun, measured), and a process that inserts no job (or starts no worker) never needs it.
+  const { PgBoss } = await import("pg-boss");
   const boss = new PgBoss({
     connectionString: databaseUrl,
     schema: "pgboss",
@@ -69,6 +72,9 @@ export function createBoss(
     superviseIntervalSeconds: 1,
     monitorIntervalSeconds: 1,
     useListenNotify: role === "worker",
+    // Only workers belong in pg-boss's instance registry: a producer's registration (a row, its pruning, a heartbeat
+    // timer sampling heap, event-loop and cgroup figures) was ~10 ms of CPU per `opencode run`, for nothing we read.
+    registerInstance: role === "worker",
     // How often a supervising worker runs the deletion of finished jobs past their retention (pg-boss's default is
     // once a day, whatever the retention): OPTCHAT_RETENTION_SWEEP_SECONDS.
     ...(options.maintenanceIntervalSeconds !== undefined

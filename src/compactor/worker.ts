@@ -65,8 +65,12 @@ export interface CompactorSettings {
 
 export interface RunningCompactor {
   readonly boss: PgBoss;
-  /** Stops fetching, waits for running jobs (up to `timeoutMs`), releases what is left to other workers. */
-  stop(timeoutMs?: number): Promise<void>;
+  /**
+   * Stops fetching, waits for running jobs (up to `timeoutMs`), releases what is left to other workers. With
+   * `graceful: false` running jobs are failed back to the queue at once (retried in ~1 s by any worker; every job is
+   * idempotent): for a process that is exiting.
+   */
+  stop(timeoutMs?: number, options?: { graceful?: boolean }): Promise<void>;
 }
 
 /** Starts a compactor worker: `concurrency` jobs at once, sharing the queue with every other worker. */
@@ -76,7 +80,7 @@ export async function startCompactor(
   summarizer: Summarizer,
   report: (event: CompactorEvent) => void,
 ): Promise<RunningCompactor> {
-  const boss = createBoss(settings.databaseUrl, "worker", {
+  const boss = await createBoss(settings.databaseUrl, "worker", {
     maintenanceIntervalSeconds: settings.retentionSweepSeconds,
   });
   boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
@@ -135,8 +139,8 @@ export async function startCompactor(
   );
   return {
     boss,
-    async stop(timeoutMs = 30_000) {
-      await boss.stop({ graceful: true, timeout: timeoutMs });
+    async stop(timeoutMs = 30_000, options = {}) {
+      await boss.stop({ graceful: options.graceful ?? true, timeout: timeoutMs });
     },
   };
 }

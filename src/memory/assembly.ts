@@ -68,33 +68,101 @@ export interface AssembledContext {
 }
 
 /**
- * The memory blocks for one model request of `turn`. Reads only, with one exception: the first assembly of a turn
- * whose own history is ready pins the turn's own view revision (`pinOwnView`), so that every later model step of the
- * turn sees the same session view. A turn built in memory with its own revision already set (a preview) is never
- * written.
+ * What an assembly reads before it knows its budget: the readiness wait, both views with their node texts (measured at
+ * full detail), the session's published prefix and the previous exchange. Nothing in it changes for the turn (the
+ * snapshot is pinned, nodes are immutable), so a host can prepare it while it prepares the request (the OpenCode plugin
+ * does at admission) and `assembleContext` then only fits it to the request's budget.
+ */
+export interface PreparedContext {
+  readonly key: string;
+  readonly turn: Turn;
+  readonly strict: boolean;
+  readonly omitted: readonly string[];
+  readonly own: { readonly ready: boolean; readonly revision: number | null; readonly lines: TreeLines };
+  readonly sharedLines: TreeLines | undefined;
+  /** Records of the session the shared view already holds (its turns are not sent twice, docs/caching.md). */
+  readonly publishedOwn: number;
+  readonly sharedFullTokens: number | undefined;
+  readonly ownFullTokens: number | undefined;
+  /** The previous exchange's block, when asked for and there is one. */
+  readonly previous: AssembledBlock | undefined;
+}
+
+export type PrepareOptions = Pick<AssembleOptions, "previousExchange" | "readiness" | "waitMs">;
+
+const preparedKey = (turn: Turn, options: PrepareOptions) =>
+  [
+    turn.sessionId,
+    turn.generation,
+    turn.turnId,
+    options.readiness ?? "strict",
+    options.previousExchange !== false,
+  ].join("\u0000");
+
+/**
+ * Reads what `turn`'s assemblies need before their budget is known. Reads only, with one exception: the first
+ * preparation of a turn whose own history is ready pins the turn's own view revision (`pinOwnView`), so that every
+ * later model step of the turn sees the same session view. A turn built in memory with its own revision already set
+ * (a preview) is never written.
+ */
+export async function prepareContext(
+  deps: AssemblyDeps,
+  turn: Turn,
+  options: PrepareOptions,
+): Promise<PreparedContext> {
+  const strict = (options.readiness ?? "strict") === "strict";
+  const omitted: string[] = [];
+  const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
+  const sharedLines = await readSharedLines(deps, turn);
+  const publishedOwn = sharedLines ? await publishedOwnPrefix(deps.pool, turn, sharedLines.leafCount) : 0;
+  // Needs at full detail decide the 30/70 split with spill-over; measuring them also reads the views' node texts.
+  const sharedFull = sharedLines
+    ? await fitTokens(deps.pool, sharedLines, Number.MAX_SAFE_INTEGER, sharedRenderer(turn))
+    : undefined;
+  const ownFull =
+    own.lines.parts.length > 0
+      ? await fitTokens(deps.pool, own.lines, Number.MAX_SAFE_INTEGER, ownRenderer(turn, own.ready, publishedOwn))
+      : undefined;
+  const previous = options.previousExchange !== false ? await previousExchangeBlock(deps.pool, turn) : undefined;
+  return {
+    key: preparedKey(turn, options),
+    turn,
+    strict,
+    omitted,
+    own,
+    sharedLines,
+    publishedOwn,
+    sharedFullTokens: sharedFull?.tokens,
+    ownFullTokens: ownFull?.tokens,
+    previous,
+  };
+}
+
+/**
+ * The memory blocks for one model request of `turn`, within `options`' budget. `prepared` (from `prepareContext` for
+ * the same turn, readiness and previous-exchange setting) spares the reads: the result is the same as without it.
  */
 export async function assembleContext(
   deps: AssemblyDeps,
   turn: Turn,
   options: AssembleOptions,
+  prepared?: PreparedContext,
 ): Promise<AssembledContext> {
-  const strict = (options.readiness ?? "strict") === "strict";
-  const omitted: string[] = [];
+  const ready =
+    prepared && prepared.key === preparedKey(turn, options) ? prepared : await prepareContext(deps, turn, options);
+  const omitted = [...ready.omitted];
   const available = availableMemoryTokens(options);
-
-  const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
-  const sharedLines = await readSharedLines(deps, turn);
   const blocks: AssembledBlock[] = [];
-  const fitting = { pool: deps.pool, strict, windowTokens: options.windowTokens, blocks, omitted };
-  const { sharedTokens, ownTokens } = await fitMemoryBlocks(fitting, turn, own, sharedLines, available);
+  const fitting = { pool: deps.pool, strict: ready.strict, windowTokens: options.windowTokens, blocks, omitted };
+  const { sharedTokens, ownTokens } = await fitMemoryBlocks(fitting, ready, available);
   let previousTokens = 0;
-  if (options.previousExchange !== false) {
+  const previous = ready.previous;
+  if (previous) {
     const left = available - sharedTokens - ownTokens;
-    const previous = await previousExchangeBlock(deps.pool, turn);
-    if (previous && previous.tokens <= left) {
+    if (previous.tokens <= left) {
       blocks.push(previous);
       previousTokens = previous.tokens;
-    } else if (previous) {
+    } else {
       omitted.push(`previous exchange: needs ${previous.tokens} tokens, ${left} left`);
     }
   }
@@ -106,7 +174,7 @@ export async function assembleContext(
   return {
     blocks,
     tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
-    snapshot: { ...served(turnReader(turn)), ownViewRevision: own.revision },
+    snapshot: { ...served(turnReader(turn)), ownViewRevision: ready.own.revision },
     omitted,
   };
 }
@@ -128,27 +196,46 @@ async function readSharedLines(deps: AssemblyDeps, turn: Turn): Promise<TreeLine
 }
 
 /**
- * The shared and session blocks within `available` tokens: their needs at full detail decide the 30/70 split with
- * spill-over (core/context.ts splitBudget); each block is then projected into its share.
+ * The shared and session blocks within `available` tokens: their needs at full detail (measured by `prepareContext`)
+ * decide the 30/70 split with spill-over (core/context.ts splitBudget); each block is then projected into its share.
  */
 async function fitMemoryBlocks(
   fitting: BlockFitting,
-  turn: Turn,
-  own: { ready: boolean; lines: TreeLines },
-  sharedLines: TreeLines | undefined,
+  prepared: PreparedContext,
   available: number,
 ): Promise<{ sharedTokens: number; ownTokens: number }> {
-  // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
-  // only its lines past the covered prefix, while the shared block is included.
-  const publishedOwn = sharedLines ? await publishedOwnPrefix(fitting.pool, turn, sharedLines.leafCount) : 0;
-  const renderShared = (lines: readonly MemoryLine[]) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
-  const renderOwnFrom = (from: number) => (lines: readonly MemoryLine[]) =>
+  const { turn, own, sharedLines, publishedOwn, sharedFullTokens, ownFullTokens } = prepared;
+  const split = splitBudget(available, sharedFullTokens ?? 0, ownFullTokens ?? 0);
+  let sharedTokens = 0;
+  if (sharedLines && sharedFullTokens !== undefined) {
+    const budget = split.shared + Math.max(0, split.own - (ownFullTokens ?? 0));
+    sharedTokens = await fitBlock(fitting, "shared_memory", sharedLines, sharedRenderer(turn), budget, split.shared);
+  }
+  let ownTokens = 0;
+  if (ownFullTokens !== undefined) {
+    // The session's turns the shared view already holds are not sent twice (docs/caching.md): the session block shows
+    // only its lines past the covered prefix, while the shared block is included. Without the shared block, nothing
+    // of this session is shown there: the session block then shows all of it.
+    const from = sharedTokens === 0 ? 0 : publishedOwn;
+    const left = available - sharedTokens;
+    ownTokens = await fitBlock(fitting, "session_memory", own.lines, ownRenderer(turn, own.ready, from), left, left);
+  }
+  return { sharedTokens, ownTokens };
+}
+
+function sharedRenderer(turn: Turn): (lines: readonly MemoryLine[]) => RenderedBlock {
+  return (lines) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
+}
+
+/** The session block's renderer, showing only the lines that end past record `from`. */
+function ownRenderer(turn: Turn, ready: boolean, from: number): (lines: readonly MemoryLine[]) => RenderedBlock {
+  return (lines) =>
     renderSessionBlock(
       {
         sessionId: turn.sessionId,
         generation: turn.generation,
         through: turn.snapshot.ownBoundary,
-        ...(own.ready
+        ...(ready
           ? {}
           : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),
       },
@@ -157,27 +244,6 @@ async function fitMemoryBlocks(
         return node === undefined || endOf(node) > from;
       }),
     );
-  const sharedFull = sharedLines
-    ? await fitTokens(fitting.pool, sharedLines, Number.MAX_SAFE_INTEGER, renderShared)
-    : undefined;
-  const ownFull =
-    own.lines.parts.length > 0
-      ? await fitTokens(fitting.pool, own.lines, Number.MAX_SAFE_INTEGER, renderOwnFrom(publishedOwn))
-      : undefined;
-  const split = splitBudget(available, sharedFull?.tokens ?? 0, ownFull?.tokens ?? 0);
-  let sharedTokens = 0;
-  if (sharedLines && sharedFull) {
-    const budget = split.shared + Math.max(0, split.own - (ownFull?.tokens ?? 0));
-    sharedTokens = await fitBlock(fitting, "shared_memory", sharedLines, renderShared, budget, split.shared);
-  }
-  let ownTokens = 0;
-  if (ownFull) {
-    // Without the shared block, nothing of this session is shown there: the session block then shows all of it.
-    const from = sharedTokens === 0 ? 0 : publishedOwn;
-    const left = available - sharedTokens;
-    ownTokens = await fitBlock(fitting, "session_memory", own.lines, renderOwnFrom(from), left, left);
-  }
-  return { sharedTokens, ownTokens };
 }
 
 /**

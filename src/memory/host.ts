@@ -11,10 +11,17 @@ import {
 } from "../store/problems.js";
 import { hostMessageSeqs } from "../store/records.js";
 import { findSessionByHost, type Session } from "../store/sessions.js";
-import { readSessionHealth, type SessionHealth } from "../store/status.js";
+import {
+  jobsWaitingForWorker,
+  listStuckTurns,
+  readSessionHealth,
+  readTreeProgress,
+  type SessionHealth,
+  type StuckTurn,
+} from "../store/status.js";
 import { listActiveTurns, type Turn } from "../store/turns.js";
 
-export type { AdapterProblem, Injection, LeaseClaim, NewAdapterProblem, NewInjection, SessionHealth };
+export type { AdapterProblem, Injection, LeaseClaim, NewAdapterProblem, NewInjection, SessionHealth, StuckTurn };
 
 /**
  * What a host adapter (the OpenCode plugin) needs beyond the memory operations: session leases, a record of every
@@ -37,6 +44,15 @@ export interface HostSupport {
   /** The highest sealed seq of each host message of the session's current generation. */
   hostMessageSeqs(sessionId: string, generation: number): Promise<Map<string, number>>;
   activeTurns(sessionId: string): Promise<Turn[]>;
+  /**
+   * Active turns whose session lease expired (or, with `holderGone`, is held by a process the caller knows is gone),
+   * of one session or of every session of one project.
+   */
+  stuckTurns(filter: { sessionId?: string; projectId?: string; holderGone?: boolean }): Promise<StuckTurn[]>;
+  /** True when a compactor job that could run has waited longer than `seconds` (default 30) for a worker. */
+  jobsWaitingForWorker(seconds?: number): Promise<boolean>;
+  /** Leaves of the session's tree of `generation` and how many are built (summarized). */
+  treeProgress(sessionId: string, generation: number): Promise<{ leaves: number; builtLeaves: number }>;
   findSession(host: string, hostSessionId: string): Promise<Session | undefined>;
 }
 
@@ -59,6 +75,9 @@ export function createHostSupport(pool: Pool): HostSupport {
     sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),
     hostMessageSeqs: (sessionId, generation) => hostMessageSeqs(pool, sessionId, generation),
     activeTurns: (sessionId) => listActiveTurns(pool, sessionId),
+    stuckTurns: (filter) => listStuckTurns(pool, filter),
+    jobsWaitingForWorker: (seconds = 30) => jobsWaitingForWorker(pool, seconds),
+    treeProgress: (sessionId, generation) => readTreeProgress(pool, sessionId, generation),
     findSession: (host, hostSessionId) => findSessionByHost(pool, host, hostSessionId),
   };
 }

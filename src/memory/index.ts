@@ -8,7 +8,7 @@ export { availableMemoryTokens, escapeMemoryText, estimateTokens } from "../core
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
-export type { AssembledContext } from "./assembly.js";
+export type { AssembledContext, PreparedContext } from "./assembly.js";
 export {
   budgetSettingsOf,
   type Config,

@@ -30,7 +30,8 @@ export interface IngestOptions {
 
 export interface IngestDeps {
   readonly pool: Pool;
-  readonly boss: PgBoss;
+  /** The producer's job queue, started when first needed (src/memory/service.ts); awaited before the transaction. */
+  readonly jobQueue: () => Promise<PgBoss>;
   readonly fold: FoldParams;
 }
 
@@ -45,6 +46,7 @@ export async function ingestMany(
   options: IngestOptions = {},
 ): Promise<IngestResult[]> {
   const { valid, prepared } = await prepareEvents(events, where);
+  const boss = await deps.jobQueue();
   return await retryOnTwinInsert(() =>
     withTransaction(deps.pool, async (client) => {
       const results: (IngestResult | undefined)[] = new Array(prepared.length);
@@ -78,7 +80,7 @@ export async function ingestMany(
         finals.forEach((f, n) => {
           results[f.index] = sealed.outcomes[n];
         });
-        for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(deps.boss, client, treeId, nodes);
+        for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
       }
       await options.beforeCommit?.();
       return results as IngestResult[];

@@ -1,5 +1,6 @@
 import type { BudgetSettings } from "../compactor/budget.js";
 import type { Session } from "../store/sessions.js";
+import { STUCK_TURN_ADVICE } from "../store/status.js";
 import { readTodaySpend } from "./cost.js";
 import type { Memory } from "./service.js";
 
@@ -14,7 +15,15 @@ const STALLED_AFTER_SECONDS = 60;
 export async function inspectStoredSession(
   memory: Memory,
   session: Session,
-  options: { workerInThisProcess?: boolean; budget?: BudgetSettings } = {},
+  options: {
+    workerInThisProcess?: boolean;
+    budget?: BudgetSettings;
+    /**
+     * True when the holder of a lease that has not expired yet is known to be gone (the plugin can tell for holders
+     * on its own machine): its active turns are stuck too, without waiting for the lease to expire.
+     */
+    holderIsGone?: (holder: string) => boolean;
+  } = {},
 ): Promise<Record<string, unknown>> {
   const [health, injections, problems, spend] = await Promise.all([
     memory.host.sessionHealth(session.sessionId),
@@ -23,14 +32,24 @@ export async function inspectStoredSession(
     options.budget ? readTodaySpend(memory.pool, options.budget, { scopeId: session.scopeId }) : undefined,
   ]);
   const pending = health.leaves > health.builtLeaves || health.unpublishedTurns > 0;
+  // An unexpired lease whose holder is known to be gone leaves its active turns as stuck as an expired one does.
+  const stuck =
+    health.stuckTurns.length === 0 &&
+    health.turns.active > 0 &&
+    health.lease?.live &&
+    options.holderIsGone?.(health.lease.holder)
+      ? await memory.host.stuckTurns({ sessionId: session.sessionId, holderGone: true })
+      : health.stuckTurns;
   const verdict =
-    health.failingNodes > 0 || health.failingPublications > 0
-      ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError and the summarizer settings)"
-      : !pending
-        ? "up to date"
-        : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
-          ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
-          : "working: summaries or publications are pending";
+    stuck.length > 0
+      ? `stuck: turn ${stuck.map((t) => t.turnId).join(", ")} is still active but no OpenCode process holds the session (last holder ${stuck[0]?.holder}); ${STUCK_TURN_ADVICE}`
+      : health.failingNodes > 0 || health.failingPublications > 0
+        ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError and the summarizer settings)"
+        : !pending
+          ? "up to date"
+          : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
+            ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
+            : "working: summaries or publications are pending";
   const degraded = spend?.capReached
     ? `degraded: the compactor's budget is spent (${spend.capReached}); new summaries are labelled fallbacks until the next UTC day`
     : undefined;
@@ -48,8 +67,10 @@ export async function inspectStoredSession(
     },
     health: {
       ...health,
+      stuckTurns: stuck,
       pendingLeaves: health.leaves - health.builtLeaves,
-      verdict: verdict.startsWith("failing") ? verdict : (degraded ?? verdict),
+      // A stuck turn and a failing compactor say what to do first; a spent budget is said otherwise.
+      verdict: verdict.startsWith("failing") || verdict.startsWith("stuck") ? verdict : (degraded ?? verdict),
     },
     lastInjection: last
       ? {

@@ -11,7 +11,7 @@ export async function migrateAll(
   log: (line: string) => void = () => {},
 ): Promise<MigrationOutcome> {
   const outcome = await migrateDatabase(databaseUrl, log);
-  const boss = createBoss(databaseUrl, "installer");
+  const boss = await createBoss(databaseUrl, "installer");
   boss.on("error", () => {});
   await boss.start();
   try {

@@ -1,23 +1,21 @@
 import { randomBytes } from "node:crypto";
 import type { z } from "zod";
 import { sessionIdFromRandom } from "../core/ids.js";
-import { type Pool, withTransaction } from "../store/db.js";
-import { ensureScope, findSessionByHost, registerSession, type Session } from "../store/sessions.js";
+import type { Pool } from "../store/db.js";
+import { findOrRegisterSession, type Session } from "../store/sessions.js";
 import type { openSessionSchema } from "./schemas.js";
 
-/** The session of a host's session ID, registered (with its scope) on first sight. */
+/** The session of a host's session ID, registered (with its scope) on first sight, in one statement. */
 export async function openSession(pool: Pool, valid: z.output<typeof openSessionSchema>): Promise<Session> {
   // Scope (seed 000 §11): the project by default; an explicit profile scope shares several projects; an isolated
-  // session gets a scope of its own, with no shared tree: it neither publishes nor reads shared memory.
+  // session gets a scope of its own, with no shared tree: it neither publishes nor reads shared memory. A known session
+  // is returned as it is (no scope is created for it again: an isolated one would leak a scope).
   const sessionId = sessionIdFromRandom(randomBytes(16));
   const kind = valid.sharing === "isolated" ? "isolated" : valid.scopeId !== undefined ? "profile" : "project";
   const scopeId = kind === "isolated" ? `isolated:${sessionId}` : (valid.scopeId ?? `project:${valid.projectId}`);
-  // A known session is returned as it is (no scope is created for it again: an isolated one would leak a scope).
-  const known = await findSessionByHost(pool, valid.host, valid.hostSessionId);
-  if (known) return known;
-  return await withTransaction(pool, async (client) => {
-    await ensureScope(client, scopeId, kind);
-    const { session } = await registerSession(client, {
+  const { session } = await findOrRegisterSession(
+    pool,
+    {
       sessionId,
       scopeId,
       host: valid.host,
@@ -25,7 +23,8 @@ export async function openSession(pool: Pool, valid: z.output<typeof openSession
       projectId: valid.projectId ?? null,
       parentSessionId: valid.parentSessionId ?? null,
       title: valid.title ?? null,
-    });
-    return session;
-  });
+    },
+    kind,
+  );
+  return session;
 }

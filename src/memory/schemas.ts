@@ -218,6 +218,8 @@ export const assembleSchema = z
   })
   .strict();
 
+export const prepareSchema = assembleSchema.pick({ previousExchange: true, readiness: true, waitMs: true }).strict();
+
 export const searchSchema = z
   .object({
     query: z.string().min(1, "must not be empty").max(2000, "longer than 2000 characters"),

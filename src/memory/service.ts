@@ -9,7 +9,14 @@ import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import { listRecords, type SourceRecord } from "../store/records.js";
 import { findSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
-import { type AssembledContext, type AssembleOptions, assembleContext } from "./assembly.js";
+import {
+  type AssembledContext,
+  type AssembleOptions,
+  assembleContext,
+  type PreparedContext,
+  type PrepareOptions,
+  prepareContext,
+} from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
@@ -40,6 +47,7 @@ import {
   openSessionSchema,
   outcomeSchema,
   parseInput,
+  prepareSchema,
   readPayloadOptionsSchema,
   recordRefSchema,
   searchSchema,
@@ -93,8 +101,13 @@ export interface Memory {
   /** Records the turn's outcome once and schedules its publication in the same transaction. */
   finishTurn(ctx: TurnContext, outcome: TurnOutcome): Promise<{ turn: Turn; finished: boolean }>;
   getTurn(ctx: TurnContext): Promise<Turn>;
-  /** The memory blocks for one model request of the turn, within the budget (seed 000 §7). */
-  assembleContext(ctx: TurnContext, options: AssembleOptions): Promise<AssembledContext>;
+  /**
+   * The memory blocks for one model request of the turn, within the budget (seed 000 §7); with `prepared` (from
+   * `prepareContext` for the same turn and options), only the fitting to the budget is left to do.
+   */
+  assembleContext(ctx: TurnContext, options: AssembleOptions, prepared?: PreparedContext): Promise<AssembledContext>;
+  /** Everything an assembly reads before it knows its budget (see `PreparedContext`). */
+  prepareContext(ctx: TurnContext, options: PrepareOptions): Promise<PreparedContext>;
   /**
    * The memory blocks the session's next turn would get now, assembled exactly as for a real turn but for a turn that
    * is only built in memory: nothing is admitted, pinned or written (partial readiness, no wait).
@@ -147,31 +160,46 @@ export async function openMemory(
     if (error instanceof OptchatError) throw error;
     throw databaseUnavailable(config.databaseUrl, error);
   }
-  const boss = createBoss(config.databaseUrl, "producer");
-  boss.on("error", () => {}); // producer errors surface from the calls that hit them
-  // A read-only service never enqueues, so its job queue is not started (starting one opens connections that may write).
-  if (options.readOnly) return createMemory(pool, boss, config);
-  try {
-    await boss.start();
-  } catch (error) {
-    await pool.end().catch(() => {});
-    throw databaseUnavailable(config.databaseUrl, error);
-  }
-  return createMemory(pool, boss, config);
+  return createMemory(pool, config, { readOnly: options.readOnly ?? false });
 }
 
 /** The service over an open pool and job queue; every call goes through the retry helper (guard.ts). */
-export function createMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
-  return guardMemory(createUnguardedMemory(pool, boss, config), {
+export function createMemory(pool: Pool, config: Config, options: { readOnly?: boolean } = {}): Memory {
+  return guardMemory(createUnguardedMemory(pool, config, options.readOnly ?? false), {
     databaseUrl: config.databaseUrl,
     unavailableRetryMs: config.databaseRetryMs,
   });
 }
 
-function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory {
+function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): Memory {
   const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
-  const ingestion = { pool, boss, fold };
+  // The producer's pg-boss (its module, its own pool, a schema check and timers: about a third of an OpenCode
+  // process's open under load) starts when the first call that inserts jobs needs it, before that call's transaction
+  // begins; a reader never starts it, and a read-only service never does (starting one opens connections that may
+  // write). A failed start is forgotten, so the next call tries again.
+  let bossStarted: Promise<PgBoss> | undefined;
+  const jobQueue = (): Promise<PgBoss> => {
+    if (readOnly) {
+      return Promise.reject(new Error("a read-only memory service inserts no jobs (it was opened with readOnly)"));
+    }
+    bossStarted ??= (async () => {
+      const boss = await createBoss(config.databaseUrl, "producer");
+      boss.on("error", () => {}); // producer errors surface from the calls that hit them
+      try {
+        await boss.start();
+      } catch (error) {
+        await boss.stop({ graceful: false, close: true }).catch(() => {});
+        throw error;
+      }
+      return boss;
+    })().catch((error: unknown) => {
+      bossStarted = undefined;
+      throw databaseUnavailable(config.databaseUrl, error);
+    });
+    return bossStarted;
+  };
+  const ingestion = { pool, jobQueue, fold };
 
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
@@ -186,7 +214,7 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
     return await sessionTreeOrThrow(pool, session.sessionId, session.currentGeneration);
   }
 
-  const shared = { pool, boss, listener, config, pinnedNodes: new PinnedNodeCache() };
+  const shared = { pool, jobQueue, listener, config, pinnedNodes: new PinnedNodeCache() };
   // A turn or scope reader the caller holds is taken as it is; a turn named by its IDs is validated.
   const reader = (ctx: ReadAs, where: string): ReadAs =>
     isTurn(ctx) || isScopeReader(ctx) ? ctx : parseInput(turnContextSchema, ctx, where);
@@ -239,7 +267,12 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
       return await zoomTree(pool, await treeOf(sessionId), ref);
     },
 
-    admitTurn: (input) => admitTurn(shared, parseInput(admitTurnSchema, input, "admitTurn")),
+    admitTurn: (input) => {
+      const valid = parseInput(admitTurnSchema, input, "admitTurn");
+      // The turn's records come next, and sealing them inserts jobs: the job queue starts meanwhile.
+      if (!readOnly) jobQueue().catch(() => {});
+      return admitTurn(shared, valid);
+    },
     finishTurn: (ctx, outcome) =>
       finishTurn(
         shared,
@@ -247,10 +280,15 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
     getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
-    assembleContext: async (ctx, options) => {
+    assembleContext: async (ctx, options, prepared) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
-      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions);
+      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions, prepared);
+    },
+    prepareContext: async (ctx, options) => {
+      const valid = parseInput(turnContextSchema, ctx, "prepareContext");
+      const validOptions = parseInput(prepareSchema, options, "prepareContext");
+      return await prepareContext(shared, await turnOrThrow(pool, valid), validOptions);
     },
     previewContext: async (sessionId, options) =>
       assembleContext(shared, await nextTurnOf(pool, await getSession(sessionId)), {
@@ -275,7 +313,8 @@ function createUnguardedMemory(pool: Pool, boss: PgBoss, config: Config): Memory
 
     async close() {
       await listener.close();
-      await boss.stop({ graceful: false, close: true }).catch(() => {});
+      const boss = await bossStarted?.catch(() => undefined);
+      await boss?.stop({ graceful: false, close: true }).catch(() => {});
       await pool.end();
     },
   };

@@ -37,7 +37,7 @@ export async function admitTurn(
  * that waits for an earlier turn of its session, is scheduled by the commit that completes that instead.
  */
 export async function finishTurn(
-  deps: { readonly pool: Pool; readonly boss: PgBoss },
+  deps: { readonly pool: Pool; readonly jobQueue: () => Promise<PgBoss> },
   ctx: TurnContext,
   outcome: TurnOutcome,
 ): Promise<{ turn: Turn; finished: boolean }> {
@@ -47,6 +47,7 @@ export async function finishTurn(
     ]);
   const admitted = await findTurn(deps.pool, ctx.sessionId, ctx.turnId);
   if (!admitted) throw notAdmitted();
+  const boss = await deps.jobQueue();
   return await withTransaction(deps.pool, async (tx) => {
     // The session tree's lock first, like every writer of the tree: records sealed and nodes built by other
     // transactions are then either committed before the runs and the readiness are read here, or they see this
@@ -55,7 +56,7 @@ export async function finishTurn(
     const result = await finishTurnRow(tx, ctx.sessionId, ctx.turnId, outcome);
     if (!result) throw notAdmitted();
     if (result.finished && locked) {
-      await schedulePublicationIfReady(deps.boss, tx, {
+      await schedulePublicationIfReady(boss, tx, {
         treeId: locked.tree.treeId,
         sessionId: result.turn.sessionId,
         generation: result.turn.generation,

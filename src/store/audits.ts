@@ -1,4 +1,5 @@
 import type { Queryable } from "./db.js";
+import { STUCK_TURN_ADVICE, stuckTurnsSql } from "./status.js";
 
 export interface Violation {
   readonly audit:
@@ -7,7 +8,8 @@ export interface Violation {
     | "turn_visibility"
     | "snapshot_visibility"
     | "view_coverage"
-    | "reachability";
+    | "reachability"
+    | "turn_liveness";
   readonly subject: string;
   readonly problem: string;
 }
@@ -145,6 +147,12 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
             LEFT JOIN optchat.trees st ON st.tree_id = tu.shared_tree_id
            WHERE tu.own_boundary > g.next_seq
               OR (tu.shared_tree_id IS NOT NULL AND (st.kind <> 'shared' OR st.scope_id <> tu.scope_id))`,
+  },
+  {
+    audit: "turn_liveness",
+    problem: `stuck: the turn is still active but no process holds its session (the lease expired); ${STUCK_TURN_ADVICE}`,
+    sql: `SELECT x.session_id || ':' || x.turn_id || ' (OpenCode session ' || x.host_session_id || ', last holder ' || x.holder || ')' AS subject
+            FROM (${stuckTurnsSql({ session: "NULL::text", project: "NULL::text", holderGone: "false" })}) x`,
   },
   {
     audit: "reachability",

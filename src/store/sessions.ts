@@ -43,17 +43,6 @@ export function toSession(row: SessionRow): Session {
 export const SESSION_COLUMNS =
   "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at";
 
-/** Creates the scope if it is new, with its shared tree unless it is isolated (isolated sessions share nothing). */
-export async function ensureScope(db: Queryable, scopeId: string, kind: ScopeKind): Promise<void> {
-  await db.query(
-    `WITH created AS (
-       INSERT INTO optchat.scopes (scope_id, kind) VALUES ($1::text, $2::text) ON CONFLICT DO NOTHING RETURNING scope_id, kind
-     )
-     INSERT INTO optchat.trees (kind, scope_id) SELECT 'shared', scope_id FROM created WHERE kind <> 'isolated'`,
-    [scopeId, kind],
-  );
-}
-
 export interface Scope {
   readonly scopeId: string;
   readonly kind: ScopeKind;
@@ -161,19 +150,36 @@ export interface NewSession {
 }
 
 /**
- * Returns the session registered for (host, hostSessionId), registering `candidate` (and its generation 0) when there
- * is none. Idempotent and race-safe: the unique (host, host_session_id) constraint picks one winner; run it inside a
- * transaction so the session and its generation row appear together.
+ * Returns the session registered for (host, hostSessionId), registering `candidate` when there is none: its scope if
+ * that is new (with the scope's shared tree unless it is isolated), the session, its generation 0 and its session tree,
+ * all in one statement (atomic without a transaction; a new session was seven round trips before `chat.message` could
+ * go on). A known session is returned as it is: no scope is created for it (an isolated one would leak). Race-safe: the
+ * unique (host, host_session_id) constraint picks one winner, and the loser reads the winner's row.
  */
-export async function registerSession(
+export async function findOrRegisterSession(
   db: Queryable,
   candidate: NewSession,
+  kind: ScopeKind,
 ): Promise<{ session: Session; created: boolean }> {
-  const inserted = await db.query<SessionRow>(
-    `INSERT INTO optchat.sessions (session_id, scope_id, host, host_session_id, project_id, parent_session_id, title)
-     VALUES ($1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text)
-     ON CONFLICT (host, host_session_id) DO NOTHING
-     RETURNING ${SESSION_COLUMNS}`,
+  const found = await db.query<SessionRow & { created: boolean }>(
+    `WITH known AS (
+       SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE host = $3::text AND host_session_id = $4::text
+     ), new_scope AS (
+       INSERT INTO optchat.scopes (scope_id, kind) SELECT $2::text, $8::text WHERE NOT EXISTS (SELECT 1 FROM known)
+       ON CONFLICT DO NOTHING RETURNING scope_id, kind
+     ), shared_tree AS (
+       INSERT INTO optchat.trees (kind, scope_id) SELECT 'shared', scope_id FROM new_scope WHERE kind <> 'isolated'
+     ), inserted AS (
+       INSERT INTO optchat.sessions (session_id, scope_id, host, host_session_id, project_id, parent_session_id, title)
+       SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text WHERE NOT EXISTS (SELECT 1 FROM known)
+       ON CONFLICT (host, host_session_id) DO NOTHING
+       RETURNING ${SESSION_COLUMNS}
+     ), generation AS (
+       INSERT INTO optchat.generations (session_id, generation) SELECT session_id, 0 FROM inserted
+     ), session_tree AS (
+       INSERT INTO optchat.trees (kind, session_id, generation) SELECT 'session', session_id, 0 FROM inserted
+     )
+     SELECT *, true AS created FROM inserted UNION ALL SELECT *, false AS created FROM known`,
     [
       candidate.sessionId,
       candidate.scopeId,
@@ -182,24 +188,16 @@ export async function registerSession(
       candidate.projectId,
       candidate.parentSessionId,
       candidate.title,
+      kind,
     ],
   );
-  const row = inserted.rows[0];
-  if (row) {
-    await db.query("INSERT INTO optchat.generations (session_id, generation) VALUES ($1::text, 0)", [row.session_id]);
-    await db.query("INSERT INTO optchat.trees (kind, session_id, generation) VALUES ('session', $1::text, 0)", [
-      row.session_id,
-    ]);
-    return { session: toSession(row), created: true };
-  }
-  const existing = await db.query<SessionRow>(
-    `SELECT ${SESSION_COLUMNS} FROM optchat.sessions WHERE host = $1::text AND host_session_id = $2::text`,
-    [candidate.host, candidate.hostSessionId],
-  );
-  const found = existing.rows[0];
-  if (!found)
-    throw new Error(`registerSession: (${candidate.host}, ${candidate.hostSessionId}) vanished after a conflict`);
-  return { session: toSession(found), created: false };
+  const row = found.rows[0];
+  if (row) return { session: toSession(row), created: row.created };
+  // Another process registered it between this statement's snapshot and its insert.
+  const winner = await findSessionByHost(db, candidate.host, candidate.hostSessionId);
+  if (!winner)
+    throw new Error(`findOrRegisterSession: (${candidate.host}, ${candidate.hostSessionId}) vanished after a conflict`);
+  return { session: winner, created: false };
 }
 
 export async function findSessionByHost(

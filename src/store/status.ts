@@ -113,6 +113,8 @@ export interface SessionHealth {
   readonly queuedJobs: { readonly node: number; readonly publish: number };
   /** How long the oldest job that could run has waited for a worker, in seconds (0 when none waits). */
   readonly oldestWaitingJobSeconds: number;
+  /** Turns still active although no process holds the session any more (see `listStuckTurns`). */
+  readonly stuckTurns: readonly StuckTurn[];
 }
 
 export async function readSessionHealth(db: Queryable, sessionId: string): Promise<SessionHealth> {
@@ -179,6 +181,7 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
     }
   }
   const turns = row.turns ?? {};
+  const stuckTurns = (turns.active ?? 0) > 0 ? await listStuckTurns(db, { sessionId }) : [];
   return {
     records: row.records,
     lastSealedAt: row.last_sealed_at,
@@ -221,5 +224,89 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
       : null,
     queuedJobs: jobs,
     oldestWaitingJobSeconds,
+    stuckTurns,
   };
+}
+
+/** Leaves of a session tree and how many are built (0/0 when the tree does not exist yet). */
+export async function readTreeProgress(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+): Promise<{ leaves: number; builtLeaves: number }> {
+  const result = await db.query<{ leaf_count: string; built_leaves: string }>(
+    `SELECT leaf_count, built_leaves FROM optchat.trees
+      WHERE kind = 'session' AND session_id = $1::text AND generation = $2::int`,
+    [sessionId, generation],
+  );
+  const row = result.rows[0];
+  return { leaves: Number(row?.leaf_count ?? 0), builtLeaves: Number(row?.built_leaves ?? 0) };
+}
+
+/** A turn left active by a host process that no longer holds its session (see `stuckTurnsSql`). */
+export interface StuckTurn {
+  readonly sessionId: string;
+  readonly hostSessionId: string;
+  readonly turnId: string;
+  readonly admittedAt: Date;
+  readonly holder: string;
+  readonly leaseExpiredAt: Date;
+}
+
+/**
+ * Active turns of sessions whose lease has expired: the process that drove the turn stopped (killed, or closed before
+ * its outcome was written) and nobody is working on it. A host that takes a lease for every turn (the OpenCode plugin
+ * does, and renews it while a turn runs) never leaves a live turn behind an expired lease; sessions that never took a
+ * lease (service API callers) are not judged. The arguments are SQL expressions: `session` and `project` restrict to
+ * one session or one project (NULL: all); `holderGone` also counts a lease that has not expired (for a caller that
+ * knows its holder is gone).
+ */
+export function stuckTurnsSql(where: { session: string; project: string; holderGone: string }): string {
+  return `
+  SELECT t.session_id, s.host_session_id, t.turn_id, t.admitted_at, l.holder, l.expires_at
+    FROM optchat.turns t
+    JOIN optchat.sessions s ON s.session_id = t.session_id
+    JOIN optchat.session_leases l ON l.session_id = t.session_id
+   WHERE t.state = 'active' AND (l.expires_at < now() OR ${where.holderGone})
+     AND (${where.session} IS NULL OR t.session_id = ${where.session})
+     AND (${where.project} IS NULL OR s.project_id = ${where.project})
+   ORDER BY t.session_id, t.admitted_at`;
+}
+
+const STUCK_TURNS_QUERY = stuckTurnsSql({ session: "$1::text", project: "$2::text", holderGone: "$3::boolean" });
+
+export async function listStuckTurns(
+  db: Queryable,
+  filter: { sessionId?: string; projectId?: string; holderGone?: boolean } = {},
+): Promise<StuckTurn[]> {
+  const result = await db.query<{
+    session_id: string;
+    host_session_id: string;
+    turn_id: string;
+    admitted_at: Date;
+    holder: string;
+    expires_at: Date;
+  }>(STUCK_TURNS_QUERY, [filter.sessionId ?? null, filter.projectId ?? null, filter.holderGone === true]);
+  return result.rows.map((row) => ({
+    sessionId: row.session_id,
+    hostSessionId: row.host_session_id,
+    turnId: row.turn_id,
+    admittedAt: row.admitted_at,
+    holder: row.holder,
+    leaseExpiredAt: row.expires_at,
+  }));
+}
+
+/** What to do about a stuck turn; the same words in `optchat inspect`, `memory_inspect` and `optchat audit`. */
+export const STUCK_TURN_ADVICE =
+  "its process stopped before recording the turn's outcome (killed, or closed at once after the answer). Prompt the session again in OpenCode: the plugin then stores what OpenCode's transcript holds of the turn and records its real outcome";
+
+/** True when a compactor job that could run has waited longer than `seconds` for a worker. */
+export async function jobsWaitingForWorker(db: Queryable, seconds: number): Promise<boolean> {
+  const result = await db.query<{ waiting: boolean }>(
+    `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name IN ('optchat-node', 'optchat-publish')
+               AND state IN ('created', 'retry') AND start_after <= now() - $1::int * interval '1 second') AS waiting`,
+    [seconds],
+  );
+  return result.rows[0]?.waiting === true;
 }

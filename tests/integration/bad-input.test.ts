@@ -50,7 +50,7 @@ describe("text the database cannot hold", () => {
       await openMemory(config.core),
       config,
       { id: "project-bad-input", worktree: "/tmp/bad-input", directory: "/tmp/bad-input" },
-      { parentOf: async () => undefined, modelLimits: async () => undefined },
+      { parentOf: async () => undefined, modelLimits: async () => undefined, transcript: async () => undefined },
       (level, line) => {
         if (level !== "info") problems.push(line);
       },
@@ -62,6 +62,8 @@ describe("text the database cannot hold", () => {
         { id: "msg_nul_1", sessionID: "ses_nul_prompt", role: "user", time: { created: Date.UTC(2026, 11, 1) } },
         [{ id: "prt_nul_1", messageID: "msg_nul_1", sessionID: "ses_nul_prompt", type: "text", text: prompt }],
       );
+      // chat.message returns once the lease is held; the turn's row and its user record are the session's next jobs.
+      await adapter.flush(10_000);
       const session = await t.memory.host.findSession("opencode", "ses_nul_prompt");
       expect(session, problems.join("\n")).toBeDefined();
       const turn = await t.memory.getTurn({ sessionId: session?.sessionId as string, turnId: "msg_nul_1" });

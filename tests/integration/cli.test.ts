@@ -6,7 +6,7 @@ import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { COMMANDS } from "../../src/cli/registry.js";
 import { startWorker } from "../../src/memory/worker.js";
-import { registerSession } from "../../src/store/sessions.js";
+import { findOrRegisterSession } from "../../src/store/sessions.js";
 import { collect, ingestEvent, ROOT, runCli, useTestMemory } from "../helpers.js";
 
 /** The `optchat` conventions of issue 12 item 4: help, pipes, session ids, scopes. */
@@ -142,15 +142,19 @@ describe("session ids", () => {
   });
 
   it("keeps ids made before the mem_ prefix working", async () => {
-    await registerSession(db.memory.pool, {
-      sessionId: "ses_0123456789abcdefghjkmnpqrs",
-      scopeId: "project:prj_cli",
-      host: "import",
-      hostSessionId: "legacy",
-      projectId: "prj_cli",
-      parentSessionId: null,
-      title: null,
-    });
+    await findOrRegisterSession(
+      db.memory.pool,
+      {
+        sessionId: "ses_0123456789abcdefghjkmnpqrs",
+        scopeId: "project:prj_cli",
+        host: "import",
+        hostSessionId: "legacy",
+        projectId: "prj_cli",
+        parentSessionId: null,
+        title: null,
+      },
+      "project",
+    );
     const view = await runCli(["view", "ses_0123456789abcdefghjkmnpqrs", "--json"], { DATABASE_URL: db.url });
     expect(view.code, view.stderr).toBe(0);
     expect(JSON.parse(view.stdout).leafCount).toBe(0);

@@ -78,6 +78,9 @@ describe("context assembly", () => {
       expect(context.tokens.available).toBe(100_000 - 3000 - 1000 - 4000 - 1000);
       // Every step of the turn sees the same memory.
       expect((await db.memory.assembleContext(ctx, WINDOW)).blocks).toEqual(context.blocks);
+      // Prepared before the budget was known (the plugin does at admission), then fitted: the very same memory.
+      const prepared = await db.memory.prepareContext(ctx, {});
+      expect(await db.memory.assembleContext(ctx, WINDOW, prepared)).toEqual(context);
     } finally {
       await worker.stop();
     }
@@ -106,6 +109,13 @@ describe("context assembly", () => {
       const ownTokens = roomy.tokens.own;
       const small = { ...WINDOW, windowTokens: 9000 + Math.floor(ownTokens * 0.7), previousExchange: false };
       const fitted = await db.memory.assembleContext(ctx, small);
+      // One preparation serves any budget, the projected one included, exactly as a fresh assembly does; one made
+      // with another previous-exchange setting is not used for this one.
+      const prepared = await db.memory.prepareContext(ctx, { previousExchange: false });
+      expect(await db.memory.assembleContext(ctx, small, prepared)).toEqual(fitted);
+      expect(await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false }, prepared)).toEqual(roomy);
+      const other = await db.memory.prepareContext(ctx, { previousExchange: true });
+      expect(await db.memory.assembleContext(ctx, small, other)).toEqual(fitted);
       expect(fitted.tokens.used).toBeLessThanOrEqual(fitted.tokens.available);
       expect(fitted.tokens.own).toBeLessThan(ownTokens);
       const ownBlock = fitted.blocks.find((b) => b.name === "session_memory")?.text ?? "";

@@ -28,7 +28,7 @@ beforeAll(async () => {
     memory,
     config,
     { id: "project-adapter-test", worktree: "/tmp/adapter-test", directory: "/tmp/adapter-test" },
-    { parentOf: async () => undefined, modelLimits: async () => undefined },
+    { parentOf: async () => undefined, modelLimits: async () => undefined, transcript: async () => undefined },
     () => {},
   );
 });

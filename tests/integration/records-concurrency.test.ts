@@ -160,3 +160,44 @@ describe("seq allocation under concurrency", () => {
     expect(await db.memory.listRecords(b.sessionId)).toEqual([]);
   });
 });
+
+describe("opening one host session from several processes at once", () => {
+  it("registers it once, with one generation and one session tree, and leaks no isolated scope", async () => {
+    const processes = await Promise.all(Array.from({ length: 6 }, () => connection()));
+    for (const sharing of ["project", "isolated"] as const) {
+      const host = `race-${sharing}`;
+      const opened = await Promise.all(
+        processes.map((memory) =>
+          memory.openSession({
+            host: "test",
+            hostSessionId: host,
+            projectId: "prj_race",
+            ...(sharing === "isolated" ? { sharing } : {}),
+          }),
+        ),
+      );
+      expect(new Set(opened.map((s) => s.sessionId)).size).toBe(1);
+      const sessionId = opened[0]?.sessionId as string;
+      const counts = await db.memory.pool.query<{ generations: number; trees: number }>(
+        `SELECT (SELECT count(*)::int FROM optchat.generations WHERE session_id = $1::text) AS generations,
+                (SELECT count(*)::int FROM optchat.trees WHERE kind = 'session' AND session_id = $1::text) AS trees`,
+        [sessionId],
+      );
+      expect(counts.rows[0]).toEqual({ generations: 1, trees: 1 });
+      // Opened again (the session is known): no scope is created for it.
+      const before = await db.memory.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.scopes");
+      await processes[0]?.openSession({
+        host: "test",
+        hostSessionId: host,
+        projectId: "prj_race",
+        sharing: "isolated",
+      });
+      const after = await db.memory.pool.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.scopes");
+      expect(after.rows[0]?.n).toBe(before.rows[0]?.n);
+    }
+    const shared = await db.memory.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM optchat.trees WHERE kind = 'shared' AND scope_id = 'project:prj_race'",
+    );
+    expect(shared.rows[0]?.n).toBe(1);
+  });
+});

@@ -1,0 +1,169 @@
+/**
+ * `bench plugin`, case `run`: what the plugin adds to one `opencode run` invocation (issue 9 item 2: scripts and other
+ * tools drive OpenCode this way, and each invocation starts and closes the plugin). RUNS rounds of `opencode run` with
+ * one tool call each (a bash call, then the answer), with and without the plugin, against the same scripted model,
+ * interleaved and in alternating order (A B, then B A) so the machine's drift hits both alike. Per run: wall time from
+ * spawn to exit, CPU seconds of the process (GNU time, all threads), the time to its first model request, and the time
+ * from the end of its last model request to exit; for the plugin's runs also the time OpenCode waited for the plugin's
+ * hooks (chat.message, every request transform and dispose, from OPTCHAT_TIMINGS_FILE).
+ *
+ * The figure to quote is `addedS`, the median over rounds of (with - without) wall time; the target is <= 0.2 s with
+ * nothing lost, which the case checks too (every run with the plugin must leave its turn completed with its four
+ * records: the prompt, the call, its result and the answer). On a loaded machine the wall times spread by seconds:
+ * `addedCpuS` and `awaitedS` are steadier.
+ *
+ * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. an export of main), each round
+ * also runs that plugin, on its own database, so before and after are measured in the same run: `baseline*` fields.
+ * Environment:
+ *   OPTCHAT_BENCH_PLUGIN_RUNS       rounds (default 7)
+ *   OPTCHAT_BENCH_PLUGIN_BASELINE   path of another plugin entry module to compare (optional)
+ */
+import { existsSync, readFileSync, rmSync } from "node:fs";
+import type pg from "pg";
+import type { ModelServer } from "../model-server.js";
+import { type OpencodeEnv, runOpencode } from "../opencode-harness.js";
+import { emit, envNumber, median, note, round } from "./common.js";
+
+interface RunFigures {
+  wallS: number;
+  cpuS: number | null;
+  toFirstRequestS: number | null;
+  lastRequestToExitS: number | null;
+  /** Seconds OpenCode waited for the plugin's hooks (null without a timings file). */
+  awaitedS: number | null;
+}
+
+export interface BenchVariant {
+  readonly env: OpencodeEnv;
+  /** The plugin's OPTCHAT_TIMINGS_FILE, when it writes one. */
+  readonly timings?: string;
+}
+
+const PROMPT = 'RUN-BENCH TOOLS=[{"name":"bash","args":{"command":"echo bench","description":"echo"}}] END';
+/** The hook timings OpenCode waits for (plugin/index.ts, plugin/adapter.ts `recordTiming`). */
+const AWAITED_OPS = new Set(["chat.message", "transform", "dispose"]);
+
+function awaitedSeconds(timings: string | undefined): number | null {
+  if (!timings || !existsSync(timings)) return null;
+  let ms = 0;
+  let seen = false;
+  for (const line of readFileSync(timings, "utf8").split("\n")) {
+    if (!line.trim()) continue;
+    const entry = JSON.parse(line) as { op: string; ms: number };
+    if (!AWAITED_OPS.has(entry.op)) continue;
+    ms += entry.ms;
+    seen = true;
+  }
+  return seen ? ms / 1000 : null;
+}
+
+async function timedRun(variant: BenchVariant, model: ModelServer, marker: string): Promise<RunFigures> {
+  if (variant.timings) rmSync(variant.timings, { force: true });
+  const before = model.requests().length;
+  const started = Date.now();
+  const result = await runOpencode(variant.env, `${marker} ${PROMPT}`, {
+    title: "bench",
+    timeoutMs: 180_000,
+    cpuTime: existsSync("/usr/bin/time"),
+  });
+  const ended = Date.now();
+  if (result.code !== 0) throw new Error(`opencode run exited ${result.code}: ${result.stderr.slice(-2000)}`);
+  const mine = model
+    .requests()
+    .slice(before)
+    .filter((r) => r.kind === "main");
+  const first = mine[0];
+  const last = mine.at(-1);
+  return {
+    wallS: (ended - started) / 1000,
+    cpuS: result.cpuS ?? null,
+    toFirstRequestS: first ? (Date.parse(first.at) - started) / 1000 : null,
+    lastRequestToExitS: last ? (ended - (Date.parse(last.at) + last.replyMs)) / 1000 : null,
+    awaitedS: awaitedSeconds(variant.timings),
+  };
+}
+
+function medianOf(runs: readonly RunFigures[], key: keyof RunFigures): number | null {
+  const m = median(runs.flatMap((run) => (run[key] === null ? [] : [run[key] as number])));
+  return m === null ? null : round(m);
+}
+
+/** Median over rounds of (a - b) for `key`, pairing each round's runs. */
+function medianAdded(a: readonly RunFigures[], b: readonly RunFigures[], key: "wallS" | "cpuS"): number | null {
+  const m = median(
+    a.flatMap((run, i) => {
+      const x = run[key];
+      const y = b[i]?.[key];
+      return x === null || y === null || y === undefined ? [] : [x - y];
+    }),
+  );
+  return m === null ? null : round(m);
+}
+
+/** Markers of the plugin's runs whose turn is not completed with its four records (nothing may be lost for speed). */
+async function incompleteRuns(db: pg.Pool, markers: readonly string[]): Promise<string[]> {
+  const turns = await db.query<{ marker: string | null; state: string; n: number }>(
+    `SELECT t.state, substring(convert_from(b.content, 'UTF8') FROM '^(\\S+) RUN-BENCH') AS marker,
+            (SELECT count(*)::int FROM optchat.records x WHERE x.session_id = t.session_id AND x.turn_id = t.turn_id) AS n
+       FROM optchat.turns t
+       JOIN optchat.records r ON r.session_id = t.session_id AND r.turn_id = t.turn_id AND r.kind = 'user'
+       JOIN optchat.blobs b ON b.hash = r.payload_hash`,
+  );
+  const complete = new Set(turns.rows.filter((t) => t.state === "completed" && t.n === 4).map((t) => t.marker));
+  return markers.filter((marker) => !complete.has(marker));
+}
+
+export async function runPluginRunBench(
+  withPlugin: BenchVariant,
+  without: BenchVariant,
+  model: ModelServer,
+  db: pg.Pool,
+  signal: AbortSignal,
+  baseline?: BenchVariant,
+): Promise<void> {
+  const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 1, integer: true });
+  // One warm-up each: the first run of a fresh environment creates OpenCode's SQLite database.
+  await timedRun(withPlugin, model, "WARM-A");
+  await timedRun(without, model, "WARM-B");
+  if (baseline) await timedRun(baseline, model, "WARM-C");
+  const a: RunFigures[] = [];
+  const b: RunFigures[] = [];
+  const c: RunFigures[] = [];
+  for (let i = 0; i < rounds && !signal.aborted; i++) {
+    const order: [BenchVariant, RunFigures[], string][] = [
+      [withPlugin, a, `RUN-A${i}`],
+      [without, b, `RUN-B${i}`],
+      ...(baseline ? [[baseline, c, `RUN-C${i}`] as [BenchVariant, RunFigures[], string]] : []),
+    ];
+    if (i % 2 === 1) order.reverse();
+    for (const [variant, into, marker] of order) into.push(await timedRun(variant, model, marker));
+    note(
+      `plugin run: round ${i + 1}/${rounds}: ${round(a[i]?.wallS ?? 0)} s with, ${round(b[i]?.wallS ?? 0)} s without${baseline ? `, ${round(c[i]?.wallS ?? 0)} s with the baseline plugin` : ""}`,
+    );
+  }
+  const missing = await incompleteRuns(db, ["WARM-A", ...a.map((_, i) => `RUN-A${i}`)]);
+  emit("plugin", "run", {
+    rounds: a.length,
+    withPluginS: a.map((run) => round(run.wallS)),
+    withoutPluginS: b.map((run) => round(run.wallS)),
+    addedS: medianAdded(a, b, "wallS"),
+    addedCpuS: medianAdded(a, b, "cpuS"),
+    awaitedS: medianOf(a, "awaitedS"),
+    withPluginMedianS: medianOf(a, "wallS"),
+    withoutPluginMedianS: medianOf(b, "wallS"),
+    toFirstRequestS: { with: medianOf(a, "toFirstRequestS"), without: medianOf(b, "toFirstRequestS") },
+    lastRequestToExitS: { with: medianOf(a, "lastRequestToExitS"), without: medianOf(b, "lastRequestToExitS") },
+    ...(baseline
+      ? {
+          baselinePluginS: c.map((run) => round(run.wallS)),
+          baselineAddedS: medianAdded(c, b, "wallS"),
+          baselineAddedCpuS: medianAdded(c, b, "cpuS"),
+          baselineToFirstRequestS: medianOf(c, "toFirstRequestS"),
+          baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),
+        }
+      : {}),
+    runsWithTurnCompleteAndFourRecords: `${a.length + 1 - missing.length}/${a.length + 1}`,
+    ...(missing.length > 0 ? { missing } : {}),
+    targetAddedS: 0.2,
+  });
+}

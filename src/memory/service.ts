@@ -194,8 +194,10 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       }
       return boss;
     })().catch((error: unknown) => {
+      // The driver's own error goes on unchanged: the guard's retry helper (store/db.ts withRetry) classifies it,
+      // waits for a restarting server when the call is idempotent, and names the server and the fix otherwise.
       bossStarted = undefined;
-      throw databaseUnavailable(config.databaseUrl, error);
+      throw error;
     });
     return bossStarted;
   };

@@ -173,32 +173,37 @@ describe("view fold (property tests)", () => {
   it("appends without the parts exactly when the fold would merge nothing (appendWithoutFit)", () => {
     let decided = 0;
     let shrinkingDecided = 0;
-    fc.assert(
-      fc.property(historyArb, (history) => {
-        runFold(history, (before, after, e) => {
-          const event = history.events[e] as FoldEvent;
-          if (event.type !== "append") return;
-          // The summary a writer keeps: the size of the parts as the fold measured them before this event.
-          const summary = {
-            leafCount: before.leafCount,
-            bytes: viewBytes(before.parts, sizesAt(history, e)),
-            shrinking: before.shrinking,
-          };
-          const fast = appendWithoutFit(summary, event.index, history.params);
-          if (!fast) return;
-          decided += 1;
-          if (before.shrinking) shrinkingDecided += 1;
-          expect(after.parts).toEqual([...before.parts, { level: 0, index: event.index }]);
-          expect(fast).toEqual({
-            leafCount: after.leafCount,
-            bytes: viewBytes(after.parts, sizesAt(history, e)),
-            shrinking: after.shrinking,
+    const check = () =>
+      fc.assert(
+        fc.property(historyArb, (history) => {
+          runFold(history, (before, after, e) => {
+            const event = history.events[e] as FoldEvent;
+            if (event.type !== "append") return;
+            // The summary a writer keeps: the size of the parts as the fold measured them before this event.
+            const summary = {
+              leafCount: before.leafCount,
+              bytes: viewBytes(before.parts, sizesAt(history, e)),
+              shrinking: before.shrinking,
+            };
+            const fast = appendWithoutFit(summary, event.index, history.params);
+            if (!fast) return;
+            decided += 1;
+            if (before.shrinking) shrinkingDecided += 1;
+            expect(after.parts).toEqual([...before.parts, { level: 0, index: event.index }]);
+            expect(fast).toEqual({
+              leafCount: after.leafCount,
+              bytes: viewBytes(after.parts, sizesAt(history, e)),
+              shrinking: after.shrinking,
+            });
           });
-        });
-      }),
-      { numRuns: 300 },
-    );
-    // Both answers are exercised (the histories build slowly enough to get stuck over budget).
+        }),
+        { numRuns: 300 },
+      );
+    // Both answers must be exercised (the histories build slowly enough to get stuck over budget). A run of 300
+    // random histories reaches a view stuck in shrinking mode more than 10 times almost always, not always (6 once in
+    // a full suite): more batches of new random histories, up to 4 in all, until it has, rather than a fixed seed.
+    check();
+    for (let batch = 1; batch < 4 && shrinkingDecided <= 10; batch++) check();
     expect(decided).toBeGreaterThan(1000);
     expect(shrinkingDecided).toBeGreaterThan(10);
   });

@@ -451,6 +451,16 @@ export async function seedBrowseMemory(
       { kind: "user", text: "我们把数据存进队列吗？" },
       { kind: "assistant", text: HOSTILE_TEXT },
     ]);
+    // A's turns are published before B's starts: publications of different sessions are ordered by when their
+    // covers are summarized, not by when the turns finished, and the pages' tests read the numbering.
+    await eventually(
+      async () => {
+        const { rows } = await memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
+        return rows[0].n === 2 ? true : undefined;
+      },
+      60_000,
+      "A's two publications",
+    );
     await turn(b, "b1", [
       { kind: "user", text: "What did session A decide about the queue?" },
       { kind: "assistant", text: "It chose the broker's durable queue." },

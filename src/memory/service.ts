@@ -22,6 +22,7 @@ import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { type InheritResult, inheritHistory } from "./inherit.js";
 import { openSession } from "./open-session.js";
 import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
 import { PinnedNodeCache } from "./pinned-nodes.js";
@@ -70,6 +71,7 @@ import {
 } from "./views.js";
 
 export type { IngestOptions, IngestResult } from "./ingest.js";
+export type { InheritResult } from "./inherit.js";
 export type { PayloadPage, RecordRef } from "./payload-page.js";
 
 export interface Memory {
@@ -85,6 +87,12 @@ export interface Memory {
    * inside the transaction after all writes (crash and lock tests pause there).
    */
   ingestMany(events: readonly IngestEvent[], options?: IngestOptions): Promise<IngestResult[]>;
+  /**
+   * Takes over, for a fork, the parent's records that OpenCode copied into it (`copies`: the child's copies as ingest
+   * events, oldest first): matched to the one session of the scope whose first records they are, by reference, with
+   * the parent's summaries; nothing is published again. `has_history` once the child holds records.
+   */
+  inheritHistory(sessionId: string, copies: readonly IngestEvent[]): Promise<InheritResult>;
   listRecords(
     sessionId: string,
     options?: { generation?: number; fromSeq?: number; limit?: number },
@@ -226,6 +234,12 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     getSession,
     ingest: (event) => ingest(ingestion, event),
     ingestMany: (events, options) => ingestMany(ingestion, events, "ingestMany", options),
+    inheritHistory: (sessionId, copies) =>
+      inheritHistory(
+        ingestion,
+        parseInput(recordRefSchema.shape.sessionId, sessionId, "inheritHistory", "sessionId"),
+        copies,
+      ),
 
     openSession: (input) => openSession(pool, parseInput(openSessionSchema, input, "openSession")),
 

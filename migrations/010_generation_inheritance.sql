@@ -1,0 +1,14 @@
+-- Forks (seed 000 §12, issue 15 item 3): a generation whose first records are another generation's, taken over by
+-- reference when OpenCode forks a session (its copies of the parent's messages are matched to the parent's records).
+-- The inherited records are rows of the child's generation that point at the parent's payload blobs (no payload is
+-- stored twice) and say where they came from (attributes.inheritedFrom); the parent's summary nodes over whole
+-- inherited ranges are taken over with their text, not summarized again. These columns record the provenance. They
+-- carry no foreign key: deleting the parent leaves the child's own inherited history in place (the fork keeps its
+-- accessible copy, seed 000 §12 "Source records referenced by a surviving fork").
+ALTER TABLE optchat.generations
+  ADD COLUMN inherited_from_session_id text,
+  ADD COLUMN inherited_from_generation integer,
+  ADD COLUMN inherited_records bigint NOT NULL DEFAULT 0 CHECK (inherited_records >= 0),
+  ADD CONSTRAINT generations_inheritance_check CHECK (
+    (inherited_from_session_id IS NULL) = (inherited_from_generation IS NULL)
+    AND (inherited_from_session_id IS NOT NULL OR inherited_records = 0));

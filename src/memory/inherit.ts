@@ -1,0 +1,131 @@
+/**
+ * Forks (seed 000 §12, issue 15 item 3): when a host forks a session, the child's copies of the parent's messages are
+ * matched to the parent's records, and the child's generation takes them over by reference (store/inherit.ts): no
+ * payload is stored again, nothing inherited is published again, the parent's summaries of whole inherited ranges are
+ * reused, and the child's session memory covers the inherited prefix from its first request. The parent's later
+ * turns stay the parent's: the child sees them only as shared memory, under the normal rules.
+ */
+import { enqueueNodeJobs } from "../compactor/queue.js";
+import { InputInvalidError, OptchatError } from "../core/errors.js";
+import { endOf } from "../core/tree.js";
+import { withTransaction } from "../store/db.js";
+import {
+  findInheritanceSource,
+  type InheritedKey,
+  listInheritedNodes,
+  listInheritedRecords,
+  lockGenerationForInheritance,
+  writeInheritedRecords,
+} from "../store/inherit.js";
+import type { RecordToSeal } from "../store/records.js";
+import { findSession } from "../store/sessions.js";
+import { applyTreeChanges, lockTree, type TreeChange } from "../store/tree-changes.js";
+import { findSessionTree, type NewNode } from "../store/trees.js";
+import type { IngestDeps } from "./ingest.js";
+import { prepareEvents } from "./ingest-prep.js";
+import type { IngestEvent } from "./schemas.js";
+
+export type InheritResult =
+  | {
+      readonly status: "inherited";
+      readonly from: { readonly sessionId: string; readonly generation: number };
+      readonly records: number;
+      /** Summary nodes taken over from the parent (not summarized again). */
+      readonly nodes: number;
+    }
+  /** The child already holds records: nothing is inherited (a second call, or a session with its own history). */
+  | { readonly status: "has_history" }
+  /** No session of the scope holds exactly these records first: the copies stay the host's alone. */
+  | { readonly status: "no_match" };
+
+/**
+ * Takes over the history a fork copied from its parent. `copies` are the child's copies as ingest events (the same
+ * mapping and finalization keys the host uses for live messages), oldest first. Idempotent: once the child holds
+ * records it answers `has_history`.
+ */
+export async function inheritHistory(
+  deps: IngestDeps,
+  childSessionId: string,
+  copies: readonly IngestEvent[],
+): Promise<InheritResult> {
+  if (copies.length === 0) return { status: "no_match" };
+  const { prepared } = await prepareEvents(copies, "inheritHistory");
+  const strangers = prepared.filter((record) => record.sessionId !== childSessionId);
+  if (strangers.length > 0) {
+    throw new InputInvalidError("inheritHistory", [
+      { field: "copies[].sessionId", problem: `must all be the child session ${childSessionId}` },
+    ]);
+  }
+  const boss = await deps.jobQueue();
+  return await withTransaction(deps.pool, async (client) => {
+    const child = await findSession(client, childSessionId);
+    if (!child) {
+      throw new OptchatError("SESSION_NOT_FOUND", `inheritHistory: no session ${childSessionId}`, {
+        sessionId: childSessionId,
+      });
+    }
+    const generation = child.currentGeneration;
+    // Every writer of the generation takes these rows (ingest-commit.ts): no record can be sealed into the child
+    // between this check and the commit.
+    const held = await lockGenerationForInheritance(client, child.sessionId, generation);
+    const locked = await lockTree(client, { sessionId: child.sessionId, generation });
+    if (held === undefined || !locked) throw new Error(`inheritHistory: session ${childSessionId} has no tree`);
+    if (held > 0 || locked.tree.leafCount > 0) return { status: "has_history" };
+    const first = prepared[0] as RecordToSeal;
+    const source = await findInheritanceSource(client, {
+      scopeId: child.scopeId,
+      childSessionId,
+      kinds: prepared.map((record) => record.kind),
+      hashes: prepared.map((record) => record.payloadHash),
+      firstHash: first.payloadHash,
+    });
+    if (!source) return { status: "no_match" };
+    const parentRecords = await listInheritedRecords(client, source, prepared.length);
+    const keys = matchCopies(parentRecords, prepared);
+    await writeInheritedRecords(client, { sessionId: childSessionId, generation }, source, keys);
+    const parentTree = await findSessionTree(client, source.sessionId, source.generation);
+    const nodes = parentTree ? await listInheritedNodes(client, parentTree.treeId, keys.length) : [];
+    const applied = await applyTreeChanges(client, locked, inheritedChanges(keys.length, nodes), deps.fold, {
+      buildFreeInline: true,
+    });
+    await enqueueNodeJobs(boss, client, locked.tree.treeId, applied.ready);
+    return { status: "inherited", from: source, records: keys.length, nodes: nodes.length };
+  });
+}
+
+/**
+ * Each parent record gets the child's coordinates of one copy with the same kind and payload (the first unused, in
+ * the copies' order): their finalization keys, and the host attributes that let the adapter see the copy as held.
+ */
+function matchCopies(
+  parent: readonly { seq: number; kind: string; payloadHash: Buffer }[],
+  copies: readonly RecordToSeal[],
+): InheritedKey[] {
+  const unused = new Map<string, RecordToSeal[]>();
+  for (const copy of copies) {
+    const key = `${copy.kind}:${copy.payloadHash.toString("hex")}`;
+    const list = unused.get(key) ?? [];
+    list.push(copy);
+    unused.set(key, list);
+  }
+  return parent.map((record) => {
+    const copy = unused.get(`${record.kind}:${record.payloadHash.toString("hex")}`)?.shift();
+    // findInheritanceSource compared the multisets in the same transaction: a miss is a bug, not bad input.
+    if (!copy) throw new Error(`inheritHistory: parent record ${record.seq} matches no copy`);
+    return { seq: record.seq, eventKey: copy.eventKey, stageKey: copy.stageKey, attributes: copy.attributes };
+  });
+}
+
+/** The inherited leaves appended in order, each taken-over node committed once the leaf that completes it is in. */
+function inheritedChanges(leafCount: number, nodes: readonly NewNode[]): TreeChange[] {
+  const changes: TreeChange[] = [];
+  let next = 0;
+  for (let leaf = 0; leaf < leafCount; leaf++) {
+    changes.push({ type: "append", index: leaf });
+    for (let node = nodes[next]; node && endOf(node) <= leaf + 1; node = nodes[next]) {
+      changes.push({ type: "built", node });
+      next += 1;
+    }
+  }
+  return changes;
+}

@@ -13,6 +13,7 @@ import {
 } from "../src/memory/index.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
+import { copiedHistoryEvents, looksLikeFork } from "./fork-inherit.js";
 import { type RepairDeps, repairStaleTurns } from "./host-reconcile.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
@@ -30,6 +31,7 @@ import {
   withoutRetryTriggers,
 } from "./messages.js";
 import { assemblySettings, type PreparedTurn, preparedFor, prepareTurn } from "./prepared-context.js";
+import { recordEvents } from "./record-events.js";
 import { settle } from "./shutdown.js";
 
 export const HOST = "opencode";
@@ -160,6 +162,8 @@ export class OpencodeAdapter {
   private readonly parents = new Map<string, string>();
   /** Sessions created in this process without a parent. */
   private readonly roots = new Set<string>();
+  /** Sessions created in this process with OpenCode's fork title: they may hold copies (plugin/fork-inherit.ts). */
+  private readonly forkTitled = new Set<string>();
   private worker: EmbeddedWorker | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
@@ -366,9 +370,16 @@ export class OpencodeAdapter {
     parts: readonly HostPart[],
   ): Promise<void> {
     const started = performance.now();
-    if (state.lastFence === 1 && (this.roots.has(state.hostSessionId) || this.parents.has(state.hostSessionId))) {
-      // Created in this process and never claimed before (its lease's first fence): no process left a turn or a
-      // record in it, so there is nothing to reconcile or load (two round trips less before the first request).
+    // A session claimed for the first time (its lease's first fence) may be a fork holding copies of its parent's
+    // messages: its history then starts with the parent's (plugin/fork-inherit.ts).
+    const inherited = state.lastFence === 1 && (await this.inheritFork(state, session, message.id));
+    if (
+      !inherited &&
+      state.lastFence === 1 &&
+      (this.roots.has(state.hostSessionId) || this.parents.has(state.hostSessionId))
+    ) {
+      // Created in this process and never claimed before: no process left a turn or a record in it, so there is
+      // nothing to reconcile or load (two round trips less before the first request).
       state.reconciled = true;
       state.seqsLoaded = true;
     }
@@ -395,6 +406,40 @@ export class OpencodeAdapter {
       this.loadSeqs(state, session).catch(() => {}),
     ]);
     this.recordTiming("admitted", started);
+  }
+
+  /**
+   * At a session's first claim: when OpenCode holds messages before the prompt that optchat never saw (a fork's copies;
+   * a session created here is looked at only when it has the fork title), the memory service matches them to the
+   * session whose first records they are and the child's history starts with the parent's. True when it did.
+   */
+  private async inheritFork(state: SessionState, session: Session, promptMessageId: string): Promise<boolean> {
+    const id = state.hostSessionId;
+    if (this.parents.has(id) || (this.roots.has(id) && !this.forkTitled.has(id))) return false;
+    try {
+      const transcript = await this.lookups.transcript(id);
+      const copies = transcript
+        ? copiedHistoryEvents(transcript, promptMessageId, {
+            sessionId: session.sessionId,
+            hostSessionId: id,
+            projectId: this.projectId,
+            fallbackAt: Date.now(),
+          })
+        : [];
+      if (copies.length === 0) return false;
+      const result = await this.memory.inheritHistory(session.sessionId, copies);
+      if (result.status !== "inherited") return false;
+      this.log(
+        "info",
+        `optchat: session ${id} is a fork of ${result.from.sessionId}: ${result.records} records inherited, ${result.nodes} summaries reused`,
+      );
+      state.seqsLoaded = false; // the copies are held now: the transform may replace them
+      return true;
+    } catch (error) {
+      // The copies then stay OpenCode's alone, sent verbatim, as for any message memory does not hold.
+      await this.problem("fork", id, error);
+      return false;
+    }
   }
 
   /** Merges the database's host message seqs into this process's once per session (see `SessionState.seqs`). */
@@ -428,9 +473,10 @@ export class OpencodeAdapter {
           return;
         }
         case "session.created": {
-          const info = props.info as { id?: string; parentID?: string } | undefined;
+          const info = props.info as { id?: string; parentID?: string; title?: string } | undefined;
           if (info?.id && info.parentID) this.parents.set(info.id, info.parentID);
           else if (info?.id) this.roots.add(info.id);
+          if (info?.id && !info.parentID && looksLikeFork(info.title)) this.forkTitled.add(info.id);
           return;
         }
         case "session.deleted": {
@@ -1166,21 +1212,19 @@ export class OpencodeAdapter {
     drafts: readonly RecordDraft[],
   ): Promise<void> {
     if (drafts.length === 0) return;
-    const occurredAt = new Date(at ?? Date.now()).toISOString();
     const results = await this.memory.ingestMany(
-      drafts.map((draft) => ({
-        sessionId: session.sessionId,
-        turnId,
-        kind: draft.kind,
-        finalization: { hostSessionId: state.hostSessionId, messageId, partId: draft.partId, revision: 0 },
-        occurredAt,
-        content: draft.content,
-        ...(draft.toolCallId ? { toolCallId: draft.toolCallId } : {}),
-        ...(draft.toolName ? { toolName: draft.toolName } : {}),
-        ...(draft.hostTruncated ? { hostTruncated: {} } : {}),
-        projectId: this.projectId,
-        attributes: { hostMessageId: messageId, hostPartId: draft.partId },
-      })),
+      recordEvents(
+        {
+          sessionId: session.sessionId,
+          hostSessionId: state.hostSessionId,
+          turnId,
+          messageId,
+          at,
+          fallbackAt: Date.now(),
+          projectId: this.projectId,
+        },
+        drafts,
+      ),
       // The next request of the turn waits for these to be summarized (readiness): short ones need no model.
       { buildFreeInline: true },
     );

@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { ModelServer } from "../../scripts/model-server.js";
 import { type OpencodeServer, runOpencode } from "../../scripts/opencode-harness.js";
 import { createTestDatabase, type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
-import { memoryText, requestsFor, textOutsideMemory, toolProtocolViolations } from "./requests.js";
+import { block, memoryText, requestsFor, textOutsideMemory, toolProtocolViolations } from "./requests.js";
 
 /** Session lifecycle operations of OpenCode 1.18.33 (fork, revert) and a stalled compactor, with real processes. */
 
@@ -46,35 +46,81 @@ async function post(path: string, body: unknown): Promise<unknown> {
 
 // Real OpenCode processes on 2 cores under a parallel suite: a test takes 2-30 s; the default 60 s is too tight.
 describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () => {
-  it("sends a fork's copied messages verbatim, stores none of them again, and publishes only the fork's new turn", async () => {
+  it("gives a fork its inherited history as session memory, replaces the copies, stores and publishes nothing twice", async () => {
     const original = await server.createSession("original");
     await ask(original, "FORK-1 the parser needs a rewrite REPLY=noted: parser rewrite");
-    const fork = (await post(`/session/${original}/fork`, {})) as { id: string };
-    await ask(fork.id, "FORK-2 continue in the fork REPLY=ok fork");
-
-    const request = requestsFor(model.requests(), "FORK-2").at(-1) as never;
-    // Memory does not hold the copies (new IDs, replayed events), so nothing of them is replaced or lost.
-    expect(textOutsideMemory(request)).toContain("FORK-1 the parser needs a rewrite");
-    expect(memoryText(request)).toBeDefined();
-    // Records are sealed from OpenCode's events, just after the turn goes idle.
+    await ask(original, "FORK-2 use a generator for the lexer REPLY=agreed: generator lexer");
+    const messages = await server.messages(original);
+    const second = messages.find(
+      (m: { info: { role: string }; parts: { text?: string }[] }) =>
+        m.info.role === "user" && m.parts.some((p) => p.text?.includes("FORK-2")),
+    );
+    // The fork copies the messages strictly before FORK-2: the first turn only.
+    const fork = (await post(`/session/${original}/fork`, { messageID: second.info.id })) as { id: string };
+    // The parent's later turn is published, so the fork can see it only as shared memory.
     await retrying(
       async () => {
-        const forkRecords = await db.query<{ kind: string }>(
-          `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
+        const published = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
+            WHERE s.host_session_id = $1::text`,
+          [original],
+        );
+        expect(published.rows[0]?.n).toBe(2);
+      },
+      WAIT,
+      "the original's two publications",
+    );
+    await ask(fork.id, "FORK-3 continue in the fork REPLY=ok fork");
+
+    const request = requestsFor(model.requests(), "FORK-3").at(-1) as never;
+    // The copy of FORK-1 is held by memory now (inherited by reference), so the transform replaced it ...
+    expect(textOutsideMemory(request)).not.toContain("FORK-1 the parser needs a rewrite");
+    // ... and the fork's own history in memory holds it, while the parent's later turn is only foreign memory.
+    const memory = memoryText(request) ?? "";
+    expect(block(memory, "session_memory") ?? "").toContain("FORK-1");
+    expect(block(memory, "session_memory") ?? "").not.toContain("FORK-2");
+    expect(block(memory, "shared_memory") ?? "").toContain("FORK-2");
+
+    await retrying(
+      async () => {
+        const forkRecords = await db.query<{ kind: string; inherited: boolean }>(
+          `SELECT r.kind, r.attributes ? 'inheritedFrom' AS inherited
+             FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
             WHERE s.host_session_id = $1::text ORDER BY r.seq`,
           [fork.id],
         );
-        expect(forkRecords.rows.map((r) => r.kind)).toEqual(["user", "assistant"]);
+        // The inherited first turn (user, answer), then the fork's own turn.
+        expect(forkRecords.rows.map((r) => [r.kind, r.inherited])).toEqual([
+          ["user", true],
+          ["assistant", true],
+          ["user", false],
+          ["assistant", false],
+        ]);
       },
       WAIT,
       "the fork's records",
     );
-    const turns = await db.query<{ n: number }>(
-      `SELECT count(*)::int AS n FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
-        WHERE s.host_session_id = $1::text`,
-      [fork.id],
+    // Only the fork's own turn is published: the inherited one stays the original's publication.
+    await retrying(
+      async () => {
+        const published = await db.query<{ turn: string }>(
+          `SELECT p.turn_id AS turn FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
+            WHERE s.host_session_id = $1::text`,
+          [fork.id],
+        );
+        expect(published.rows).toHaveLength(1);
+      },
+      WAIT,
+      "the fork's one publication",
     );
-    expect(turns.rows[0]?.n).toBe(1);
+    const blobsOfFork = await db.query<{ shared: number }>(
+      `SELECT count(*)::int AS shared FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
+        WHERE s.host_session_id = $1::text AND r.payload_hash IN (
+          SELECT r2.payload_hash FROM optchat.records r2 JOIN optchat.sessions s2 ON s2.session_id = r2.session_id
+           WHERE s2.host_session_id = $2::text)`,
+      [fork.id, original],
+    );
+    expect(blobsOfFork.rows[0]?.shared).toBe(2);
   });
 
   it("switches memory off for a session whose history a revert rewrote, and says why in memory_inspect", async () => {

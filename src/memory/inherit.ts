@@ -5,16 +5,23 @@
  * reused, and the child's session memory covers the inherited prefix from its first request. The parent's later
  * turns stay the parent's: the child sees them only as shared memory, under the normal rules.
  */
+
+import type { PgBoss } from "pg-boss";
 import { enqueueNodeJobs } from "../compactor/queue.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
+import type { FoldParams } from "../core/fold.js";
 import { endOf } from "../core/tree.js";
+import type { PoolClient } from "../store/db.js";
 import { withTransaction } from "../store/db.js";
 import {
   findInheritanceSource,
+  findRewindPoint,
+  type InheritanceSource,
   type InheritedKey,
   listInheritedNodes,
   listInheritedRecords,
   lockGenerationForInheritance,
+  startNextGeneration,
   writeInheritedRecords,
 } from "../store/inherit.js";
 import type { RecordToSeal } from "../store/records.js";
@@ -82,15 +89,80 @@ export async function inheritHistory(
     if (!source) return { status: "no_match" };
     const parentRecords = await listInheritedRecords(client, source, prepared.length);
     const keys = matchCopies(parentRecords, prepared);
-    await writeInheritedRecords(client, { sessionId: childSessionId, generation }, source, keys);
-    const parentTree = await findSessionTree(client, source.sessionId, source.generation);
-    const nodes = parentTree ? await listInheritedNodes(client, parentTree.treeId, keys.length) : [];
-    const applied = await applyTreeChanges(client, locked, inheritedChanges(keys.length, nodes), deps.fold, {
-      buildFreeInline: true,
-    });
-    await enqueueNodeJobs(boss, client, locked.tree.treeId, applied.ready);
-    return { status: "inherited", from: source, records: keys.length, nodes: nodes.length };
+    const nodes = await takeOver(client, deps.fold, boss, { sessionId: childSessionId, generation }, source, keys);
+    return { status: "inherited", from: source, records: keys.length, nodes };
   });
+}
+
+export type RewindResult =
+  | {
+      readonly status: "rewound";
+      /** The new current generation, and how many records of the previous one it keeps. */
+      readonly generation: number;
+      readonly kept: number;
+      readonly superseded: number;
+    }
+  /** No stored record came from the removed messages: the history optchat holds is unchanged. */
+  | { readonly status: "unchanged" };
+
+/**
+ * A rewind of the host's history (OpenCode's revert, committed by `message.removed`): a new generation of the session
+ * starts with the records before the first removed message (the retained prefix, taken over by reference with its
+ * summaries) and becomes current, so the superseded records are no longer the session's history through any read of
+ * the session (its view, its search, its previous exchange, its next turns' boundaries). The previous generation's
+ * turns that are still open end as interrupted and its unpublished turns past the prefix are never published.
+ * Idempotent: a removed message no longer in the current generation changes nothing.
+ */
+export async function rewindSession(
+  deps: IngestDeps,
+  sessionId: string,
+  removedHostMessageIds: readonly string[],
+): Promise<RewindResult> {
+  if (removedHostMessageIds.length === 0) return { status: "unchanged" };
+  const boss = await deps.jobQueue();
+  return await withTransaction(deps.pool, async (client) => {
+    const point = await findRewindPoint(client, sessionId, removedHostMessageIds);
+    if (!point) return { status: "unchanged" };
+    const previous = { sessionId, generation: point.generation };
+    const held = await lockGenerationForInheritance(client, sessionId, point.generation);
+    if (held === undefined) throw new Error(`rewindSession: session ${sessionId} has no current generation`);
+    const generation = await startNextGeneration(client, sessionId, point.generation, point.keep);
+    // The retained records keep their host coordinates (the adapter still sees OpenCode's messages as held) under
+    // keys of their own: a finalization key names one record, and the previous generation's rows stay as they were.
+    const keys = (await listInheritedRecords(client, previous, point.keep)).map((record) => ({
+      seq: record.seq,
+      eventKey: `${record.eventKey}@g${generation}`,
+      stageKey: `${record.stageKey}@g${generation}`,
+      attributes: {},
+    }));
+    await takeOver(client, deps.fold, boss, { sessionId, generation }, previous, keys);
+    return { status: "rewound", generation, kept: point.keep, superseded: held - point.keep };
+  });
+}
+
+/**
+ * Writes the taken-over records into the target generation (empty, its rows locked by the caller), then its tree:
+ * the leaves appended and the source's nodes over whole inherited ranges committed, through the ordinary fold, with
+ * the jobs that became ready. Answers the number of nodes taken over.
+ */
+async function takeOver(
+  client: PoolClient,
+  fold: FoldParams,
+  boss: PgBoss,
+  target: { sessionId: string; generation: number },
+  source: InheritanceSource,
+  keys: readonly InheritedKey[],
+): Promise<number> {
+  await writeInheritedRecords(client, target, source, keys);
+  const locked = await lockTree(client, target);
+  if (!locked) throw new Error(`inherit: session ${target.sessionId} generation ${target.generation} has no tree`);
+  const sourceTree = await findSessionTree(client, source.sessionId, source.generation);
+  const nodes = sourceTree ? await listInheritedNodes(client, sourceTree.treeId, keys.length) : [];
+  const applied = await applyTreeChanges(client, locked, inheritedChanges(keys.length, nodes), fold, {
+    buildFreeInline: true,
+  });
+  await enqueueNodeJobs(boss, client, locked.tree.treeId, applied.ready);
+  return nodes.length;
 }
 
 /**

@@ -164,6 +164,9 @@ export const readPayloadOptionsSchema = z
   .strict();
 
 /** Parses `input` or throws INPUT_INVALID naming each bad field, prefixed by `where`. */
+/** Host message ids (a rewind's removed messages): 1 to 10,000 opaque ids. */
+export const hostMessageIdsSchema = z.array(opaqueId).min(1).max(10_000);
+
 export function parseInput<S extends z.ZodTypeAny>(schema: S, input: unknown, where: string, prefix = ""): z.output<S> {
   const result = schema.safeParse(input);
   if (result.success) return result.data;

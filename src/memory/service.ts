@@ -22,7 +22,7 @@ import type { Config } from "./config.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
-import { type InheritResult, inheritHistory } from "./inherit.js";
+import { type InheritResult, inheritHistory, type RewindResult, rewindSession } from "./inherit.js";
 import { openSession } from "./open-session.js";
 import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
 import { PinnedNodeCache } from "./pinned-nodes.js";
@@ -41,6 +41,7 @@ import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from
 import {
   admitTurnSchema,
   assembleSchema,
+  hostMessageIdsSchema,
   type IngestEvent,
   listRecordsOptionsSchema,
   type OpenSessionInput,
@@ -71,7 +72,7 @@ import {
 } from "./views.js";
 
 export type { IngestOptions, IngestResult } from "./ingest.js";
-export type { InheritResult } from "./inherit.js";
+export type { InheritResult, RewindResult } from "./inherit.js";
 export type { PayloadPage, RecordRef } from "./payload-page.js";
 
 export interface Memory {
@@ -93,6 +94,11 @@ export interface Memory {
    * the parent's summaries; nothing is published again. `has_history` once the child holds records.
    */
   inheritHistory(sessionId: string, copies: readonly IngestEvent[]): Promise<InheritResult>;
+  /**
+   * A rewind of the host's history (a revert): a new generation keeps the records before the first record of the
+   * removed host messages and becomes current; `unchanged` when none of them is stored in the current generation.
+   */
+  rewindSession(sessionId: string, removedHostMessageIds: readonly string[]): Promise<RewindResult>;
   listRecords(
     sessionId: string,
     options?: { generation?: number; fromSeq?: number; limit?: number },
@@ -234,6 +240,12 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     getSession,
     ingest: (event) => ingest(ingestion, event),
     ingestMany: (events, options) => ingestMany(ingestion, events, "ingestMany", options),
+    rewindSession: (sessionId, removed) =>
+      rewindSession(
+        ingestion,
+        parseInput(recordRefSchema.shape.sessionId, sessionId, "rewindSession", "sessionId"),
+        parseInput(hostMessageIdsSchema, removed, "rewindSession", "removedHostMessageIds"),
+      ),
     inheritHistory: (sessionId, copies) =>
       inheritHistory(
         ingestion,

@@ -84,13 +84,25 @@ export async function listInheritedRecords(
   db: Queryable,
   source: InheritanceSource,
   count: number,
-): Promise<{ seq: number; kind: string; payloadHash: Buffer }[]> {
-  const result = await db.query<{ seq: string; kind: string; payload_hash: Buffer }>(
-    `SELECT seq, kind, payload_hash FROM optchat.records
+): Promise<{ seq: number; kind: string; payloadHash: Buffer; eventKey: string; stageKey: string }[]> {
+  const result = await db.query<{
+    seq: string;
+    kind: string;
+    payload_hash: Buffer;
+    event_key: string;
+    stage_key: string;
+  }>(
+    `SELECT seq, kind, payload_hash, event_key, stage_key FROM optchat.records
       WHERE session_id = $1::text AND generation = $2::int AND seq < $3::bigint ORDER BY seq`,
     [source.sessionId, source.generation, count],
   );
-  return result.rows.map((row) => ({ seq: Number(row.seq), kind: row.kind, payloadHash: row.payload_hash }));
+  return result.rows.map((row) => ({
+    seq: Number(row.seq),
+    kind: row.kind,
+    payloadHash: row.payload_hash,
+    eventKey: row.event_key,
+    stageKey: row.stage_key,
+  }));
 }
 
 /** One copy's coordinates in the child, for the parent record it was matched to. */
@@ -234,4 +246,68 @@ export async function listInheritedNodes(db: Queryable, parentTreeId: number, le
     chunks: chunksOf.get(`${row.level}:${row.idx}:${row.revision}`) ?? [],
   }));
   return taken.sort((a, b) => endOf(a) - endOf(b) || a.level - b.level);
+}
+
+/**
+ * A rewind (OpenCode's revert, committed by `message.removed`): the lowest seq of the current generation's records made
+ * from any of the removed host messages, i.e. where the retained prefix ends (OpenCode removes from the revert point
+ * to the end, so every later record is superseded too). Undefined when no record of them is stored. Locks the
+ * session row, so two rewinds of one session take turns.
+ */
+export async function findRewindPoint(
+  db: Queryable,
+  sessionId: string,
+  removedHostMessageIds: readonly string[],
+): Promise<{ generation: number; keep: number } | undefined> {
+  const result = await db.query<{ generation: number; keep: string | null }>(
+    `WITH session AS (
+       SELECT session_id, current_generation FROM optchat.sessions WHERE session_id = $1::text FOR UPDATE
+     )
+     SELECT s.current_generation AS generation,
+            (SELECT min(r.seq) FROM optchat.records r
+              WHERE r.session_id = s.session_id AND r.generation = s.current_generation
+                AND r.attributes->>'hostMessageId' = ANY($2::text[])) AS keep
+       FROM session s`,
+    [sessionId, removedHostMessageIds],
+  );
+  const row = result.rows[0];
+  return row && row.keep !== null ? { generation: row.generation, keep: Number(row.keep) } : undefined;
+}
+
+/**
+ * Starts generation `generation + 1` of the session (its row and its tree, empty) and makes it current. The previous
+ * generation's turns that are still open or not yet published end here: the ones left active are interrupted, and
+ * none of them is published any more unless it lies wholly in the retained prefix `[0, keep)` (its records are
+ * the new generation's too, through the inheritance that follows).
+ */
+export async function startNextGeneration(
+  db: Queryable,
+  sessionId: string,
+  generation: number,
+  keep: number,
+): Promise<number> {
+  const next = generation + 1;
+  await db.query(
+    `WITH ended AS (
+       UPDATE optchat.turns
+          SET state = 'interrupted', finished_at = now(), run_starts = '{}', run_ends = '{}', publication_state = 'none'
+        WHERE session_id = $1::text AND generation = $2::int AND state = 'active'
+       RETURNING 1
+     ), superseded AS (
+       UPDATE optchat.turns
+          SET publication_state = 'none'
+        WHERE session_id = $1::text AND generation = $2::int AND state <> 'active' AND publication_state = 'pending'
+          AND coalesce((SELECT max(e) FROM unnest(run_ends) AS e), 0) > $4::bigint
+       RETURNING 1
+     ), generation_row AS (
+       INSERT INTO optchat.generations (session_id, generation) VALUES ($1::text, $3::int) RETURNING 1
+     ), tree AS (
+       INSERT INTO optchat.trees (kind, session_id, generation)
+       SELECT 'session', $1::text, $3::int FROM generation_row RETURNING 1
+     )
+     UPDATE optchat.sessions SET current_generation = $3::int
+      WHERE session_id = $1::text AND (SELECT count(*) FROM tree) = 1`,
+    [sessionId, generation, next, keep],
+  );
+  return next;
 }

@@ -117,6 +117,18 @@ interface SessionState {
   systemTokens: number | undefined;
   /** Set when the memory cannot serve this session (history rewritten by a revert); the reason is shown in inspect. */
   disabled: string | undefined;
+  /**
+   * Host messages OpenCode removed (a revert committed, `message.removed`) that no rewind has taken into account yet:
+   * while any is here, no request of the session gets memory (it would still hold their records).
+   */
+  readonly removed: Set<string>;
+  /** The rewind job queued for `removed`, which a request waits for before it reads memory. */
+  rewinding: Promise<void> | undefined;
+  /**
+   * The message a staged revert goes back to (`session.updated` with `info.revert`, seen when the revert was made in
+   * this process): the next prompt commits it, so its admission rewinds first.
+   */
+  revertStaged: string | undefined;
   /** An actionable error for the current request (strict readiness, budget): raised from the next `chat.params`. */
   pendingError: string | undefined;
   /**
@@ -383,6 +395,13 @@ export class OpencodeAdapter {
       state.reconciled = true;
       state.seqsLoaded = true;
     }
+    if (state.revertStaged) {
+      // This prompt commits the staged revert (facts: `message.removed` follows, maybe after this admission): the
+      // session's history is rewound first, so the turn is admitted in the new generation.
+      state.removed.add(state.revertStaged);
+      state.revertStaged = undefined;
+      await this.rewind(state, session);
+    }
     await this.reconcile(state, session);
     if (stopped.length > 0) {
       await this.endStoppedTurns(state, session, stopped).catch((error) =>
@@ -500,6 +519,12 @@ export class OpencodeAdapter {
         case "session.idle": {
           const sessionId = props.sessionID as string | undefined;
           if (sessionId) this.onIdle(sessionId);
+          return;
+        }
+        case "session.updated": {
+          const info = props.info as { id?: string; revert?: { messageID?: string } } | undefined;
+          const state = info?.id ? this.sessions.get(info.id) : undefined;
+          if (state) state.revertStaged = info?.revert?.messageID;
           return;
         }
         case "message.removed": {
@@ -653,14 +678,65 @@ export class OpencodeAdapter {
     }
   }
 
+  /**
+   * OpenCode removed a message (a revert committed at the next prompt, from the revert point to the end): the
+   * session's history in memory is rewound to before it, as a new generation (memory.rewindSession), in the session's
+   * order of work, so the next prompt's admission waits for it. Only what cannot be rewound switches memory off.
+   */
   private onHistoryRewritten(hostSessionId: string, messageId: string | undefined): void {
     const state = this.state(hostSessionId);
     if (state.disabled) return;
-    state.disabled = `OpenCode removed message ${messageId ?? "?"} (a revert was committed); optchat cannot rewrite a session's history yet, so memory is off for this session and its native history is sent as it is`;
+    if (!messageId) {
+      this.disableRewritten(state, "OpenCode removed a message without naming it");
+      return;
+    }
+    state.removed.add(messageId);
+    this.enqueue(state, "rewind", (session) => this.rewind(state, session));
+    state.rewinding = state.queue;
+  }
+
+  private async rewind(state: SessionState, session: Session): Promise<void> {
+    if (state.removed.size === 0 || state.disabled) return;
+    const removed = [...state.removed];
+    let result: Awaited<ReturnType<Memory["rewindSession"]>>;
+    try {
+      result = await this.memory.rewindSession(session.sessionId, removed);
+    } catch (error) {
+      // An outage or a dropped connection: the session's work queue tries again. Anything else cannot be repaired by
+      // trying again, and stale history must not be served.
+      if (!isOptchatError(error) || isOptchatError(error, "DATABASE_UNAVAILABLE")) throw error;
+      this.disableRewritten(
+        state,
+        `OpenCode removed message ${removed[0]} (a revert was committed) and optchat could not rewind the session's history: ${describe(error)}`,
+      );
+      return;
+    }
+    for (const id of removed) state.removed.delete(id);
+    if (result.status !== "rewound") return;
+    // The new generation is current: this process's knowledge of the old one goes.
+    state.session = { ...session, currentGeneration: result.generation };
+    state.seqs.clear();
+    state.seqsLoaded = false;
+    state.assembled = undefined;
+    state.prepared = undefined;
+    for (const id of removed) {
+      state.turns.delete(id);
+      state.turnOfMessage.delete(id);
+      state.pinned.delete(id);
+      state.ingested.delete(id);
+    }
+    this.log(
+      "info",
+      `optchat: ${state.hostSessionId} rewound (a revert): generation ${result.generation} keeps ${result.kept} records, ${result.superseded} superseded`,
+    );
+  }
+
+  private disableRewritten(state: SessionState, why: string): void {
+    state.disabled = `${why}; memory is off for this session and its native history is sent as it is`;
     this.enqueue(state, "lifecycle", async () => {
       await this.memory.host.reportProblem({
         host: HOST,
-        hostSessionId,
+        hostSessionId: state.hostSessionId,
         holder: this.holder,
         operation: "lifecycle",
         code: "HISTORY_REWRITTEN",
@@ -744,6 +820,12 @@ export class OpencodeAdapter {
     try {
       if (!state?.session) return record("skipped", { reason: "no turn of this session was admitted by this process" });
       if (state.disabled) return record("skipped", { reason: state.disabled });
+      if (state.removed.size > 0) await state.rewinding;
+      if (state.removed.size > 0) {
+        return record("skipped", {
+          reason: "a revert was committed and the session's new generation is not written yet",
+        });
+      }
       state.pendingError = undefined;
       state.unsized = undefined;
       if (state.compacting) {
@@ -986,6 +1068,9 @@ export class OpencodeAdapter {
         compacting: false,
         systemTokens: undefined,
         disabled: undefined,
+        removed: new Set(),
+        rewinding: undefined,
+        revertStaged: undefined,
         pendingError: undefined,
         unsized: undefined,
         lastInjection: undefined,

@@ -123,7 +123,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     expect(blobsOfFork.rows[0]?.shared).toBe(2);
   });
 
-  it("switches memory off for a session whose history a revert rewrote, and says why in memory_inspect", async () => {
+  it("rewinds a reverted session's memory: the reverted turn never reaches a later request, memory stays on", async () => {
     const session = await server.createSession("revert");
     await ask(session, "REV-1 first REPLY=one");
     await ask(session, "REV-2 second, to be reverted REPLY=two");
@@ -132,14 +132,37 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
       (m: { info: { role: string }; parts: { text?: string }[] }) =>
         m.info.role === "user" && m.parts.some((p) => p.text?.includes("REV-2")),
     );
+    // REV-2 is published before it is reverted: the rewind must take it out of the shared memory too.
+    await retrying(
+      async () => {
+        const published = await db.query<{ n: number }>(
+          `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
+            WHERE s.host_session_id = $1::text`,
+          [session],
+        );
+        expect(published.rows[0]?.n).toBe(2);
+      },
+      WAIT,
+      "both turns' publications",
+    );
     await post(`/session/${session}/revert`, { messageID: second.info.id });
     await ask(session, "REV-3 after the revert REPLY=three");
     const request = requestsFor(model.requests(), "REV-3").at(-1) as never;
-    expect(memoryText(request)).toBeUndefined();
+    // Memory stays on, with the new generation's own history (REV-1) and nothing of the reverted turn anywhere.
+    const memory = memoryText(request) ?? "";
+    expect(block(memory, "session_memory") ?? "").toContain("REV-1");
     expect(JSON.stringify((request as { body: unknown }).body)).not.toContain("REV-2 second");
-    await ask(session, 'REV-4 TOOLS=[{"name":"memory_inspect","args":{}}] END');
-    const inspect = requestsFor(model.requests(), "REV-4").at(-1) as never;
-    expect(JSON.stringify((inspect as { body: unknown }).body)).toContain("a revert was committed");
+    const generations = await db.query<{ generation: number }>(
+      "SELECT current_generation AS generation FROM optchat.sessions WHERE host_session_id = $1::text",
+      [session],
+    );
+    expect(generations.rows[0]?.generation).toBe(1);
+    // Another session of the project does not get the reverted turn either.
+    const other = await server.createSession("after the revert");
+    await ask(other, "REV-4 what happened before? REPLY=four");
+    const foreign = requestsFor(model.requests(), "REV-4").at(-1) as never;
+    expect(memoryText(foreign) ?? "").toContain("REV-1");
+    expect(JSON.stringify((foreign as { body: unknown }).body)).not.toContain("REV-2 second");
   });
 
   it("finishes queued prompts answered together, keeping the running turn and each queued request verbatim", async () => {

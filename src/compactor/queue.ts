@@ -1,14 +1,10 @@
 import type { PgBoss } from "pg-boss";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
+import { NODE_QUEUE, nodeJobKey, PUBLISH_QUEUE, publicationJobKey } from "../store/job-queue.js";
 
-/** One queue for every node job of every tree. */
-export const NODE_QUEUE = "optchat-node";
-/**
- * Publication jobs: one per turn, inserted by the commit that makes its publication ready (the outbox; see
- * compactor/schedule-publication.ts).
- */
-export const PUBLISH_QUEUE = "optchat-publish";
+// The queue names and job keys live with the SQL that reads pg-boss's tables (store/job-queue.ts).
+export { NODE_QUEUE, PUBLISH_QUEUE } from "../store/job-queue.js";
 
 export interface PublishJobData {
   readonly sessionId: string;
@@ -122,7 +118,7 @@ export async function enqueueNodeJobs(
     NODE_QUEUE,
     nodes.map((node) => ({
       data: { treeId, level: node.level, index: node.index } satisfies NodeJobData,
-      singletonKey: `${treeId}:${node.level}:${node.index}`,
+      singletonKey: nodeJobKey(treeId, node),
       ...(startAfter ? { startAfter } : {}),
     })),
     { db: inTransaction(db) },
@@ -141,7 +137,7 @@ export async function enqueuePublication(
     [
       {
         data,
-        singletonKey: `${data.sessionId}:${data.generation}:${data.turnId}`,
+        singletonKey: publicationJobKey(data),
         ...(startAfterSeconds > 0 ? { startAfter: new Date(Date.now() + startAfterSeconds * 1000) } : {}),
       },
     ],

@@ -13,8 +13,9 @@
  */
 import type { PgBoss } from "pg-boss";
 import type { Queryable } from "../store/db.js";
+import { hasOpenPublicationJob } from "../store/job-queue.js";
 import { leavesBuiltUpTo } from "../store/publications.js";
-import { hasOpenPublicationJob, nextTurnToPublish } from "../store/turns.js";
+import { nextTurnToPublish } from "../store/turns.js";
 import { enqueuePublication } from "./queue.js";
 
 export interface SessionTreeRef {

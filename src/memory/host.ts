@@ -1,6 +1,7 @@
 import { storableText } from "../core/text.js";
 import type { Pool } from "../store/db.js";
 import { type Injection, listInjections, type NewInjection, recordInjection } from "../store/injections.js";
+import { jobsWaitingForWorker } from "../store/job-queue.js";
 import { claimSessionLease, type LeaseClaim, releaseSessionLease, renewSessionLease } from "../store/leases.js";
 import {
   type AdapterProblem,
@@ -12,7 +13,6 @@ import {
 import { hostMessageSeqs } from "../store/records.js";
 import { findSessionByHost, type Session } from "../store/sessions.js";
 import {
-  jobsWaitingForWorker,
   listStuckTurns,
   readSessionHealth,
   readTreeProgress,

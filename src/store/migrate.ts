@@ -95,9 +95,3 @@ export async function readSchemaVersion(client: Pick<pg.ClientBase, "query">): P
   );
   return result.rows[0]?.version ?? 0;
 }
-
-/** Is pg-boss's schema (the job queue) installed? `optchat migrate` installs it. */
-export async function jobQueueInstalled(client: Pick<pg.ClientBase, "query">): Promise<boolean> {
-  const result = await client.query<{ present: boolean }>("SELECT to_regclass('pgboss.job') IS NOT NULL AS present");
-  return result.rows[0]?.present === true;
-}

@@ -1,5 +1,6 @@
 import type { Queryable } from "./db.js";
-import { jobQueueInstalled, readSchemaVersion } from "./migrate.js";
+import { countJobsByState, jobQueueInstalled, openJobsSummary } from "./job-queue.js";
+import { readSchemaVersion } from "./migrate.js";
 
 export interface StoreStatus {
   readonly serverVersion: string;
@@ -47,11 +48,7 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
   let failingPublications = 0;
   let pendingLeaves = 0;
   if (await jobQueueInstalled(db)) {
-    const states = await db.query<{ state: string; n: number }>(
-      `SELECT replace(name, 'optchat-', '') || ':' || state::text AS state, count(*)::int AS n FROM pgboss.job
-        WHERE name IN ('optchat-node', 'optchat-publish') GROUP BY 1 ORDER BY 1`,
-    );
-    for (const row of states.rows) jobs[row.state] = row.n;
+    Object.assign(jobs, await countJobsByState(db));
   }
   if (schemaVersion >= 3) {
     const failing = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.publication_failures");
@@ -169,16 +166,10 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
   const jobs = { node: 0, publish: 0 };
   let oldestWaitingJobSeconds = 0;
   if (await jobQueueInstalled(db)) {
-    const queued = await db.query<{ name: string; n: number; oldest: number | null }>(
-      `SELECT name, count(*)::int AS n,
-              extract(epoch FROM now() - min(start_after) FILTER (WHERE state IN ('created', 'retry') AND start_after <= now()))::float8 AS oldest
-         FROM pgboss.job
-        WHERE name IN ('optchat-node', 'optchat-publish') AND state < 'completed' GROUP BY name`,
-    );
-    for (const q of queued.rows) {
-      jobs[q.name === "optchat-node" ? "node" : "publish"] = q.n;
-      oldestWaitingJobSeconds = Math.max(oldestWaitingJobSeconds, Math.round(q.oldest ?? 0));
-    }
+    const open = await openJobsSummary(db);
+    jobs.node = open.node;
+    jobs.publish = open.publish;
+    oldestWaitingJobSeconds = open.oldestWaitingSeconds;
   }
   const turns = row.turns ?? {};
   const stuckTurns = (turns.active ?? 0) > 0 ? await listStuckTurns(db, { sessionId }) : [];
@@ -300,13 +291,3 @@ export async function listStuckTurns(
 /** What to do about a stuck turn; the same words in `optchat inspect`, `memory_inspect` and `optchat audit`. */
 export const STUCK_TURN_ADVICE =
   "its process stopped before recording the turn's outcome (killed, or closed at once after the answer). Prompt the session again in OpenCode: the plugin then stores what OpenCode's transcript holds of the turn and records its real outcome";
-
-/** True when a compactor job that could run has waited longer than `seconds` for a worker. */
-export async function jobsWaitingForWorker(db: Queryable, seconds: number): Promise<boolean> {
-  const result = await db.query<{ waiting: boolean }>(
-    `SELECT EXISTS (SELECT 1 FROM pgboss.job WHERE name IN ('optchat-node', 'optchat-publish')
-               AND state IN ('created', 'retry') AND start_after <= now() - $1::int * interval '1 second') AS waiting`,
-    [seconds],
-  );
-  return result.rows[0]?.waiting === true;
-}

@@ -1,6 +1,7 @@
 import type { FoldEvent, FoldParams } from "../core/fold.js";
 import { type NodeAddress, nodeKey } from "../core/tree.js";
 import type { Queryable } from "./db.js";
+import { NODE_JOB_KEY_SQL, NODE_QUEUE, openJobExists } from "./job-queue.js";
 
 export type TreeKind = "session" | "shared";
 
@@ -514,9 +515,7 @@ export async function findReadyUnbuiltNodes(
           AND NOT EXISTS (SELECT 1 FROM optchat.nodes p WHERE p.tree_id = c.tree_id AND p.level = c.level + 1 AND p.idx = c.idx / 2)
      )
      SELECT r.tree_id, r.level, r.idx FROM ready r
-      WHERE NOT EXISTS (SELECT 1 FROM pgboss.job j
-                         WHERE j.name = 'optchat-node' AND j.state < 'completed'
-                           AND j.singleton_key = r.tree_id || ':' || r.level || ':' || r.idx)
+      WHERE NOT ${openJobExists(NODE_QUEUE, NODE_JOB_KEY_SQL("r.tree_id", "r.level", "r.idx"))}
       LIMIT $1::int`,
     [limit],
   );

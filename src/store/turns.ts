@@ -1,5 +1,6 @@
 import type { RecordRun } from "../core/turn-records.js";
 import type { Queryable } from "./db.js";
+import { openJobExists, PUBLICATION_JOB_KEY_SQL, PUBLISH_QUEUE } from "./job-queue.js";
 
 export type TurnState = "active" | "completed" | "interrupted" | "failed";
 export type TurnOutcome = Exclude<TurnState, "active">;
@@ -280,27 +281,11 @@ export async function findSessionsWithFinishedPendingTurns(
   const result = await db.query<{ session_id: string; generation: number }>(
     `SELECT DISTINCT t.session_id, t.generation FROM optchat.turns t
       WHERE t.publication_state = 'pending' AND t.state <> 'active'
-        -- pg-boss's table: publication jobs carry "<session>:<generation>:<turn>" as singleton_key (compactor/queue.ts)
-        AND NOT EXISTS (SELECT 1 FROM pgboss.job j
-                         WHERE j.name = 'optchat-publish' AND j.state < 'completed'
-                           AND j.singleton_key = t.session_id || ':' || t.generation || ':' || t.turn_id)
+        AND NOT ${openJobExists(PUBLISH_QUEUE, PUBLICATION_JOB_KEY_SQL("t.session_id", "t.generation", "t.turn_id"))}
       LIMIT $1::int`,
     [limit],
   );
   return result.rows.map((row) => ({ sessionId: row.session_id, generation: row.generation }));
-}
-
-/** Whether a publication job for the turn is waiting or running (its job row is the outbox). */
-export async function hasOpenPublicationJob(
-  db: Queryable,
-  turn: { sessionId: string; generation: number; turnId: string },
-): Promise<boolean> {
-  const result = await db.query(
-    `SELECT 1 FROM pgboss.job
-      WHERE name = 'optchat-publish' AND state < 'completed' AND singleton_key = $1::text LIMIT 1`,
-    [`${turn.sessionId}:${turn.generation}:${turn.turnId}`],
-  );
-  return (result.rowCount ?? 0) > 0;
 }
 
 /** The session's turns that have no outcome yet, oldest first (reconciliation after a killed process). */

@@ -713,6 +713,17 @@ export class OpencodeAdapter {
     }
     for (const id of removed) state.removed.delete(id);
     if (result.status !== "rewound") return;
+    // A prompt admitted before the revert was seen (the revert was staged in another process, and this prompt's
+    // admission ran before its `message.removed` events) belongs to the previous generation, which the rewind ended:
+    // that cannot be repaired reliably, so memory goes off for the session, as the design allows (seed 000 §12).
+    const stranded = [...state.turns.values()].find((t) => t.admitted && !t.finished && !removed.includes(t.turnId));
+    if (stranded) {
+      this.disableRewritten(
+        state,
+        `OpenCode committed a revert for a prompt (${stranded.turnId}) that optchat had already admitted in the history before the revert`,
+      );
+      return;
+    }
     // The new generation is current: this process's knowledge of the old one goes.
     state.session = { ...session, currentGeneration: result.generation };
     state.seqs.clear();

@@ -26,7 +26,8 @@ function adapterWith(lookups: Partial<HostLookups>): OpencodeAdapter {
     {
       parentOf: async () => undefined,
       modelLimits: async () => undefined,
-      transcript: async () => transcript,
+      // As `GET /session/:id/message` does: the messages of the session asked for.
+      transcript: async (hostSessionId: string) => transcript.filter((m) => m.info.sessionID === hostSessionId),
       ...lookups,
     },
     () => {},

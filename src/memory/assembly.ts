@@ -95,6 +95,10 @@ const preparedKey = (turn: Turn, options: PrepareOptions) =>
     turn.sessionId,
     turn.generation,
     turn.turnId,
+    // A re-pinned turn (retention-epoch.ts) is prepared again: nothing read under its old snapshot is reused.
+    turn.snapshot.scopeId,
+    turn.snapshot.retentionEpoch,
+    turn.snapshot.sharedViewRevision ?? "",
     options.readiness ?? "strict",
     options.previousExchange !== false,
   ].join("\u0000");

@@ -19,6 +19,14 @@ import {
 } from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
+import {
+  type ForgetOptions,
+  type ForgetReport,
+  type ForgetRequest,
+  type ForgetSummary,
+  forget,
+  planForget,
+} from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
@@ -33,13 +41,16 @@ import {
   type ScopeReader,
   type ServedSnapshot,
   scopeReader,
+  storedTurnOrThrow,
   type TurnContext,
   turnOrThrow,
 } from "./reader.js";
 import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
+import { archiveSession, type IsolateReport, isolateSession } from "./revoke.js";
 import {
   admitTurnSchema,
   assembleSchema,
+  forgetRequestSchema,
   type IngestEvent,
   listRecordsOptionsSchema,
   type OpenSessionInput,
@@ -123,8 +134,16 @@ export interface Memory {
   ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
   /** An operator's reader of a scope at its latest snapshot, for the retrieval methods (the CLI uses it). */
   readScope(scopeId: string): Promise<ScopeReader>;
-  /** Every audit (publication integrity, snapshot visibility, view coverage, reachability). */
+  /** Every audit (publication integrity, snapshot visibility, view coverage, reachability, derivation). */
   audit(): Promise<AuditReport>;
+  /** What `forget` would remove now (a dry run; nothing changes). */
+  planForget(request: ForgetRequest): Promise<ForgetSummary>;
+  /** Forgets sessions, a scope, or what is older than a date, in one transaction (forget.ts, docs/deletion.md). */
+  forget(request: ForgetRequest, options?: ForgetOptions): Promise<ForgetReport>;
+  /** Revokes a session's sharing: moves it to isolated sharing and retires its publications (revoke.ts). */
+  isolateSession(sessionId: string): Promise<IsolateReport>;
+  /** Hides a session from listings and discovery (archived = true) or shows it again; nothing is forgotten. */
+  archiveSession(sessionId: string, archived: boolean): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -281,7 +300,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         parseInput(turnContextSchema, ctx, "finishTurn"),
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
-    getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
+    getTurn: (ctx) => storedTurnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
     assembleContext: async (ctx, options, prepared) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
@@ -300,6 +319,12 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: () => auditAll(pool),
+    planForget: (request) => planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
+    forget: (request, options) => forget(ingestion, parseInput(forgetRequestSchema, request, "forget"), options ?? {}),
+    isolateSession: (sessionId) =>
+      isolateSession(ingestion, parseInput(opaqueId, sessionId, "isolateSession", "sessionId")),
+    archiveSession: (sessionId, archived) =>
+      archiveSession(ingestion, parseInput(opaqueId, sessionId, "archiveSession", "sessionId"), archived),
     zoom: (ctx, ref, options = {}) =>
       zoomFor(
         shared,

@@ -45,6 +45,7 @@ import {
   type TurnContext,
   turnOrThrow,
 } from "./reader.js";
+import { snapshotCurrent } from "./retention-epoch.js";
 import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
 import { archiveSession, type IsolateReport, isolateSession } from "./revoke.js";
 import {
@@ -136,6 +137,12 @@ export interface Memory {
   readScope(scopeId: string): Promise<ScopeReader>;
   /** Every audit (publication integrity, snapshot visibility, view coverage, reachability, derivation). */
   audit(): Promise<AuditReport>;
+  /**
+   * Whether what was assembled under `snapshot` may still be served to the session (no deletion or revocation since:
+   * the scope's retention epoch is unchanged, the session is in that scope and not forgotten). Hosts that reuse an
+   * earlier step's assembly check this first.
+   */
+  snapshotCurrent(sessionId: string, snapshot: { scopeId: string; retentionEpoch: number }): Promise<boolean>;
   /** What `forget` would remove now (a dry run; nothing changes). */
   planForget(request: ForgetRequest): Promise<ForgetSummary>;
   /** Forgets sessions, a scope, or what is older than a date, in one transaction (forget.ts, docs/deletion.md). */
@@ -319,6 +326,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: () => auditAll(pool),
+    snapshotCurrent: (sessionId, snapshot) => snapshotCurrent(pool, sessionId, snapshot),
     planForget: (request) => planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
     forget: (request, options) => forget(ingestion, parseInput(forgetRequestSchema, request, "forget"), options ?? {}),
     isolateSession: (sessionId) =>

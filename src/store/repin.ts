@@ -16,12 +16,21 @@ export interface SnapshotStanding {
 
 /** One primary-key read per request: where the turn's session and pinned scope stand now. */
 export async function readSnapshotStanding(db: Queryable, turn: Turn): Promise<SnapshotStanding | undefined> {
+  return await readStanding(db, turn.sessionId, turn.snapshot.scopeId);
+}
+
+/** Where a session and a scope it pinned stand now. */
+export async function readStanding(
+  db: Queryable,
+  sessionId: string,
+  pinnedScopeId: string,
+): Promise<SnapshotStanding | undefined> {
   const result = await db.query<{ deleted: boolean; scope_id: string; epoch: number }>({
     name: "optchat.turns.standing",
     text: `SELECT s.deleted_at IS NOT NULL AS deleted, s.scope_id, sc.retention_epoch AS epoch
              FROM optchat.sessions s, optchat.scopes sc
             WHERE s.session_id = $1::text AND sc.scope_id = $2::text`,
-    values: [turn.sessionId, turn.snapshot.scopeId],
+    values: [sessionId, pinnedScopeId],
   });
   const row = result.rows[0];
   return row ? { sessionDeleted: row.deleted, scopeId: row.scope_id, pinnedScopeEpoch: row.epoch } : undefined;

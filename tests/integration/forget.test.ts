@@ -232,6 +232,21 @@ describe("forget --session", () => {
   });
 });
 
+describe("the process-wide node cache", () => {
+  it("never serves a forgotten leaf's text cached before the deletion (same tree event, new revision)", async () => {
+    const x = await db.memory.openSession({ host: "test", hostSessionId: "X", projectId: "prj_cache" });
+    const y = await db.memory.openSession({ host: "test", hostSessionId: "Y", projectId: "prj_cache" });
+    await turn(x, "x0", ["the ocelot password is kept here", "ocelot noted"]);
+    const pinned = await db.memory.admitTurn({ sessionId: y.sessionId, turnId: "y0", publishes: true });
+    const before = await db.memory.assembleContext(pinned, WINDOW);
+    expect(JSON.stringify(before.blocks)).toContain("ocelot");
+    await db.memory.forget({ sessionIds: [x.sessionId] });
+    const after = await db.memory.assembleContext(pinned, WINDOW);
+    expect(JSON.stringify(after.blocks)).not.toContain("ocelot");
+    expect(JSON.stringify(after.blocks)).toContain("[removed: ");
+  });
+});
+
 describe("revoke (isolate) and archive", () => {
   it("isolating C retires its publications but keeps its own memory", async () => {
     const report = await db.memory.isolateSession(c.sessionId);

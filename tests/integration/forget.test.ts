@@ -266,6 +266,25 @@ describe("revoke (isolate) and archive", () => {
     expect((await db.memory.audit()).violations).toEqual([]);
   });
 
+  it("opening a shared session as isolated (the sharing setting changed) revokes its sharing", async () => {
+    const d = await db.memory.openSession({ host: "test", hostSessionId: "D", projectId: "prj_forget" });
+    await turn(d, "d0", ["d mentions the narwhal", "narwhal noted"]);
+    const again = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "D",
+      projectId: "prj_forget",
+      sharing: "isolated",
+    });
+    expect(again.scopeId).toBe(`isolated:${d.sessionId}`);
+    const { rows } = await db.memory.pool.query(
+      "SELECT retired_reason FROM optchat.publications WHERE session_id = $1",
+      [d.sessionId],
+    );
+    expect(rows.map((r) => r.retired_reason)).toEqual(["revoked"]);
+    const reader = await db.memory.readScope(b.scopeId);
+    expect((await db.memory.search(reader, { query: "narwhal" })).hits).toEqual([]);
+  });
+
   it("archiving B hides it from listings without forgetting anything", async () => {
     const reader = await db.memory.readScope(b.scopeId);
     const listed = async () => (await db.memory.sessions(reader)).sessions.map((s) => s.sessionId);

@@ -222,6 +222,24 @@ describe("forget --session", () => {
     expect(await refusal(db.memory.openSession({ host: "test", hostSessionId: "A", projectId: "prj_forget" }))).toBe(
       "SESSION_DELETED",
     );
+    // A late host event (a partial or a final message) stores nothing of it.
+    for (const final of [false, true])
+      expect(
+        await refusal(
+          db.memory.ingest(
+            ingestEvent({
+              sessionId: a.sessionId,
+              turnId: "a-late",
+              kind: "assistant",
+              host: "A",
+              messageId: `late-${final}`,
+              occurredAt: "2026-11-20T11:00:00Z",
+              content: `late ${MARKER}`,
+              final,
+            }),
+          ),
+        ),
+      ).toBe("SESSION_NOT_FOUND");
   });
 
   it("passes every audit, and forgetting again is a no-op", async () => {

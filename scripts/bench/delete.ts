@@ -46,7 +46,7 @@ import { treeCounts, waitForCompactor } from "./shared.js";
 const BENCH = "delete";
 const TARGET = { records: 100_000, sessionRecords: 10_000 } as const;
 
-function readSettings() {
+export function readSettings() {
   return {
     records: envNumber("OPTCHAT_BENCH_DELETE_RECORDS", 10_000, { min: 2, integer: true }),
     sessionRecords: envNumber("OPTCHAT_BENCH_DELETE_SESSION_RECORDS", 1000, { min: 1, integer: true }),
@@ -69,7 +69,10 @@ function turnPlan(settings: Settings): number[] {
   ];
 }
 
-async function build(memory: Memory, settings: Settings): Promise<{ seconds: number; turns: number; records: number }> {
+export async function build(
+  memory: Memory,
+  settings: Settings,
+): Promise<{ seconds: number; turns: number; records: number }> {
   const started = performance.now();
   const sessions = [];
   for (let s = 0; s < settings.sessions; s++)

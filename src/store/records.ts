@@ -76,10 +76,9 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
   );
   if (result.rowCount) return "staged";
   // A forgotten session (migration 010) takes nothing new, staged or sealed: it is not found.
-  const session = await db.query(
-    "SELECT 1 FROM optchat.sessions WHERE session_id = $1::text AND deleted_at IS NULL",
-    [item.sessionId],
-  );
+  const session = await db.query("SELECT 1 FROM optchat.sessions WHERE session_id = $1::text AND deleted_at IS NULL", [
+    item.sessionId,
+  ]);
   if (!session.rowCount) {
     throw new OptchatError(
       "SESSION_NOT_FOUND",

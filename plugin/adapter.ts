@@ -32,6 +32,7 @@ import {
 } from "./messages.js";
 import { assemblySettings, type PreparedTurn, preparedFor, prepareTurn } from "./prepared-context.js";
 import { recordEvents } from "./record-events.js";
+import { onSessionDeleted, type SessionDeletedDeps } from "./session-deleted.js";
 import { settle } from "./shutdown.js";
 
 export const HOST = "opencode";
@@ -500,7 +501,10 @@ export class OpencodeAdapter {
         }
         case "session.deleted": {
           const sessionId = (props.sessionID as string | undefined) ?? (props.info as { id?: string } | undefined)?.id;
-          if (sessionId) this.forget(sessionId);
+          if (!sessionId) return;
+          const pending = this.sessions.get(sessionId)?.queue ?? Promise.resolve();
+          this.forget(sessionId);
+          void onSessionDeleted(this.deletionDeps(sessionId), sessionId, pending);
           return;
         }
         case "session.status": {
@@ -897,7 +901,10 @@ export class OpencodeAdapter {
       // Every step of a turn reads the same pinned snapshot, so a complete assembly of an earlier step stays right
       // while it still fits the (shrinking) budget: reused, the blocks stay byte-identical across the steps (which a
       // provider's prompt cache rewards) and the step skips a dozen queries.
-      const earlier = state.assembled?.turnId === turnId ? state.assembled.context : undefined;
+      // ... unless a deletion or revocation invalidated the snapshot meanwhile (one primary-key read, issue 15).
+      const held = state.assembled?.turnId === turnId ? state.assembled.context : undefined;
+      const earlier =
+        held && (await this.memory.snapshotCurrent(state.session.sessionId, held.snapshot)) ? held : undefined;
       const available = availableMemoryTokens(budget);
       try {
         context =
@@ -1096,7 +1103,13 @@ export class OpencodeAdapter {
     return state;
   }
 
-  /** Drops a deleted session's process state (its records stay: optchat deletes nothing, see README). */
+  private deletionDeps(hostSessionId: string): SessionDeletedDeps {
+    const mode = this.config.plugin.onSessionDelete;
+    const log = (message: string) => this.log("info", message);
+    return { memory: this.memory, host: HOST, mode, log, problem: (e) => this.problem("delete", hostSessionId, e) };
+  }
+
+  /** Drops a deleted session's process state (what happens to its memory: session-deleted.ts). */
   private forget(hostSessionId: string): void {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;

@@ -97,6 +97,12 @@ export const PLUGIN_SETTINGS = {
     accepted:
       "empty (off) or a file path: append one JSON line per admission, request transform and ingested message with its duration (`npm run bench -- plugin` reads it)",
   },
+  onSessionDelete: {
+    env: "OPTCHAT_ON_SESSION_DELETE",
+    default: "delete",
+    accepted:
+      "'delete' (OpenCode's session delete forgets the session's memory: records, summaries, publications; docs/deletion.md), 'archive' (hide it from session listings, keep its memory) or 'keep' (change nothing)",
+  },
   leaseSeconds: {
     env: "OPTCHAT_LEASE_SECONDS",
     default: 30,
@@ -129,6 +135,9 @@ const pluginSchema = z.object({
   toolsTokens: integerFrom(0, 1_000_000),
   reserveTokens: integerFrom(0, 1_000_000),
   leaseSeconds: integerFrom(5, 3600),
+  onSessionDelete: z.enum(["delete", "archive", "keep"], {
+    errorMap: () => ({ message: "not delete, archive or keep" }),
+  }),
   timingsFile: z.string().max(4096, "longer than 4096 characters"),
 });
 

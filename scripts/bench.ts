@@ -19,6 +19,7 @@ import {
   serverUrlFromEnv,
 } from "./bench/common.js";
 import { runCompactorQualityBench } from "./bench/compactor-quality.js";
+import { runDeleteBench } from "./bench/delete.js";
 import { runIngestBench } from "./bench/ingest.js";
 import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
@@ -37,6 +38,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "a corpus of sessions with known facts summarized by each model named: checks on every node and the top, pass rates, tokens, cost",
     run: runCompactorQualityBench,
+  },
+  delete: {
+    description:
+      "forgetting one session of a large scope (default 1,000 of 10,000 records; env for 10,000 of 100,000) and the shared rebuild after it",
+    run: runDeleteBench,
   },
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",

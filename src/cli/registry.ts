@@ -1,10 +1,12 @@
 // Every `optchat` command, in the order the overview lists them. A new command is one module under commands/ and one
 // line here.
 import type { Command } from "./command.js";
+import { archiveCommand, isolateCommand, unarchiveCommand } from "./commands/archive.js";
 import { auditCommand } from "./commands/audit.js";
 import { browseCommand } from "./commands/browse.js";
 import { costCommand } from "./commands/cost.js";
 import { exportCommand } from "./commands/export.js";
+import { forgetCommand } from "./commands/forget.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
 import { migrateCommand } from "./commands/migrate.js";
@@ -28,6 +30,10 @@ export const COMMANDS: readonly Command[] = [
   importFileCommand,
   exportCommand,
   auditCommand,
+  forgetCommand,
+  archiveCommand,
+  unarchiveCommand,
+  isolateCommand,
   inspectCommand,
   costCommand,
   browseCommand,

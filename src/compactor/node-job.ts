@@ -75,6 +75,7 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
   }
   await calls.flush(deps.pool, reportError);
   const committed = await commitNode(deps, state, node, job, summary);
+  if (committed === "inputs_changed") return "gone";
   // Reported after the commit: withTransaction may run the transaction more than once.
   if (committed === "built") {
     deps.report({
@@ -162,12 +163,20 @@ async function commitNode(
   node: NodeAddress,
   job: NodeJob,
   { outcome, inputHashes, fallback }: NodeSummary,
-): Promise<"built" | "lease_lost"> {
+): Promise<"built" | "lease_lost" | "inputs_changed"> {
   const { tree } = state;
   return await withTransaction(deps.pool, async (tx) => {
     const locked = await lockTree(tx, { treeId: tree.treeId });
     if (!locked) throw new Error(`tree ${tree.treeId} disappeared`);
     if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost" as const;
+    // A deletion (src/memory/forget.ts) may have removed or replaced a child while the summarizer ran: a parent is
+    // committed only over the children it was built from (seed 000 §9 fencing by input hashes), else it is dropped
+    // and built again once both children exist (now, or when the commit that rebuilds the missing one enqueues it).
+    if (node.level > 0 && !(await childrenUnchanged(tx, tree.treeId, node, inputHashes))) {
+      const children = await findNodes(tx, tree.treeId, childrenOf(node));
+      if (children.size === 2) await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node]);
+      return "inputs_changed" as const;
+    }
     const applied = await applyTreeChanges(
       tx,
       locked,
@@ -236,6 +245,20 @@ async function recordFailure(
       error: message,
     });
   return "failed";
+}
+
+async function childrenUnchanged(
+  tx: Parameters<typeof findNodes>[0],
+  treeId: number,
+  node: NodeAddress,
+  inputHashes: readonly Buffer[],
+): Promise<boolean> {
+  const children = childrenOf(node);
+  const found = await findNodes(tx, treeId, children);
+  return children.every((child, k) => {
+    const text = found.get(nodeKey(child))?.text;
+    return text !== undefined && inputHashes[k]?.equals(sha256(text)) === true;
+  });
 }
 
 function freeOutcome(text: string): SummaryOutcome {

@@ -62,7 +62,7 @@ export interface AssembledContext {
     readonly own: number;
     readonly previous: number;
   };
-  readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null };
+  readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null; readonly retentionEpoch: number };
   /** What could not be included, and why (partial mode, or the previous exchange not fitting). */
   readonly omitted: readonly string[];
 }
@@ -95,6 +95,10 @@ const preparedKey = (turn: Turn, options: PrepareOptions) =>
     turn.sessionId,
     turn.generation,
     turn.turnId,
+    // A re-pinned turn (retention-epoch.ts) is prepared again: nothing read under its old snapshot is reused.
+    turn.snapshot.scopeId,
+    turn.snapshot.retentionEpoch,
+    turn.snapshot.sharedViewRevision ?? "",
     options.readiness ?? "strict",
     options.previousExchange !== false,
   ].join("\u0000");
@@ -174,7 +178,11 @@ export async function assembleContext(
   return {
     blocks,
     tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
-    snapshot: { ...served(turnReader(turn)), ownViewRevision: ready.own.revision },
+    snapshot: {
+      ...served(turnReader(turn)),
+      ownViewRevision: ready.own.revision,
+      retentionEpoch: turn.snapshot.retentionEpoch,
+    },
     omitted,
   };
 }
@@ -188,6 +196,7 @@ async function readSharedLines(deps: AssemblyDeps, turn: Turn): Promise<TreeLine
         parts: view.parts,
         leafCount: view.leafCount,
         atEvent: view.eventNo,
+        revision: view.revision,
         name: sharedRef,
         cache: new Map(),
         pinned: deps.pinnedNodes,

@@ -1,5 +1,5 @@
-import { applyFoldEvent, EMPTY_FOLD, type FoldState, tilingProblem, viewBytes } from "../core/fold.js";
-import { type NodeAddress, nodeKey } from "../core/tree.js";
+import { EMPTY_FOLD, type FoldState, type NodeBytes, tilingProblem, viewBytes } from "../core/fold.js";
+import { replayFold } from "../core/refold.js";
 import { listTreeIds, runSqlAudits, type Violation } from "../store/audits.js";
 import type { Queryable } from "../store/db.js";
 import { findTree, listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
@@ -25,22 +25,14 @@ export async function auditTreeViews(db: Queryable, treeId: number): Promise<Tre
     findTree(db, treeId),
   ]);
   const problems: TreeAuditProblem[] = eventProblems.map((problem) => ({ treeId, problem: `event log: ${problem}` }));
-  const current = new Map<number, number>();
-  let nextSize = 0;
   let state: FoldState = EMPTY_FOLD;
+  let bytesOf: NodeBytes = () => undefined;
   let r = 0;
-  const bytesOf = (node: NodeAddress) => current.get(nodeKey(node));
-  for (const { eventNo, event } of events) {
-    while (nextSize < sizes.length && (sizes[nextSize] as { treeEvent: number }).treeEvent <= eventNo) {
-      const node = sizes[nextSize] as { level: number; index: number; bytes: number };
-      current.set(nodeKey(node), node.bytes);
-      nextSize += 1;
-    }
-    // The thresholds in effect are those recorded by the next persisted revision (settings can change between runs).
-    const params = revisions[r]?.params ?? revisions[revisions.length - 1]?.params;
-    if (!params) break;
-    state = applyFoldEvent(state, event, bytesOf, params).state;
-    while (r < revisions.length && (revisions[r] as { eventNo: number }).eventNo === eventNo) {
+  // The thresholds in effect are those recorded by the next persisted revision (settings can change between runs).
+  const paramsAt = () => revisions[r]?.params ?? revisions[revisions.length - 1]?.params;
+  for (const step of replayFold(events, sizes, paramsAt)) {
+    ({ state, bytesOf } = step);
+    while (r < revisions.length && (revisions[r] as { eventNo: number }).eventNo === step.eventNo) {
       const revision = revisions[r] as (typeof revisions)[number];
       const tiling = tilingProblem(revision.parts, revision.leafCount);
       if (tiling)

@@ -11,6 +11,8 @@ export interface TreeLines {
   readonly parts: readonly NodeAddress[];
   readonly leafCount: number;
   readonly atEvent: number | undefined;
+  /** The view revision the lines are from, when pinned (the process-wide cache is keyed by it). */
+  readonly revision?: number;
   readonly name: (node: NodeAddress) => string;
   readonly cache: Map<number, { bytes: number; text: string } | undefined>;
   /** For trees read at a pinned event: the process-wide cache of immutable node texts. */
@@ -34,8 +36,8 @@ export async function fitTokens(
   const load = async (addresses: readonly NodeAddress[]) => {
     const missing = addresses.filter((a) => !known.has(nodeKey(a)));
     if (missing.length === 0) return;
-    if (lines.atEvent !== undefined && lines.pinned) {
-      for (const [key, value] of await lines.pinned.load(pool, lines.treeId, lines.atEvent, missing))
+    if (lines.atEvent !== undefined && lines.revision !== undefined && lines.pinned) {
+      for (const [key, value] of await lines.pinned.load(pool, lines.treeId, lines.revision, lines.atEvent, missing))
         known.set(key, value);
       return;
     }

@@ -3,6 +3,7 @@ import type { z } from "zod";
 import { sessionIdFromRandom } from "../core/ids.js";
 import type { Pool } from "../store/db.js";
 import { findOrRegisterSession, type Session } from "../store/sessions.js";
+import { sessionDeleted } from "./retention-epoch.js";
 import type { openSessionSchema } from "./schemas.js";
 
 /** The session of a host's session ID, registered (with its scope) on first sight, in one statement. */
@@ -26,5 +27,7 @@ export async function openSession(pool: Pool, valid: z.output<typeof openSession
     },
     kind,
   );
+  // A forgotten session's late host events (or a host that replays it) must not bring its memory back.
+  if (session.deletedAt !== null) throw sessionDeleted(session.sessionId);
   return session;
 }

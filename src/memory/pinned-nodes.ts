@@ -6,6 +6,11 @@ import { findNodes } from "../store/trees.js";
  * Texts of nodes as a view revision pinned at a tree event sees them. Immutable (a rebuild is a new revision with a
  * later event), so they can be kept for the life of the process; the transform runs on every model step, and without
  * this each step would read the whole shared view again. Bounded: past `limit` entries the cache starts over.
+ *
+ * Keyed by the view revision, not only the event: a deletion (src/memory/forget.ts) replaces a retired leaf's text
+ * in place and renumbers the tree's later events, so an event number can come back with other texts; view revision
+ * numbers never come back (the deletion's base revision continues the tree's numbering), so a revision read after
+ * the deletion never meets a text cached before it, in this process or any other.
  */
 export class PinnedNodeCache {
   private readonly entries = new Map<string, { bytes: number; text: string } | undefined>();
@@ -14,13 +19,14 @@ export class PinnedNodeCache {
   async load(
     pool: Pool,
     treeId: number,
+    revision: number,
     atEvent: number,
     addresses: readonly NodeAddress[],
   ): Promise<Map<number, { bytes: number; text: string } | undefined>> {
     const out = new Map<number, { bytes: number; text: string } | undefined>();
     const missing: NodeAddress[] = [];
     for (const a of addresses) {
-      const key = `${treeId}:${atEvent}:${nodeKey(a)}`;
+      const key = `${treeId}:${revision}:${atEvent}:${nodeKey(a)}`;
       if (this.entries.has(key)) out.set(nodeKey(a), this.entries.get(key));
       else missing.push(a);
     }
@@ -32,7 +38,7 @@ export class PinnedNodeCache {
         const value = node ? { bytes: node.byteLength, text: node.text } : undefined;
         // Absent nodes are not cached: a node committed later at an earlier event number cannot exist, but keeping
         // the cache to built nodes is simpler to reason about.
-        if (value) this.entries.set(`${treeId}:${atEvent}:${nodeKey(a)}`, value);
+        if (value) this.entries.set(`${treeId}:${revision}:${atEvent}:${nodeKey(a)}`, value);
         out.set(nodeKey(a), value);
       }
     }

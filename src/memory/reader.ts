@@ -3,6 +3,7 @@ import type { Pool } from "../store/db.js";
 import { findScope, type Session } from "../store/sessions.js";
 import { findSessionTree, findSharedTreeOfScope, findViewRevision } from "../store/trees.js";
 import { findTurn, type Snapshot, type Turn } from "../store/turns.js";
+import { currentTurn } from "./retention-epoch.js";
 
 /** A turn as callers name it: its session and the host's turn ID. */
 export interface TurnContext {
@@ -57,7 +58,12 @@ export function served(reader: Reader): ServedSnapshot {
 
 /** The admitted turn, or INPUT_INVALID naming it. A `Turn` the caller holds is taken as it is (its snapshot is pinned). */
 export async function turnOrThrow(pool: Pool, ctx: TurnContext | Turn): Promise<Turn> {
-  if (isTurn(ctx)) return ctx;
+  // Every read of a turn checks its snapshot against the scope's retention epoch first (retention-epoch.ts).
+  return await currentTurn(pool, isTurn(ctx) ? ctx : await storedTurnOrThrow(pool, ctx));
+}
+
+/** The admitted turn as stored, without the epoch check (its metadata, not a read of memory under it). */
+export async function storedTurnOrThrow(pool: Pool, ctx: TurnContext): Promise<Turn> {
   const turn = await findTurn(pool, ctx.sessionId, ctx.turnId);
   if (!turn) {
     throw new InputInvalidError("turn", [

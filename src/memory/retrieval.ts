@@ -162,6 +162,17 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
   }
   const publication = await findPublication(pool, reader.scope.scopeId, node.index, reader.scope.publicationHighWater);
   if (!publication) throw notFound(refText);
+  if (publication.retired) {
+    // A retired publication keeps its number and shows only its removed marker (its shared leaf's text): nothing of
+    // its session is reachable from it (issue 15 item 4).
+    const leaf = await findNodes(pool, treeId, [node]);
+    return {
+      kind: "lines",
+      ref: sharedRef(node),
+      lines: [{ ref: sharedRef(node), text: leaf.get(nodeKey(node))?.text ?? "[removed]" }],
+      snapshot,
+    };
+  }
   const tree = await findSessionTree(pool, publication.sessionId, publication.generation);
   const nodes = tree ? await findNodes(pool, tree.treeId, publication.sourceCover) : new Map();
   return {

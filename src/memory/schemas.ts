@@ -266,3 +266,10 @@ export const sessionsOptionsSchema = z
     limit: z.number().int("not an integer").min(1, "below 1").max(50, "above 50").optional(),
   })
   .strict();
+
+/** What `forget` removes: sessions by id, a whole scope, or the sessions last active before a date (forget.ts). */
+export const forgetRequestSchema = z.union([
+  z.object({ sessionIds: z.array(opaqueId).min(1).max(10_000) }).strict(),
+  z.object({ scopeId: opaqueId }).strict(),
+  z.object({ before: z.date() }).strict(),
+]);

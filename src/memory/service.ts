@@ -8,7 +8,7 @@ import { jobQueueInstalled } from "../store/job-queue.js";
 import { readSchemaVersion, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import { listRecords, type SourceRecord } from "../store/records.js";
-import { findSession, type Session } from "../store/sessions.js";
+import { findScope, findSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import {
   type AssembledContext,
@@ -20,6 +20,14 @@ import {
 } from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
 import type { Config } from "./config.js";
+import {
+  type ForgetOptions,
+  type ForgetReport,
+  type ForgetRequest,
+  type ForgetSummary,
+  forget,
+  planForget,
+} from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
@@ -35,13 +43,17 @@ import {
   type ScopeReader,
   type ServedSnapshot,
   scopeReader,
+  storedTurnOrThrow,
   type TurnContext,
   turnOrThrow,
 } from "./reader.js";
+import { snapshotCurrent } from "./retention-epoch.js";
 import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
+import { archiveSession, type IsolateReport, isolateSession } from "./revoke.js";
 import {
   admitTurnSchema,
   assembleSchema,
+  forgetRequestSchema,
   hostMessageIdsSchema,
   type IngestEvent,
   listRecordsOptionsSchema,
@@ -138,8 +150,22 @@ export interface Memory {
   ): Promise<Awaited<ReturnType<typeof sessionsFor>>>;
   /** An operator's reader of a scope at its latest snapshot, for the retrieval methods (the CLI uses it). */
   readScope(scopeId: string): Promise<ScopeReader>;
-  /** Every audit (publication integrity, snapshot visibility, view coverage, reachability). */
+  /** Every audit (publication integrity, snapshot visibility, view coverage, reachability, derivation). */
   audit(): Promise<AuditReport>;
+  /**
+   * Whether what was assembled under `snapshot` may still be served to the session (no deletion or revocation since:
+   * the scope's retention epoch is unchanged, the session is in that scope and not forgotten). Hosts that reuse an
+   * earlier step's assembly check this first.
+   */
+  snapshotCurrent(sessionId: string, snapshot: { scopeId: string; retentionEpoch: number }): Promise<boolean>;
+  /** What `forget` would remove now (a dry run; nothing changes). */
+  planForget(request: ForgetRequest): Promise<ForgetSummary>;
+  /** Forgets sessions, a scope, or what is older than a date, in one transaction (forget.ts, docs/deletion.md). */
+  forget(request: ForgetRequest, options?: ForgetOptions): Promise<ForgetReport>;
+  /** Revokes a session's sharing: moves it to isolated sharing and retires its publications (revoke.ts). */
+  isolateSession(sessionId: string): Promise<IsolateReport>;
+  /** Hides a session from listings and discovery (archived = true) or shows it again; nothing is forgotten. */
+  archiveSession(sessionId: string, archived: boolean): Promise<void>;
   close(): Promise<void>;
 }
 
@@ -254,7 +280,16 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         copies,
       ),
 
-    openSession: (input) => openSession(pool, parseInput(openSessionSchema, input, "openSession")),
+    openSession: async (input) => {
+      const valid = parseInput(openSessionSchema, input, "openSession");
+      const session = await openSession(pool, valid);
+      // A known shared session opened as isolated (OPTCHAT_SCOPE changed to isolated): its sharing is revoked now,
+      // exactly as `optchat isolate` does, rather than going on publishing under a policy the user withdrew.
+      if (valid.sharing !== "isolated" || session.scopeId.startsWith("isolated:")) return session;
+      if ((await findScope(pool, session.scopeId))?.kind === "isolated") return session;
+      await isolateSession(ingestion, session.sessionId);
+      return await getSession(session.sessionId);
+    },
 
     async listRecords(sessionId, rawOptions = {}) {
       const options = parseInput(listRecordsOptionsSchema, rawOptions, "listRecords");
@@ -308,7 +343,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         parseInput(turnContextSchema, ctx, "finishTurn"),
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
-    getTurn: (ctx) => turnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
+    getTurn: (ctx) => storedTurnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
     assembleContext: async (ctx, options, prepared) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
@@ -327,6 +362,13 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: () => auditAll(pool),
+    snapshotCurrent: (sessionId, snapshot) => snapshotCurrent(pool, sessionId, snapshot),
+    planForget: (request) => planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
+    forget: (request, options) => forget(ingestion, parseInput(forgetRequestSchema, request, "forget"), options ?? {}),
+    isolateSession: (sessionId) =>
+      isolateSession(ingestion, parseInput(opaqueId, sessionId, "isolateSession", "sessionId")),
+    archiveSession: (sessionId, archived) =>
+      archiveSession(ingestion, parseInput(opaqueId, sessionId, "archiveSession", "sessionId"), archived),
     zoom: (ctx, ref, options = {}) =>
       zoomFor(
         shared,

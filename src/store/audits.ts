@@ -1,3 +1,4 @@
+import { RETENTION_CHECKS } from "./audits-retention.js";
 import type { Queryable } from "./db.js";
 import { STUCK_TURN_ADVICE, stuckTurnsSql } from "./status.js";
 
@@ -9,7 +10,9 @@ export interface Violation {
     | "snapshot_visibility"
     | "view_coverage"
     | "reachability"
-    | "turn_liveness";
+    | "turn_liveness"
+    | "retention"
+    | "derivation";
   readonly subject: string;
   readonly problem: string;
 }
@@ -51,7 +54,7 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
     audit: "publication_integrity",
     problem: "a record under the source cover is missing",
     sql: `SELECT p.scope_id || ':' || p.publication_seq AS subject FROM optchat.publications p
-           WHERE (SELECT count(*) FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
+           WHERE p.retired_at IS NULL AND (SELECT count(*) FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
                     JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
                      AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level))
                  <> (SELECT coalesce(sum(1::bigint << c.level), 0) FROM unnest(p.cover_levels) AS c(level))`,
@@ -68,10 +71,11 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
             JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
              AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level)
             LEFT JOIN optchat.turns tu ON tu.session_id = r.session_id AND tu.generation = r.generation AND tu.turn_id = r.turn_id
-           WHERE tu.turn_id IS NULL OR tu.state = 'active'
+           -- A retired publication covers nothing any more (issue 15: its records are gone or no longer shared).
+           WHERE p.retired_at IS NULL AND (tu.turn_id IS NULL OR tu.state = 'active'
               OR NOT EXISTS (SELECT 1 FROM optchat.publications q
                               WHERE q.scope_id = tu.scope_id AND q.session_id = tu.session_id
-                                AND q.generation = tu.generation AND q.turn_id = tu.turn_id)`,
+                                AND q.generation = tu.generation AND q.turn_id = tu.turn_id))`,
   },
   {
     audit: "turn_visibility",
@@ -81,7 +85,7 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
             FROM optchat.publications p
             JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
              AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
-           WHERE (r.turn_id = p.turn_id) <> EXISTS (
+           WHERE p.retired_at IS NULL AND (r.turn_id = p.turn_id) <> EXISTS (
                    SELECT 1 FROM unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
                     WHERE r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level))`,
   },
@@ -117,7 +121,8 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
     sql: `SELECT p.scope_id || ':' || p.publication_seq AS subject FROM optchat.publications p
             JOIN optchat.trees t ON t.kind = 'session' AND t.session_id = p.session_id AND t.generation = p.generation
             CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
-           WHERE NOT EXISTS (SELECT 1 FROM optchat.nodes n WHERE n.tree_id = t.tree_id AND n.level = c.level AND n.idx = c.idx)`,
+           WHERE p.retired_at IS NULL
+             AND NOT EXISTS (SELECT 1 FROM optchat.nodes n WHERE n.tree_id = t.tree_id AND n.level = c.level AND n.idx = c.idx)`,
   },
   {
     audit: "publication_integrity",
@@ -136,8 +141,10 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
     sql: `SELECT tu.session_id || ':' || tu.generation || ':' || tu.turn_id AS subject FROM optchat.turns tu
             JOIN optchat.scopes s ON s.scope_id = tu.scope_id
             LEFT JOIN optchat.view_revisions v ON v.tree_id = tu.shared_tree_id AND v.revision = tu.shared_view_revision
-           WHERE tu.publication_high_water > s.next_publication_seq
-              OR (tu.shared_view_revision IS NOT NULL AND (v.revision IS NULL OR v.leaf_count > tu.publication_high_water))`,
+           -- A snapshot from before the scope's retention epoch is never read again (re-pinned or refused first:
+           -- src/memory/retention-epoch.ts); the revision it names may be gone with the deletion.
+           WHERE tu.retention_epoch = s.retention_epoch AND (tu.publication_high_water > s.next_publication_seq
+              OR (tu.shared_view_revision IS NOT NULL AND (v.revision IS NULL OR v.leaf_count > tu.publication_high_water)))`,
   },
   {
     audit: "snapshot_visibility",
@@ -182,7 +189,7 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
 
 export async function runSqlAudits(db: Queryable): Promise<Violation[]> {
   const violations: Violation[] = [];
-  for (const check of CHECKS) {
+  for (const check of [...CHECKS, ...RETENTION_CHECKS]) {
     const result = await db.query<{ subject: string }>(check.sql);
     for (const row of result.rows)
       violations.push({ audit: check.audit, subject: row.subject, problem: check.problem });

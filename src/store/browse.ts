@@ -51,14 +51,15 @@ export async function listSessionsOfScope(
             (SELECT count(*)::int FROM optchat.turns t
               WHERE t.session_id = s.session_id AND t.generation = s.current_generation) AS turns,
             (SELECT count(*)::int FROM optchat.publications p
-              WHERE p.session_id = s.session_id AND p.generation = s.current_generation) AS publications,
+              WHERE p.session_id = s.session_id AND p.generation = s.current_generation AND p.retired_at IS NULL)
+              AS publications,
             (SELECT r.occurred_at FROM optchat.records r
               WHERE r.session_id = s.session_id AND r.generation = s.current_generation ORDER BY r.seq LIMIT 1) AS first_at,
             (SELECT r.occurred_at FROM optchat.records r
               WHERE r.session_id = s.session_id AND r.generation = s.current_generation ORDER BY r.seq DESC LIMIT 1) AS last_at
        FROM optchat.sessions s
        JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation
-      WHERE s.scope_id = $1::text
+      WHERE s.scope_id = $1::text AND s.deleted_at IS NULL AND s.archived_at IS NULL
       ORDER BY s.created_at, s.session_id
      OFFSET $2::int LIMIT $3::int`,
     [scopeId, offset, limit],

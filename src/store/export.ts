@@ -21,6 +21,7 @@ export async function listExportSessions(
     `WITH RECURSIVE chosen AS (
        SELECT s.session_id, s.parent_session_id, true AS selected FROM optchat.sessions s
         WHERE ($1::text IS NULL OR s.scope_id = $1::text) AND ($2::text IS NULL OR s.session_id = $2::text)
+          AND s.deleted_at IS NULL
        UNION
        SELECT p.session_id, p.parent_session_id, false FROM optchat.sessions p JOIN chosen c ON c.parent_session_id = p.session_id
      ), depth AS (

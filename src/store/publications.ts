@@ -15,6 +15,7 @@ interface PublicationRow {
   published_at: Date;
   cover_levels: number[];
   cover_idxs: number[];
+  retired_reason: "deleted" | "revoked" | null;
 }
 
 export interface Publication {
@@ -30,6 +31,8 @@ export interface Publication {
   readonly publishedAt: Date;
   /** Session nodes, in order, exactly tiling [startSeq, endSeqExclusive). */
   readonly sourceCover: readonly NodeAddress[];
+  /** Retired (its session deleted, or its sharing revoked): keeps its number, shows a removed marker (migration 010). */
+  readonly retired: "deleted" | "revoked" | null;
 }
 
 function toPublication(row: PublicationRow): Publication {
@@ -45,11 +48,12 @@ function toPublication(row: PublicationRow): Publication {
     completedAt: row.completed_at,
     publishedAt: row.published_at,
     sourceCover: row.cover_levels.map((level, k) => ({ level, index: Number(row.cover_idxs[k]) })),
+    retired: row.retired_reason,
   };
 }
 
 const COLUMNS = `scope_id, publication_seq, session_id, generation, turn_id, start_seq, end_seq_exclusive, outcome,
-  completed_at, published_at, cover_levels, cover_idxs`;
+  completed_at, published_at, cover_levels, cover_idxs, retired_reason`;
 
 export interface NewPublication {
   readonly scopeId: string;
@@ -172,7 +176,7 @@ export async function foreignRangeVisible(
     `SELECT 1 FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
        CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
       WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $5::bigint
-        AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
+        AND p.retired_at IS NULL AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
         AND c.idx * (1::bigint << c.level) <= $3::bigint AND (c.idx + 1) * (1::bigint << c.level) >= $4::bigint
       LIMIT 1`,
     [scopeId, sessionId, start, end, highWater],
@@ -193,7 +197,8 @@ export async function publicationTimeSpan(
        CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
        JOIN optchat.records r ON r.session_id = p.session_id AND r.generation = p.generation
         AND r.seq >= c.idx * (1::bigint << c.level) AND r.seq < (c.idx + 1) * (1::bigint << c.level)
-      WHERE p.scope_id = $1::text AND p.publication_seq >= $2::bigint AND p.publication_seq < $3::bigint`,
+      WHERE p.scope_id = $1::text AND p.publication_seq >= $2::bigint AND p.publication_seq < $3::bigint
+        AND p.retired_at IS NULL`,
     [scopeId, start, end],
   );
   const row = result.rows[0];
@@ -259,7 +264,7 @@ export async function publishedRangesOfSession(
        JOIN optchat.turns t ON t.session_id = p.session_id AND t.generation = p.generation AND t.turn_id = p.turn_id
       CROSS JOIN LATERAL unnest(t.run_starts, t.run_ends) AS r(run_start, run_end)
       WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.generation = $3::int
-        AND p.publication_seq < $4::bigint
+        AND p.publication_seq < $4::bigint AND p.retired_at IS NULL
       ORDER BY r.run_start`,
     [scopeId, sessionId, generation, highWater],
   );

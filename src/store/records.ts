@@ -67,7 +67,7 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
   const result = await db.query(
     `INSERT INTO optchat.staged_items (stage_key, session_id, generation, turn_id, kind, revision, content)
      SELECT $1::text, s.session_id, coalesce($3::int, s.current_generation), $4::text, $5::text, $6::int, $7::bytea
-       FROM optchat.sessions s WHERE s.session_id = $2::text
+       FROM optchat.sessions s WHERE s.session_id = $2::text AND s.deleted_at IS NULL
      ON CONFLICT (stage_key) DO UPDATE
        SET content = excluded.content, revision = excluded.revision, turn_id = excluded.turn_id, updated_at = now()
        WHERE optchat.staged_items.revision <= excluded.revision
@@ -75,7 +75,10 @@ export async function stageItem(db: Queryable, item: ItemToStage): Promise<Stage
     [item.stageKey, item.sessionId, item.generation ?? null, item.turnId, item.kind, item.revision, item.payload],
   );
   if (result.rowCount) return "staged";
-  const session = await db.query("SELECT 1 FROM optchat.sessions WHERE session_id = $1::text", [item.sessionId]);
+  // A forgotten session (migration 010) takes nothing new, staged or sealed: it is not found.
+  const session = await db.query("SELECT 1 FROM optchat.sessions WHERE session_id = $1::text AND deleted_at IS NULL", [
+    item.sessionId,
+  ]);
   if (!session.rowCount) {
     throw new OptchatError(
       "SESSION_NOT_FOUND",

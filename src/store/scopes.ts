@@ -33,7 +33,7 @@ export async function listScopeSummaries(
 ): Promise<ScopeSummary[]> {
   const result = await db.query<ScopeSummaryRow>(
     `SELECT s.scope_id, s.kind, s.created_at,
-            (SELECT count(*) FROM optchat.sessions se WHERE se.scope_id = s.scope_id) AS sessions,
+            (SELECT count(*) FROM optchat.sessions se WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL) AS sessions,
             (SELECT jsonb_object_agg(h.host, h.n)
                FROM (SELECT se.host, count(*) AS n FROM optchat.sessions se
                       WHERE se.scope_id = s.scope_id GROUP BY se.host) h) AS hosts,

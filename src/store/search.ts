@@ -176,7 +176,7 @@ export async function searchRanked(
          JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
          CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
-          AND ($8::text IS NULL OR p.session_id = $8::text)
+          AND p.retired_at IS NULL AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
      record_candidates AS (
        SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
@@ -229,7 +229,7 @@ export async function searchRanked(
          SELECT array_agg(p.session_id) AS sessions, array_agg(p.generation) AS generations,
                 array_agg(p.start_seq) AS starts, array_agg(p.end_seq_exclusive) AS ends
            FROM optchat.publications p
-          WHERE h.source = 'shared_node' AND p.scope_id = $1::text
+          WHERE h.source = 'shared_node' AND p.scope_id = $1::text AND p.retired_at IS NULL
             AND p.publication_seq >= h.idx * (1::bigint << h.level)
             AND p.publication_seq < (h.idx + 1) * (1::bigint << h.level)
        ) sp ON true

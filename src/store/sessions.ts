@@ -12,6 +12,8 @@ export interface SessionRow {
   current_generation: number;
   title: string | null;
   created_at: Date;
+  deleted_at: Date | null;
+  archived_at: Date | null;
 }
 
 export interface Session {
@@ -24,6 +26,10 @@ export interface Session {
   readonly currentGeneration: number;
   readonly title: string | null;
   readonly createdAt: Date;
+  /** Forgotten (a tombstone, migration 010): nothing of it is readable or writable. */
+  readonly deletedAt: Date | null;
+  /** Archived: hidden from listings and discovery, not forgotten. */
+  readonly archivedAt: Date | null;
 }
 
 export function toSession(row: SessionRow): Session {
@@ -37,11 +43,13 @@ export function toSession(row: SessionRow): Session {
     currentGeneration: row.current_generation,
     title: row.title,
     createdAt: row.created_at,
+    deletedAt: row.deleted_at ?? null,
+    archivedAt: row.archived_at ?? null,
   };
 }
 
 export const SESSION_COLUMNS =
-  "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at";
+  "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at, deleted_at, archived_at";
 
 export interface Scope {
   readonly scopeId: string;
@@ -117,8 +125,9 @@ export async function listScopeSessions(
        FROM optchat.sessions s
        LEFT JOIN optchat.publications p
          ON p.session_id = s.session_id AND p.generation = s.current_generation AND p.scope_id = $1::text
-        AND p.publication_seq < $2::bigint
-      WHERE s.scope_id = $1::text
+        AND p.publication_seq < $2::bigint AND p.retired_at IS NULL
+      -- Forgotten and archived sessions are not discovered (docs/deletion.md); the reader's own session always is.
+      WHERE s.scope_id = $1::text AND ((s.deleted_at IS NULL AND s.archived_at IS NULL) OR s.session_id = $3::text)
         AND ($4::timestamptz IS NULL OR (s.created_at, s.session_id) > ($4::timestamptz, $5::text))
       GROUP BY s.session_id
      HAVING count(p.publication_seq) > 0 OR s.session_id = $3::text

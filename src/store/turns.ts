@@ -7,7 +7,7 @@ export type TurnOutcome = Exclude<TurnState, "active">;
 /** pending: to be published (active, or waiting for its cover or an earlier turn); published; none: nothing to publish. */
 export type PublicationState = "pending" | "published" | "none";
 
-interface TurnRow {
+export interface TurnRow {
   session_id: string;
   generation: number;
   turn_id: string;
@@ -62,7 +62,7 @@ export interface Turn {
   readonly publicationState: PublicationState;
 }
 
-function toTurn(row: TurnRow): Turn {
+export function toTurn(row: TurnRow): Turn {
   return {
     sessionId: row.session_id,
     generation: row.generation,
@@ -92,7 +92,7 @@ function toTurn(row: TurnRow): Turn {
   };
 }
 
-const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at, finished_at, query, publishes, scope_id,
+export const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at, finished_at, query, publishes, scope_id,
   policy_revision, retention_epoch, shared_tree_id, shared_view_revision, publication_high_water, own_boundary,
   own_view_revision, admission_seq, run_starts, run_ends, publication_state`;
 

@@ -1,0 +1,120 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type { RunningCompactor } from "../../src/memory/worker.js";
+import { startWorker } from "../../src/memory/worker.js";
+import type { Session } from "../../src/store/sessions.js";
+import {
+  collect,
+  databaseDigest,
+  eventually,
+  ingestEvent,
+  startScript,
+  useTestMemory,
+  waitForIdleQueues,
+  waitForLine,
+} from "../helpers.js";
+
+// Issue 15 "Also": a crash in the middle of a deletion leaves either the previous state or the complete new one. The
+// deletion is one transaction (src/memory/forget.ts); a process doing it is SIGKILLed at each step boundary of that
+// transaction and before its COMMIT, and the database is byte-for-byte what it was (every optchat table's digest);
+// a deletion run to its end then leaves the complete new state (audit clean, nothing of the session left).
+
+const db = useTestMemory();
+const FIXTURE = "tests/fixtures/forget-then-stop.ts";
+let worker: RunningCompactor | undefined;
+let a: Session;
+let message = 0;
+
+async function turn(session: Session, turnId: string, texts: string[]): Promise<void> {
+  await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0], publishes: true });
+  for (const [k, text] of texts.entries()) {
+    message += 1;
+    await db.memory.ingest(
+      ingestEvent({
+        sessionId: session.sessionId,
+        turnId,
+        kind: k === 0 ? "user" : "assistant",
+        host: session.hostSessionId,
+        messageId: `m${message}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, message)).toISOString(),
+        content: text,
+      }),
+    );
+  }
+  await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
+}
+
+/** The optchat schema's digest (pg-boss's own bookkeeping may move on its own timers). */
+async function digest(): Promise<Record<string, string>> {
+  return Object.fromEntries(
+    Object.entries(await databaseDigest(db.memory.pool)).filter(([k]) => k.startsWith("optchat.")),
+  );
+}
+
+async function noOpenTransaction(): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.memory.pool.query(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+      );
+      return rows[0].n === 0 ? true : undefined;
+    },
+    10_000,
+    "the killed transaction to be rolled back",
+  );
+}
+
+beforeAll(async () => {
+  worker = await startWorker(db.memory, db.config, () => {});
+  a = await db.memory.openSession({ host: "test", hostSessionId: "A", projectId: "prj_crash_forget" });
+  const b = await db.memory.openSession({ host: "test", hostSessionId: "B", projectId: "prj_crash_forget" });
+  for (let k = 0; k < 4; k++) {
+    await turn(a, `a${k}`, [`a asks about the quokka ${k}`, `the quokka ${k} answer`]);
+    await turn(b, `b${k}`, [`b asks about the parser ${k}`, `b parser answer ${k}`]);
+  }
+  await eventually(
+    async () => {
+      const { rows } = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
+      return rows[0].n === 8 ? true : undefined;
+    },
+    30_000,
+    "8 publications",
+  );
+  await waitForIdleQueues(db.memory.pool);
+  await worker.stop();
+  worker = undefined;
+}, 120_000);
+
+afterAll(async () => {
+  await worker?.stop();
+});
+
+describe("a process killed while forgetting a session", () => {
+  for (const step of ["progress:1", "progress:2", "progress:3", "commit"]) {
+    it(`leaves the previous state when killed at ${step}`, async () => {
+      const before = await digest();
+      const child = startScript(FIXTURE, [db.url, a.sessionId, step]);
+      const finished = collect(child);
+      await waitForLine(child, /^STOPPED /);
+      child.kill("SIGKILL");
+      expect((await finished).signal).toBe("SIGKILL");
+      await noOpenTransaction();
+      expect(await digest()).toEqual(before);
+    }, 60_000);
+  }
+
+  it("leaves the complete new state when it commits", async () => {
+    const child = startScript(FIXTURE, [db.url, a.sessionId, "none"]);
+    const finished = await collect(child);
+    expect(finished.stdout).toContain("FORGOTTEN");
+    const { rows } = await db.memory.pool.query(
+      `SELECT (SELECT count(*) FROM optchat.records WHERE session_id = $1)::int AS records,
+              (SELECT count(*) FROM optchat.publications WHERE session_id = $1 AND retired_at IS NULL)::int AS live,
+              (SELECT count(*) FROM optchat.nodes WHERE text LIKE '%quokka%')::int AS nodes`,
+      [a.sessionId],
+    );
+    expect(rows[0]).toEqual({ records: 0, live: 0, nodes: 0 });
+    worker = await startWorker(db.memory, db.config, () => {});
+    await waitForIdleQueues(db.memory.pool);
+    expect((await db.memory.audit()).violations).toEqual([]);
+  }, 60_000);
+});

@@ -147,7 +147,7 @@ async function insertRecords(memory: Memory, prepared: readonly RecordToSeal[], 
 /** Round r's turns (finished, published) and their publications. */
 async function insertTurns(memory: Memory, settings: LoadSettings, scopes: readonly LoadedScope[], r: number) {
   const rows: { scope: LoadedScope; s: number; session: LoadedSession }[] = [];
-  for (const scope of scopes) scope.sessions.forEach((session, s) => rows.push({ scope, s, session }));
+  for (const scope of scopes) for (const [s, session] of scope.sessions.entries()) rows.push({ scope, s, session });
   const start = r * settings.recordsPerTurn;
   const end = start + settings.recordsPerTurn;
   const cover = dyadicCover(start, end);

@@ -112,10 +112,16 @@ async function insertRecords(memory: Memory, prepared: readonly RecordToSeal[], 
      )
      INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
                                   payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                  host_original_bytes, project_id, worktree_id, commit_id, attributes, search)
-     SELECT * FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
-                          $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
-                          $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $23::tsvector[])`,
+                                  host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
+                                  scope_id)
+     SELECT u.*, s.scope_id
+       FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                   $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
+                   $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $23::tsvector[])
+            AS u(session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at, payload_hash,
+                 payload_bytes, tool_call_id, tool_name, host_truncated, host_original_bytes, project_id,
+                 worktree_id, commit_id, attributes, search)
+       JOIN optchat.sessions s ON s.session_id = u.session_id`,
     [
       b.map((x) => x.payloadHash),
       b.map((x) => x.payload.length),
@@ -215,6 +221,33 @@ async function backfillStatistics(memory: Memory, scopeId: string): Promise<void
   } finally {
     client.release();
   }
+}
+
+/** The scopes of a database loaded earlier with the same settings (OPTCHAT_BENCH_SEARCH_DATABASE). */
+export async function loadedCorpus(memory: Memory, settings: LoadSettings): Promise<LoadResult> {
+  const scopes: LoadedScope[] = [];
+  for (let k = 0; k < settings.scopes; k++) {
+    const scopeId = `project:bench-scale-${k}`;
+    const result = await memory.pool.query<{ session_id: string; host_session_id: string; tree_id: string }>(
+      `SELECT s.session_id, s.host_session_id, t.tree_id FROM optchat.sessions s
+         JOIN optchat.trees t ON t.kind = 'shared' AND t.scope_id = s.scope_id
+        WHERE s.scope_id = $1::text ORDER BY s.created_at, s.host_session_id`,
+      [scopeId],
+    );
+    const sessions = result.rows.map((row) => ({ sessionId: row.session_id, hostSessionId: row.host_session_id }));
+    sessions.sort((a, b) => Number(a.hostSessionId.split("-s").pop()) - Number(b.hostSessionId.split("-s").pop()));
+    scopes.push({ scopeId, sharedTreeId: Number(result.rows[0]?.tree_id), sessions });
+  }
+  const perRound = settings.scopes * settings.sessionsPerScope * settings.recordsPerTurn;
+  const rounds = Math.max(1, Math.floor(settings.records / perRound));
+  return {
+    scopes,
+    vocabulary: buildVocabulary(settings.seed),
+    records: rounds * perRound,
+    turnsPerSession: rounds,
+    seconds: { open: 0, records: 0, statistics: 0 },
+    recordBytes: 0,
+  };
 }
 
 /** Loads the corpus; progress on stderr every 10 s. */

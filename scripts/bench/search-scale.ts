@@ -42,7 +42,14 @@ import {
   withDatabase,
 } from "./common.js";
 import { carriesHash, recordHash, type Vocabulary } from "./search-corpus.js";
-import { type LoadResult, type LoadSettings, loadSearchCorpus, recordNumber, verifyStatistics } from "./search-load.js";
+import {
+  type LoadResult,
+  type LoadSettings,
+  loadedCorpus,
+  loadSearchCorpus,
+  recordNumber,
+  verifyStatistics,
+} from "./search-load.js";
 
 const BENCH = "shared";
 const GOAL_P99_MS = 50;
@@ -151,38 +158,47 @@ async function analyzedTables(memory: Memory): Promise<string[]> {
   return result.rows.map((row) => row.relname);
 }
 
+async function reportLoad(memory: Memory, load: LoadResult, settings: ScaleSettings): Promise<void> {
+  const sample = [load.scopes[0], load.scopes[load.scopes.length - 1]].flatMap((s) => (s ? [s] : []));
+  const verified = await verifyStatistics(memory, sample);
+  const size = await memory.pool.query<{ bytes: string }>("SELECT pg_database_size(current_database()) AS bytes");
+  emit(BENCH, "search-scale-load", {
+    path: "bulk SQL (scripts/bench/search-load.ts): records prepared by prepareEvents, writeSealed's columns, 007's backfill",
+    records: load.records,
+    scopes: load.scopes.length,
+    sessionsPerScope: settings.sessionsPerScope,
+    recordsPerTurn: settings.recordsPerTurn,
+    meanRecordChars: round(load.recordBytes / load.records, 0),
+    seconds: load.seconds,
+    recordsPerSec: round(load.records / load.seconds.records, 0),
+    statisticsRecount: verified,
+    databaseBytes: Number(size.rows[0]?.bytes ?? 0),
+  });
+}
+
 /** Loads the corpus into a scratch database and measures search, as loaded and after ANALYZE. */
 export async function runSearchScaleBench(context: BenchContext): Promise<void> {
   const settings = readSettings();
-  const name = scratchDatabaseName("search");
+  const reuse = process.env.OPTCHAT_BENCH_SEARCH_DATABASE;
+  const name = reuse && reuse !== "" ? reuse : scratchDatabaseName("search");
   const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
+  if (!reuse) await dropDatabase(context.serverUrl, name);
   let memory: Memory | undefined;
   try {
     await migrateAll(databaseUrl);
     memory = await openMemory(resolveConfig({ overrides: { databaseUrl, poolSize: 4, summarizer: "fake" } }), {
       applicationName: "optchat-bench",
     });
-    note(`search-scale: loading ${settings.records} records over ${settings.scopes} scopes into ${name}`);
-    const load = await loadSearchCorpus(memory, settings, context.signal);
-    if (context.signal.aborted) return;
-    const verified = await verifyStatistics(
-      memory,
-      [load.scopes[0], load.scopes[load.scopes.length - 1]].flatMap((s) => (s ? [s] : [])),
-    );
-    const size = await memory.pool.query<{ bytes: string }>("SELECT pg_database_size(current_database()) AS bytes");
-    emit(BENCH, "search-scale-load", {
-      path: "bulk SQL (scripts/bench/search-load.ts): records prepared by prepareEvents, writeSealed's columns, 007's backfill",
-      records: load.records,
-      scopes: load.scopes.length,
-      sessionsPerScope: settings.sessionsPerScope,
-      recordsPerTurn: settings.recordsPerTurn,
-      meanRecordChars: round(load.recordBytes / load.records, 0),
-      seconds: load.seconds,
-      recordsPerSec: round(load.records / load.seconds.records, 0),
-      statisticsRecount: verified,
-      databaseBytes: Number(size.rows[0]?.bytes ?? 0),
-    });
+    let load: LoadResult;
+    if (reuse) {
+      note(`search-scale: reusing the corpus loaded in ${name}`);
+      load = await loadedCorpus(memory, settings);
+    } else {
+      note(`search-scale: loading ${settings.records} records over ${settings.scopes} scopes into ${name}`);
+      load = await loadSearchCorpus(memory, settings, context.signal);
+      if (context.signal.aborted) return;
+      await reportLoad(memory, load, settings);
+    }
     const readers: Reader[] = [];
     for (const [k, scope] of load.scopes.entries()) {
       const ctx: TurnContext = {
@@ -205,7 +221,7 @@ export async function runSearchScaleBench(context: BenchContext): Promise<void> 
     await measure(memory, readers, load, settings, "after ANALYZE", context.signal);
   } finally {
     await memory?.close().catch(() => {});
-    if (process.env.OPTCHAT_BENCH_SEARCH_KEEP !== "1")
+    if (process.env.OPTCHAT_BENCH_SEARCH_KEEP !== "1" && !reuse)
       await dropDatabase(context.serverUrl, name).catch((error) =>
         note(`could not drop ${name}: ${errorMessage(error)}`),
       );

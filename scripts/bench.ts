@@ -25,6 +25,7 @@ import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
 import { runPluginBench } from "./bench/plugin.js";
 import { runPublicationBench } from "./bench/publication.js";
+import { runSearchScaleBench } from "./bench/search-scale.js";
 import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
 
@@ -52,6 +53,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "one large scope built through the real path (ingest, turns, compactor); p50/p99 of assembleContext, zoom, search",
     run: runSharedBench,
+  },
+  "search-scale": {
+    description:
+      "the search part of `shared` alone: 1M records over 100 scopes bulk-loaded; p50/p99 per query kind, fresh and ANALYZE'd",
+    run: runSearchScaleBench,
   },
   "large-records": {
     description:

@@ -336,10 +336,17 @@ async function writeSealed(
      ), new_records AS (
        INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
                                     payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search)
-       SELECT * FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
-                            $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
-                            $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $26::tsvector[])
+                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
+                                    scope_id)
+       -- scope_id: the session's (migrations/011; a session never changes scope), for the search index.
+       SELECT u.*, s.scope_id
+         FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
+                     $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
+                     $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $26::tsvector[])
+              AS u(session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at, payload_hash,
+                   payload_bytes, tool_call_id, tool_name, host_truncated, host_original_bytes, project_id,
+                   worktree_id, commit_id, attributes, search)
+         JOIN optchat.sessions s ON s.session_id = u.session_id
      ), unstaged AS (
        DELETE FROM optchat.staged_items WHERE stage_key = ANY($9::text[])
      ), counters AS (

@@ -178,14 +178,33 @@ export async function searchRanked(
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
           AND p.retired_at IS NULL AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
+     -- Other sessions' visible turns: a record of one is visible when it lies in the publication's range, which is
+     -- exactly the records under its source cover (the turn_visibility audit, src/store/audits.ts); joined by turn,
+     -- a hash of a few thousand publications at most, instead of every cover range of the scope.
+     visible_turns AS (
+       SELECT p.session_id, p.generation, p.turn_id, p.start_seq, p.end_seq_exclusive
+         FROM optchat.publications p
+         JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+        WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
+          AND ($8::text IS NULL OR p.session_id = $8::text)
+     ),
+     -- Candidates come from the (scope, terms) index (migrations/011): the scope's postings of the query's words only.
      record_candidates AS (
-       SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
-         FROM visible v CROSS JOIN q
-         JOIN optchat.records r ON r.session_id = v.session_id AND r.generation = v.generation
-          AND r.seq >= v.start_seq AND r.seq < v.end_seq
-        WHERE r.search @@ q.query
-          AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
-          AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
+       (SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
+          FROM optchat.records r
+         WHERE r.scope_id = $1::text AND r.search @@ $2::tsquery
+           AND r.session_id = $4::text AND r.generation = $5::int AND r.seq < $6::bigint
+           AND ($8::text IS NULL OR $8::text = $4::text)
+           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
+           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
+        UNION ALL
+        SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
+          FROM optchat.records r
+          JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation AND v.turn_id = r.turn_id
+           AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
+         WHERE r.scope_id = $1::text AND r.search @@ $2::tsquery
+           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
+           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz))
         LIMIT $16::int
      ),
      session_candidates AS (

@@ -1,5 +1,6 @@
--- Forks (seed 000 §12, issue 15 item 3): a generation whose first records are another generation's, taken over by
--- reference when OpenCode forks a session (its copies of the parent's messages are matched to the parent's records).
+-- Forks and rewinds (seed 000 §12, issue 15 items 2-3): a generation whose first records are another generation's,
+-- taken over by reference: a fork's copies of its parent's messages matched to the parent's records, or a rewound
+-- session's retained prefix.
 -- The inherited records are rows of the child's generation that point at the parent's payload blobs (no payload is
 -- stored twice) and say where they came from (attributes.inheritedFrom); the parent's summary nodes over whole
 -- inherited ranges are taken over with their text, not summarized again. These columns record the provenance. They
@@ -12,3 +13,10 @@ ALTER TABLE optchat.generations
   ADD CONSTRAINT generations_inheritance_check CHECK (
     (inherited_from_session_id IS NULL) = (inherited_from_generation IS NULL)
     AND (inherited_from_session_id IS NOT NULL OR inherited_records = 0));
+
+-- A rewind (OpenCode's revert) retires the publications of the turns it superseded, as a deletion does
+-- (store/retire-publications.ts), with its own reason: their shared leaves show that the turn was reverted.
+ALTER TABLE optchat.publications
+  DROP CONSTRAINT publications_retired_check,
+  ADD CONSTRAINT publications_retired_check CHECK (
+    (retired_at IS NULL) = (retired_reason IS NULL) AND retired_reason IN ('deleted', 'revoked', 'reverted'));

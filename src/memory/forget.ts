@@ -22,7 +22,7 @@ import {
   removeSessionContent,
 } from "../store/deletion.js";
 import { countForgettable } from "../store/deletion-plan.js";
-import { type RetireReason, retirePublications } from "../store/retire-publications.js";
+import { type RetiredSelection, type RetireReason, retirePublications } from "../store/retire-publications.js";
 import { lockTree } from "../store/tree-changes.js";
 import { findSharedTreeOfScope } from "../store/trees.js";
 
@@ -118,14 +118,17 @@ export async function retireFromScope(
   boss: PgBoss,
   tx: Parameters<typeof lockTree>[0],
   scopeId: string,
-  sessionIds: readonly string[],
+  selection: readonly string[] | RetiredSelection,
   reason: RetireReason,
 ): Promise<{ publications: number; nodesRemoved: number; ready: number }> {
   const tree = await findSharedTreeOfScope(tx, scopeId);
   if (!tree) return { publications: 0, nodesRemoved: 0, ready: 0 };
   const locked = await lockTree(tx, { treeId: tree.treeId });
   if (!locked) throw new Error(`the shared tree of scope ${scopeId} disappeared`);
-  const retired = await retirePublications(tx, locked, { scopeId, sessionIds, reason }, deps.fold);
+  const selected: RetiredSelection = Array.isArray(selection)
+    ? { sessionIds: selection as readonly string[] }
+    : (selection as RetiredSelection);
+  const retired = await retirePublications(tx, locked, { scopeId, reason, ...selected }, deps.fold);
   await enqueueNodeJobs(boss, tx, tree.treeId, retired.ready);
   return {
     publications: retired.publicationSeqs.length,

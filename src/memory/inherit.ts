@@ -13,6 +13,7 @@ import type { FoldParams } from "../core/fold.js";
 import { endOf } from "../core/tree.js";
 import type { PoolClient } from "../store/db.js";
 import { withTransaction } from "../store/db.js";
+import { bumpRetentionEpochs, lockForDeletion } from "../store/deletion.js";
 import {
   findInheritanceSource,
   findRewindPoint,
@@ -28,6 +29,7 @@ import type { RecordToSeal } from "../store/records.js";
 import { findSession } from "../store/sessions.js";
 import { applyTreeChanges, lockTree, type TreeChange } from "../store/tree-changes.js";
 import { findSessionTree, type NewNode } from "../store/trees.js";
+import { retireFromScope } from "./forget.js";
 import type { IngestDeps } from "./ingest.js";
 import { prepareEvents } from "./ingest-prep.js";
 import type { IngestEvent } from "./schemas.js";
@@ -101,6 +103,8 @@ export type RewindResult =
       readonly generation: number;
       readonly kept: number;
       readonly superseded: number;
+      /** Publications of superseded turns taken out of the shared memory. */
+      readonly publicationsRetired: number;
     }
   /** No stored record came from the removed messages: the history optchat holds is unchanged. */
   | { readonly status: "unchanged" };
@@ -121,11 +125,26 @@ export async function rewindSession(
   if (removedHostMessageIds.length === 0) return { status: "unchanged" };
   const boss = await deps.jobQueue();
   return await withTransaction(deps.pool, async (client) => {
+    const session = await findSession(client, sessionId);
+    if (!session) throw new OptchatError("SESSION_NOT_FOUND", `rewindSession: no session ${sessionId}`, { sessionId });
+    // The locks a deletion takes, in its order (scope, session, session trees), before the shared tree's.
+    await lockForDeletion(client, [session.scopeId], [sessionId]);
     const point = await findRewindPoint(client, sessionId, removedHostMessageIds);
     if (!point) return { status: "unchanged" };
     const previous = { sessionId, generation: point.generation };
     const held = await lockGenerationForInheritance(client, sessionId, point.generation);
     if (held === undefined) throw new Error(`rewindSession: session ${sessionId} has no current generation`);
+    // Other sessions must not read the superseded turns any more: their publications are retired like a deleted
+    // session's (marker leaves, the shared summaries over them rebuilt), and snapshots pinned before are re-pinned.
+    const retired = await retireFromScope(
+      deps,
+      boss,
+      client,
+      session.scopeId,
+      { superseded: { sessionId, generation: point.generation, from: point.keep } },
+      "reverted",
+    );
+    if (retired.publications > 0) await bumpRetentionEpochs(client, [session.scopeId]);
     const generation = await startNextGeneration(client, sessionId, point.generation, point.keep);
     // The retained records keep their host coordinates (the adapter still sees OpenCode's messages as held) under
     // keys of their own: a finalization key names one record, and the previous generation's rows stay as they were.
@@ -136,7 +155,13 @@ export async function rewindSession(
       attributes: {},
     }));
     await takeOver(client, deps.fold, boss, { sessionId, generation }, previous, keys);
-    return { status: "rewound", generation, kept: point.keep, superseded: held - point.keep };
+    return {
+      status: "rewound",
+      generation,
+      kept: point.keep,
+      superseded: held - point.keep,
+      publicationsRetired: retired.publications,
+    };
   });
 }
 

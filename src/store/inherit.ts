@@ -132,13 +132,14 @@ export async function writeInheritedRecords(
     `WITH inherited AS (
        INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
                                     payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search)
+                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
+                                    scope_id)
        SELECT $1::text, $2::int, r.seq, k.event_key, k.stage_key, r.turn_id, r.kind, r.occurred_at,
               r.payload_hash, r.payload_bytes, r.tool_call_id, r.tool_name, r.host_truncated,
               r.host_original_bytes, r.project_id, r.worktree_id, r.commit_id,
               r.attributes || k.attributes || jsonb_build_object('inheritedFrom',
                 jsonb_build_object('sessionId', r.session_id, 'generation', r.generation, 'seq', r.seq)),
-              r.search
+              r.search, (SELECT s.scope_id FROM optchat.sessions s WHERE s.session_id = $1::text)
          FROM unnest($5::bigint[], $6::text[], $7::text[], $8::jsonb[]) AS k(seq, event_key, stage_key, attributes)
          JOIN optchat.records r ON r.session_id = $3::text AND r.generation = $4::int AND r.seq = k.seq
        RETURNING 1

@@ -15,7 +15,7 @@ interface PublicationRow {
   published_at: Date;
   cover_levels: number[];
   cover_idxs: number[];
-  retired_reason: "deleted" | "revoked" | null;
+  retired_reason: "deleted" | "revoked" | "reverted" | null;
 }
 
 export interface Publication {
@@ -32,7 +32,7 @@ export interface Publication {
   /** Session nodes, in order, exactly tiling [startSeq, endSeqExclusive). */
   readonly sourceCover: readonly NodeAddress[];
   /** Retired (its session deleted, or its sharing revoked): keeps its number, shows a removed marker (migration 010). */
-  readonly retired: "deleted" | "revoked" | null;
+  readonly retired: "deleted" | "revoked" | "reverted" | null;
 }
 
 function toPublication(row: PublicationRow): Publication {

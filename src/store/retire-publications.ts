@@ -19,13 +19,21 @@ import type { Queryable } from "./db.js";
 import { type LockedTree, writeTreeChanges } from "./tree-changes.js";
 import { listNodeSizes, listTreeEvents } from "./trees.js";
 
-export type RetireReason = "deleted" | "revoked";
+export type RetireReason = "deleted" | "revoked" | "reverted";
+
+/**
+ * Which live publications of the scope to retire: every one of some sessions (deletion, revocation), or those of one
+ * session generation that reach past `from`, its records a rewind superseded (memory/inherit.ts rewindSession).
+ */
+export type RetiredSelection =
+  | { readonly sessionIds: readonly string[] }
+  | { readonly superseded: { readonly sessionId: string; readonly generation: number; readonly from: number } };
 
 /** What a retired publication's shared leaf shows instead of its text. */
 export function removedMarker(reason: RetireReason): string {
-  return reason === "deleted"
-    ? "[removed: this turn's session was deleted from memory]"
-    : "[removed: this turn's session stopped sharing its memory]";
+  if (reason === "deleted") return "[removed: this turn's session was deleted from memory]";
+  if (reason === "reverted") return "[removed: this turn was reverted in its session]";
+  return "[removed: this turn's session stopped sharing its memory]";
 }
 
 /** The summarizer name of a removed marker leaf (audits recognise it). */
@@ -40,13 +48,13 @@ export interface RetiredPublications {
 }
 
 /**
- * Retires the live publications of `sessionIds` in `scopeId` and rebuilds the shared tree's fold over them. The
+ * Retires the selected live publications in `scopeId` and rebuilds the shared tree's fold over them. The
  * records must still exist (their search statistics are subtracted here).
  */
 export async function retirePublications(
   db: Queryable,
   shared: LockedTree,
-  input: { scopeId: string; sessionIds: readonly string[]; reason: RetireReason },
+  input: { scopeId: string; reason: RetireReason } & RetiredSelection,
   params: FoldParams,
 ): Promise<RetiredPublications> {
   const seqs = await markRetired(db, input);
@@ -74,12 +82,14 @@ export async function retirePublications(
  */
 async function markRetired(
   db: Queryable,
-  input: { scopeId: string; sessionIds: readonly string[]; reason: RetireReason },
+  input: { scopeId: string; reason: RetireReason } & RetiredSelection,
 ): Promise<number[]> {
   const result = await db.query<{ publication_seq: string }>(
     `WITH retired AS (
        UPDATE optchat.publications SET retired_at = now(), retired_reason = $3::text
-        WHERE scope_id = $1::text AND session_id = ANY($2::text[]) AND retired_at IS NULL
+        WHERE scope_id = $1::text AND retired_at IS NULL
+          AND (session_id = ANY($2::text[])
+               OR (session_id = $4::text AND generation = $5::int AND end_seq_exclusive > $6::bigint))
        RETURNING publication_seq, session_id, generation, turn_id, start_seq, end_seq_exclusive
      ), turn_records AS (
        SELECT r.search FROM retired p
@@ -102,7 +112,14 @@ async function markRetired(
         WHERE s.scope_id = $1::text AND x.documents > 0
      )
      SELECT publication_seq FROM retired ORDER BY publication_seq`,
-    [input.scopeId, input.sessionIds, input.reason],
+    [
+      input.scopeId,
+      "sessionIds" in input ? input.sessionIds : [],
+      input.reason,
+      "superseded" in input ? input.superseded.sessionId : null,
+      "superseded" in input ? input.superseded.generation : null,
+      "superseded" in input ? input.superseded.from : null,
+    ],
   );
   return result.rows.map((row) => Number(row.publication_seq));
 }

@@ -24,6 +24,9 @@ export async function moveToIsolatedScope(db: Queryable, sessionId: string): Pro
     `WITH stats AS (
        UPDATE optchat.search_tree_stats st SET scope_id = $2::text FROM optchat.trees t
         WHERE t.tree_id = st.tree_id AND t.kind = 'session' AND t.session_id = $1::text
+     ), records AS (
+       -- A record carries its session's scope for the scope-first search index (migration 011).
+       UPDATE optchat.records SET scope_id = $2::text WHERE session_id = $1::text
      )
      UPDATE optchat.turns SET publishes = false, publication_state = 'none'
       WHERE session_id = $1::text AND publication_state = 'pending'`,

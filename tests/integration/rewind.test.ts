@@ -57,10 +57,16 @@ describe("a rewind", () => {
     await turn(session, "t2", ["REWMARK-2 to be reverted", "REWMARK-2 reverted answer"]);
     await turn(session, "t3", ["REWMARK-3 also reverted", "REWMARK-3 never finished"], false);
     await db.memory.settle(session.sessionId, { timeoutMs: 30_000 });
+    // t1 and t2 are published before the revert: the rewind must take t2 out of the shared memory.
+    await eventually(
+      async () => ((await count("SELECT count(*) AS n FROM optchat.publications")) === 2 ? true : undefined),
+      30_000,
+      "two publications",
+    );
 
     // OpenCode removes from the revert point (t2's user message) to the end, in any order.
     const result = await db.memory.rewindSession(session.sessionId, ["host-t3-1", "host-t2-0", "host-unknown"]);
-    expect(result).toEqual({ status: "rewound", generation: 1, kept: 2, superseded: 4 });
+    expect(result).toEqual({ status: "rewound", generation: 1, kept: 2, superseded: 4, publicationsRetired: 1 });
     expect(await db.memory.rewindSession(session.sessionId, ["host-t2-0"])).toEqual({ status: "unchanged" });
 
     const current = await db.memory.getSession(session.sessionId);
@@ -110,6 +116,31 @@ describe("a rewind", () => {
       30_000,
       "the new generation's publication",
     );
+
+    // Another session of the scope: the reverted turn is a removed marker in its shared memory, and no search or
+    // zoom finds its words; the retained turn is there.
+    const other = await db.memory.openSession({ host: "test", hostSessionId: "O", projectId: "prj_rewind" });
+    await db.memory.settle(other.sessionId, { timeoutMs: 30_000 });
+    await eventually(
+      async () => {
+        const probe = await db.memory.previewContext(other.sessionId, WINDOW);
+        const shared = probe.blocks.find((b) => b.name === "shared_memory")?.text ?? "";
+        return shared.includes("REWMARK-4") && !shared.includes("unbuilt") ? shared : undefined;
+      },
+      30_000,
+      "the shared view rebuilt over the retired turn",
+    );
+    await db.memory.admitTurn({ sessionId: other.sessionId, turnId: "o1", query: "what was reverted?" });
+    const foreign = await db.memory.assembleContext({ sessionId: other.sessionId, turnId: "o1" }, WINDOW);
+    const shared = foreign.blocks.find((b) => b.name === "shared_memory")?.text ?? "";
+    expect(shared).toContain("REWMARK-1");
+    expect(shared).not.toMatch(/REWMARK-[23]/);
+    expect(shared).toContain("this turn was reverted in its session");
+    const found = await db.memory.search({ sessionId: other.sessionId, turnId: "o1" }, { query: "REWMARK-2 reverted" });
+    expect(JSON.stringify(found)).not.toContain("REWMARK-2");
+    const kept = await db.memory.search({ sessionId: other.sessionId, turnId: "o1" }, { query: "REWMARK-1 kept" });
+    expect(JSON.stringify(kept)).toContain("REWMARK-1");
+
     const audit = await db.memory.audit();
     expect(audit.violations).toEqual([]);
   });

@@ -14,6 +14,7 @@ import {
 import type { ResolvedPluginConfig } from "./config.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
 import { copiedHistoryEvents, looksLikeFork } from "./fork-inherit.js";
+import { applyRewind } from "./history-rewind.js";
 import { type RepairDeps, repairStaleTurns } from "./host-reconcile.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
@@ -717,28 +718,10 @@ export class OpencodeAdapter {
     }
     for (const id of removed) state.removed.delete(id);
     if (result.status !== "rewound") return;
-    // A prompt admitted before the revert was seen (the revert was staged in another process, and this prompt's
-    // admission ran before its `message.removed` events) belongs to the previous generation, which the rewind ended:
-    // that cannot be repaired reliably, so memory goes off for the session, as the design allows (seed 000 §12).
-    const stranded = [...state.turns.values()].find((t) => t.admitted && !t.finished && !removed.includes(t.turnId));
-    if (stranded) {
-      this.disableRewritten(
-        state,
-        `OpenCode committed a revert for a prompt (${stranded.turnId}) that optchat had already admitted in the history before the revert`,
-      );
+    const decision = applyRewind(state, session, removed, result.generation);
+    if (decision.type === "disable") {
+      this.disableRewritten(state, decision.reason);
       return;
-    }
-    // The new generation is current: this process's knowledge of the old one goes.
-    state.session = { ...session, currentGeneration: result.generation };
-    state.seqs.clear();
-    state.seqsLoaded = false;
-    state.assembled = undefined;
-    state.prepared = undefined;
-    for (const id of removed) {
-      state.turns.delete(id);
-      state.turnOfMessage.delete(id);
-      state.pinned.delete(id);
-      state.ingested.delete(id);
     }
     this.log(
       "info",

@@ -13,6 +13,7 @@ import {
 } from "../src/memory/index.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
+import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { type RepairDeps, repairStaleTurns } from "./host-reconcile.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import {
@@ -127,6 +128,8 @@ interface SessionState {
   prepared: PreparedTurn | undefined;
   /** The last complete assembly, for the later steps of the same turn. */
   assembled: { turnId: string; context: AssembledContext } | undefined;
+  /** The session's cache epoch: the memory and texts its requests re-send byte for byte (plugin/epoch-layout.ts). */
+  epoch: CacheEpoch | undefined;
   busy: boolean;
   /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
   idleSince: number | undefined;
@@ -790,6 +793,31 @@ export class OpencodeAdapter {
         context.blocks.some((b) => b.name === "session_memory") &&
         !context.omitted.some((o) => o.startsWith("session memory"));
       if (replace > 0 && !ownComplete) replace = 0;
+      const epochReason = this.continueEpoch(state, messages, {
+        turnId,
+        requestIndex,
+        replaceable: replace,
+        context,
+        fixedTokens: fixed - activeTokens,
+        windowTokens,
+      });
+      if (epochReason === undefined) {
+        const epoch = state.epoch as CacheEpoch;
+        if (!limits) state.unsized = { tokens: epoch.requestTokens, assumedWindow: windowTokens };
+        return record(
+          "injected",
+          {
+            epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true },
+            kept: messages.length - 1,
+            reused: context === earlier,
+            budget,
+            model,
+            tokens: context.tokens,
+            snapshot: context.snapshot,
+          },
+          turnId,
+        );
+      }
       const blocks =
         this.config.plugin.mode === "augment"
           ? context.blocks.filter((b) => b.name === "shared_memory")
@@ -803,6 +831,20 @@ export class OpencodeAdapter {
       messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info));
       const moved = anchorIndex - replace + 1;
       if (anchorIndex >= 0) messages[moved] = withLeadingText(messages[moved] as HostMessage, layout.volatile, turnId);
+      state.epoch =
+        this.config.plugin.mode === "replace" && context.omitted.length === 0 && anchorIndex === replace
+          ? startEpoch(
+              turnId,
+              messages[0] as HostMessage,
+              estimateTokens(layout.stable.join("")),
+              {
+                id: (messages[moved] as HostMessage).info.id,
+                text: layout.volatile,
+                tokens: estimateTokens(layout.volatile),
+              },
+              context,
+            )
+          : undefined;
       record(
         "injected",
         {
@@ -820,6 +862,7 @@ export class OpencodeAdapter {
           })),
           omitted: context.omitted,
           snapshot: context.snapshot,
+          ...(state.epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
         },
         turnId,
       );
@@ -828,6 +871,36 @@ export class OpencodeAdapter {
       record("failed", { reason: "memory unavailable: native history sent unchanged" }, undefined, describe(error));
       await this.problem("transform", hostSessionId, error);
     }
+  }
+
+  /**
+   * Continues the session's cache epoch for this request (docs/caching.md "Across turns: epochs"): undefined when the
+   * request was laid out from it, otherwise why a new one starts here.
+   */
+  private continueEpoch(
+    state: SessionState,
+    messages: HostMessage[],
+    request: {
+      turnId: string;
+      requestIndex: number;
+      replaceable: number;
+      context: AssembledContext;
+      fixedTokens: number;
+      windowTokens: number;
+    },
+  ): string | undefined {
+    if (this.config.plugin.mode !== "replace") return "augment mode";
+    if (!state.epoch) return "no epoch yet";
+    const tokensOf = (m: HostMessage) => estimateTokens(messageText(m));
+    return applyEpoch(state.epoch, messages, {
+      ...request,
+      tokensOf,
+      estimate: estimateTokens,
+      fits: (memoryTokens, keptTokens) => {
+        (state.epoch as CacheEpoch).requestTokens = request.fixedTokens + memoryTokens + keptTokens;
+        return request.fixedTokens + memoryTokens + keptTokens <= request.windowTokens;
+      },
+    });
   }
 
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries (EmbeddedWorker.onRequest). */
@@ -944,6 +1017,7 @@ export class OpencodeAdapter {
         unsized: undefined,
         lastInjection: undefined,
         assembled: undefined,
+        epoch: undefined,
         prepared: undefined,
         busy: false,
         idleSince: undefined,

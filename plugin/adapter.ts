@@ -11,6 +11,7 @@ import {
   type Session,
   type Turn,
 } from "../src/memory/index.js";
+import { EPOCH_LIMITS } from "./cache-epoch.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
 import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
@@ -808,6 +809,7 @@ export class OpencodeAdapter {
           "injected",
           {
             epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true },
+            blocks: epoch.blocks,
             kept: messages.length - 1,
             reused: context === earlier,
             budget,
@@ -830,6 +832,12 @@ export class OpencodeAdapter {
       const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];
       messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info));
       const moved = anchorIndex - replace + 1;
+      const blockSizes = blocks.map((b) => ({
+        name: b.name,
+        tokens: b.tokens,
+        lines: b.lines,
+        bytes: Buffer.byteLength(b.text),
+      }));
       if (anchorIndex >= 0) messages[moved] = withLeadingText(messages[moved] as HostMessage, layout.volatile, turnId);
       state.epoch =
         this.config.plugin.mode === "replace" && context.omitted.length === 0 && anchorIndex === replace
@@ -843,6 +851,7 @@ export class OpencodeAdapter {
                 tokens: estimateTokens(layout.volatile),
               },
               context,
+              blockSizes,
             )
           : undefined;
       record(
@@ -854,12 +863,7 @@ export class OpencodeAdapter {
           budget,
           model,
           tokens: context.tokens,
-          blocks: blocks.map((b) => ({
-            name: b.name,
-            tokens: b.tokens,
-            lines: b.lines,
-            bytes: Buffer.byteLength(b.text),
-          })),
+          blocks: blockSizes,
           omitted: context.omitted,
           snapshot: context.snapshot,
           ...(state.epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
@@ -892,8 +896,14 @@ export class OpencodeAdapter {
     if (this.config.plugin.mode !== "replace") return "augment mode";
     if (!state.epoch) return "no epoch yet";
     const tokensOf = (m: HostMessage) => estimateTokens(messageText(m));
+    const limits = {
+      ...EPOCH_LIMITS,
+      turns: this.config.plugin.cacheEpochTurns,
+      keptTokens: this.config.plugin.cacheEpochKeptTokens,
+    };
     return applyEpoch(state.epoch, messages, {
       ...request,
+      limits,
       tokensOf,
       estimate: estimateTokens,
       fits: (memoryTokens, keptTokens) => {

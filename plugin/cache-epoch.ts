@@ -11,7 +11,10 @@
  * The cut between memory and native history moves only when an epoch ends (hysteresis), which bounds the request.
  */
 
-/** When an epoch ends. Chosen with `npm run bench -- cache` (docs/caching.md has the numbers). */
+/**
+ * When an epoch ends. The defaults were chosen with `npm run bench -- cache` (docs/caching.md has the numbers); turns
+ * and kept tokens are plugin settings (cacheEpochTurns, cacheEpochKeptTokens).
+ */
 export interface EpochLimits {
   /** Native history kept after the memory, in estimated tokens, before the turn's own messages. */
   readonly keptTokens: number;

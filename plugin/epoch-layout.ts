@@ -4,7 +4,7 @@
  * epoch's first turn on, each user message led by the text it was first sent with.
  */
 import type { AssembledContext } from "../src/memory/index.js";
-import { EPOCH_LIMITS, epochDecision, sharedThrough, sharedUpdate } from "./cache-epoch.js";
+import { type EpochLimits, epochDecision, sharedThrough, sharedUpdate } from "./cache-epoch.js";
 import { sharedUpdateText, withLeadingText } from "./memory-message.js";
 import type { HostMessage } from "./messages.js";
 
@@ -24,6 +24,8 @@ export interface CacheEpoch {
   readonly sharedLinesAtStart: number;
   /** The tokens of the latest request laid out from the epoch (for the unsized check of `chat.params`). */
   requestTokens: number;
+  /** The memory blocks the epoch's memory holds, as its first injection recorded them (memory_inspect shows them). */
+  readonly blocks: readonly Record<string, unknown>[];
 }
 
 export function startEpoch(
@@ -32,6 +34,7 @@ export function startEpoch(
   memoryTokens: number,
   first: { id: string; text: string; tokens: number },
   context: AssembledContext,
+  blocks: readonly Record<string, unknown>[],
 ): CacheEpoch {
   const lines = sharedDataLines(context);
   return {
@@ -44,11 +47,13 @@ export function startEpoch(
     shownThrough: sharedThrough(lines),
     sharedLinesAtStart: lines.length,
     requestTokens: 0,
+    blocks,
   };
 }
 
 export interface EpochRequest {
   readonly turnId: string;
+  readonly limits: EpochLimits;
   readonly requestIndex: number;
   /** How many leading messages the memory may replace now (the epoch never replaces more). */
   readonly replaceable: number;
@@ -82,7 +87,7 @@ export function applyEpoch(epoch: CacheEpoch, messages: HostMessage[], request: 
         sharedLines: lines.length,
         sharedLinesAtStart: epoch.sharedLinesAtStart,
       },
-      EPOCH_LIMITS,
+      request.limits,
     );
     if (decision !== "continue") return decision;
     const picked = sharedUpdate(lines, epoch.shownThrough, new Set(request.context.ownPublications));

@@ -1134,6 +1134,8 @@ export class OpencodeAdapter {
       // Another process drove this session since: its records and unfinished turns are not in this process's view.
       state.seqsLoaded = false;
       state.reconciled = false;
+      // Its requests did not carry this process's cache epoch: the next request renders the memory afresh.
+      state.epoch = undefined;
     }
     state.lastFence = claim.fence;
     if (state.lease?.fence !== claim.fence) {

@@ -11,8 +11,10 @@ import {
   type Session,
   type Turn,
 } from "../src/memory/index.js";
+import { EPOCH_LIMITS } from "./cache-epoch.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
+import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { copiedHistoryEvents, looksLikeFork } from "./fork-inherit.js";
 import { applyRewind } from "./history-rewind.js";
 import { type RepairDeps, repairStaleTurns } from "./host-reconcile.js";
@@ -143,6 +145,10 @@ interface SessionState {
   prepared: PreparedTurn | undefined;
   /** The last complete assembly, for the later steps of the same turn. */
   assembled: { turnId: string; context: AssembledContext } | undefined;
+  /** The session's cache epoch: the memory and texts its requests re-send byte for byte (plugin/epoch-layout.ts). */
+  epoch: CacheEpoch | undefined;
+  /** The scope and retention epoch the cache epoch's memory was assembled under (it is re-sent only while current). */
+  epochSnapshot: { scopeId: string; retentionEpoch: number } | undefined;
   busy: boolean;
   /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
   idleSince: number | undefined;
@@ -919,6 +925,32 @@ export class OpencodeAdapter {
         context.blocks.some((b) => b.name === "session_memory") &&
         !context.omitted.some((o) => o.startsWith("session memory"));
       if (replace > 0 && !ownComplete) replace = 0;
+      const epochReason = this.continueEpoch(state, messages, {
+        turnId,
+        requestIndex,
+        replaceable: replace,
+        context,
+        fixedTokens: fixed - activeTokens,
+        windowTokens,
+      });
+      if (epochReason === undefined) {
+        const epoch = state.epoch as CacheEpoch;
+        if (!limits) state.unsized = { tokens: epoch.requestTokens, assumedWindow: windowTokens };
+        return record(
+          "injected",
+          {
+            epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true },
+            blocks: epoch.blocks,
+            kept: messages.length - 1,
+            reused: context === earlier,
+            budget,
+            model,
+            tokens: context.tokens,
+            snapshot: context.snapshot,
+          },
+          turnId,
+        );
+      }
       const blocks =
         this.config.plugin.mode === "augment"
           ? context.blocks.filter((b) => b.name === "shared_memory")
@@ -931,7 +963,31 @@ export class OpencodeAdapter {
       const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];
       messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info));
       const moved = anchorIndex - replace + 1;
+      const blockSizes = blocks.map((b) => ({
+        name: b.name,
+        tokens: b.tokens,
+        lines: b.lines,
+        bytes: Buffer.byteLength(b.text),
+      }));
       if (anchorIndex >= 0) messages[moved] = withLeadingText(messages[moved] as HostMessage, layout.volatile, turnId);
+      state.epoch =
+        this.config.plugin.mode === "replace" && context.omitted.length === 0 && anchorIndex === replace
+          ? startEpoch(
+              turnId,
+              messages[0] as HostMessage,
+              estimateTokens(layout.stable.join("")),
+              {
+                id: (messages[moved] as HostMessage).info.id,
+                text: layout.volatile,
+                tokens: estimateTokens(layout.volatile),
+              },
+              context,
+              blockSizes,
+            )
+          : undefined;
+      state.epochSnapshot = state.epoch
+        ? { scopeId: context.snapshot.scopeId, retentionEpoch: context.snapshot.retentionEpoch }
+        : undefined;
       record(
         "injected",
         {
@@ -941,14 +997,10 @@ export class OpencodeAdapter {
           budget,
           model,
           tokens: context.tokens,
-          blocks: blocks.map((b) => ({
-            name: b.name,
-            tokens: b.tokens,
-            lines: b.lines,
-            bytes: Buffer.byteLength(b.text),
-          })),
+          blocks: blockSizes,
           omitted: context.omitted,
           snapshot: context.snapshot,
+          ...(state.epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
         },
         turnId,
       );
@@ -957,6 +1009,49 @@ export class OpencodeAdapter {
       record("failed", { reason: "memory unavailable: native history sent unchanged" }, undefined, describe(error));
       await this.problem("transform", hostSessionId, error);
     }
+  }
+
+  /**
+   * Continues the session's cache epoch for this request (docs/caching.md "Across turns: epochs"): undefined when the
+   * request was laid out from it, otherwise why a new one starts here.
+   */
+  private continueEpoch(
+    state: SessionState,
+    messages: HostMessage[],
+    request: {
+      turnId: string;
+      requestIndex: number;
+      replaceable: number;
+      context: AssembledContext;
+      fixedTokens: number;
+      windowTokens: number;
+    },
+  ): string | undefined {
+    if (this.config.plugin.mode !== "replace") return "augment mode";
+    if (!state.epoch) return "no epoch yet";
+    // A deletion, a revocation or a revert retired memory since the epoch's memory was assembled (the scope's
+    // retention epoch moved, issue 15): re-sent, it could carry removed text.
+    const pinned = state.epochSnapshot;
+    const now = request.context.snapshot;
+    if (!pinned || pinned.scopeId !== now.scopeId || pinned.retentionEpoch !== now.retentionEpoch) {
+      return "memory was retired since the epoch began";
+    }
+    const tokensOf = (m: HostMessage) => estimateTokens(messageText(m));
+    const limits = {
+      ...EPOCH_LIMITS,
+      turns: this.config.plugin.cacheEpochTurns,
+      keptTokens: this.config.plugin.cacheEpochKeptTokens,
+    };
+    return applyEpoch(state.epoch, messages, {
+      ...request,
+      limits,
+      tokensOf,
+      estimate: estimateTokens,
+      fits: (memoryTokens, keptTokens) => {
+        (state.epoch as CacheEpoch).requestTokens = request.fixedTokens + memoryTokens + keptTokens;
+        return request.fixedTokens + memoryTokens + keptTokens <= request.windowTokens;
+      },
+    });
   }
 
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries (EmbeddedWorker.onRequest). */
@@ -1076,6 +1171,8 @@ export class OpencodeAdapter {
         unsized: undefined,
         lastInjection: undefined,
         assembled: undefined,
+        epoch: undefined,
+        epochSnapshot: undefined,
         prepared: undefined,
         busy: false,
         idleSince: undefined,
@@ -1188,6 +1285,8 @@ export class OpencodeAdapter {
       // Another process drove this session since: its records and unfinished turns are not in this process's view.
       state.seqsLoaded = false;
       state.reconciled = false;
+      // Its requests did not carry this process's cache epoch: the next request renders the memory afresh.
+      state.epoch = undefined;
     }
     state.lastFence = claim.fence;
     if (state.lease?.fence !== claim.fence) {

@@ -44,6 +44,18 @@ export const PLUGIN_SETTINGS = {
     default: "on",
     accepted: "'on' or 'off': include the previous exchange verbatim when it fits",
   },
+  cacheEpochTurns: {
+    env: "OPTCHAT_CACHE_EPOCH_TURNS",
+    default: 10,
+    accepted:
+      "an integer from 1 to 1000: the most turns that re-send the same memory and keep their native messages before the memory is rendered afresh (docs/caching.md; 1: afresh at every turn)",
+  },
+  cacheEpochKeptTokens: {
+    env: "OPTCHAT_CACHE_EPOCH_KEPT_TOKENS",
+    default: 6_000,
+    accepted:
+      "an integer from 0 to 1000000: native history kept after the memory (estimated tokens) beyond which the next turn renders the memory afresh (docs/caching.md)",
+  },
   embeddedWorker: {
     env: "OPTCHAT_EMBEDDED_WORKER",
     default: "on",
@@ -126,6 +138,8 @@ const pluginSchema = z.object({
   readiness: z.enum(["strict", "partial"], { errorMap: () => ({ message: "not strict or partial" }) }),
   readinessWaitMs: integerFrom(0, 600_000),
   previousExchange: onOff,
+  cacheEpochTurns: integerFrom(1, 1000),
+  cacheEpochKeptTokens: integerFrom(0, 1_000_000),
   embeddedWorker: onOff,
   embeddedWorkerConcurrency: integerFrom(1, 64),
   embeddedWorkerStartMs: integerFrom(0, 600_000),

@@ -14,6 +14,8 @@ export interface RewoundState<Session extends { readonly currentGeneration: numb
   seqsLoaded: boolean;
   assembled: unknown;
   prepared: unknown;
+  /** The cache epoch (plugin/epoch-layout.ts): its memory and kept messages are the old generation's. */
+  epoch: unknown;
 }
 
 export type RewindDecision =
@@ -46,6 +48,7 @@ export function applyRewind<Session extends { readonly currentGeneration: number
   state.seqsLoaded = false;
   state.assembled = undefined;
   state.prepared = undefined;
+  state.epoch = undefined;
   for (const id of gone) {
     state.turns.delete(id);
     state.turnOfMessage.delete(id);

@@ -103,3 +103,18 @@ export function withLeadingText(message: HostMessage, text: string, turnId: stri
     ],
   };
 }
+
+/**
+ * What the shared view gained from the project's other conversations since the previous turn of a cache epoch
+ * (plugin/cache-epoch.ts), leading the new turn's request; empty when nothing was published. The lines are the shared
+ * block's own, escaped data lines: no line can close or open a block, and each starts with its ref.
+ */
+export function sharedUpdateText(publicationHighWater: number, lines: readonly string[]): string {
+  if (lines.length === 0) return "";
+  return `${[
+    `${MEMORY_CONTINUED} published to shared memory by this project's other conversations since the previous turn (as of publication ${publicationHighWater}), oldest first:`,
+    "<shared_memory_update>",
+    ...lines,
+    "</shared_memory_update>",
+  ].join("\n")}\n\n`;
+}

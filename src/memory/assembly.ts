@@ -17,7 +17,7 @@ import { sharedRef } from "../core/refs.js";
 import { endOf, parseRef, refOf } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
-import { publishedRangesOfSession } from "../store/publications.js";
+import { publicationSeqsOfSession, publishedRangesOfSession } from "../store/publications.js";
 import { readTurnMessages } from "../store/records.js";
 import { findSessionTree, findViewRevision, type ViewRevision } from "../store/trees.js";
 import { findPreviousTurn, pinOwnViewRevision, type Turn } from "../store/turns.js";
@@ -65,6 +65,8 @@ export interface AssembledContext {
   readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null; readonly retentionEpoch: number };
   /** What could not be included, and why (partial mode, or the previous exchange not fitting). */
   readonly omitted: readonly string[];
+  /** The shared view's publications that are this session's own turns (a host keeping native turns skips them). */
+  readonly ownPublications: readonly number[];
 }
 
 /**
@@ -82,6 +84,8 @@ export interface PreparedContext {
   readonly sharedLines: TreeLines | undefined;
   /** Records of the session the shared view already holds (its turns are not sent twice, docs/caching.md). */
   readonly publishedOwn: number;
+  /** The numbers of the session's publications the shared view holds. */
+  readonly ownPublications: readonly number[];
   readonly sharedFullTokens: number | undefined;
   readonly ownFullTokens: number | undefined;
   /** The previous exchange's block, when asked for and there is one. */
@@ -119,6 +123,7 @@ export async function prepareContext(
   const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
   const sharedLines = await readSharedLines(deps, turn);
   const publishedOwn = sharedLines ? await publishedOwnPrefix(deps.pool, turn, sharedLines.leafCount) : 0;
+  const ownPublications = sharedLines ? await ownPublicationSeqs(deps.pool, turn, sharedLines.leafCount) : [];
   // Needs at full detail decide the 30/70 split with spill-over; measuring them also reads the views' node texts.
   const sharedFull = sharedLines
     ? await fitTokens(deps.pool, sharedLines, Number.MAX_SAFE_INTEGER, sharedRenderer(turn))
@@ -136,6 +141,7 @@ export async function prepareContext(
     own,
     sharedLines,
     publishedOwn,
+    ownPublications,
     sharedFullTokens: sharedFull?.tokens,
     ownFullTokens: ownFull?.tokens,
     previous,
@@ -184,6 +190,7 @@ export async function assembleContext(
       retentionEpoch: turn.snapshot.retentionEpoch,
     },
     omitted,
+    ownPublications: ready.ownPublications,
   };
 }
 
@@ -323,6 +330,11 @@ async function publishedOwnPrefix(pool: Pool, turn: Turn, sharedLeafCount: numbe
       Math.min(turn.snapshot.publicationHighWater, sharedLeafCount),
     ),
   );
+}
+
+async function ownPublicationSeqs(pool: Pool, turn: Turn, sharedLeafCount: number): Promise<number[]> {
+  const highWater = Math.min(turn.snapshot.publicationHighWater, sharedLeafCount);
+  return publicationSeqsOfSession(pool, turn.snapshot.scopeId, turn.sessionId, turn.generation, highWater);
 }
 
 interface BlockFitting {

@@ -318,3 +318,24 @@ export async function listPublicationFailures(db: Queryable, sessionId: string):
     lastError: row.last_error,
   }));
 }
+
+/**
+ * The numbers of a session generation's publications among the scope's first `highWater` (the shared tree's leaves
+ * that are its own turns): the plugin leaves them out of the shared lines it appends to a turn, since the session's
+ * recent turns are then still in its request as native messages (docs/caching.md).
+ */
+export async function publicationSeqsOfSession(
+  db: Queryable,
+  scopeId: string,
+  sessionId: string,
+  generation: number,
+  highWater: number,
+): Promise<number[]> {
+  const result = await db.query<{ publication_seq: string }>(
+    `SELECT publication_seq FROM optchat.publications
+      WHERE scope_id = $1::text AND session_id = $2::text AND generation = $3::int AND publication_seq < $4::bigint
+      ORDER BY publication_seq`,
+    [scopeId, sessionId, generation, highWater],
+  );
+  return result.rows.map((row) => Number(row.publication_seq));
+}

@@ -40,14 +40,16 @@ function blocksOf(request: CapturedRequest): { role: string; block: Block }[] {
   );
 }
 
-/** Main requests of the turn whose prompt (a text block) starts with `marker`. */
+/**
+ * Main requests of the turn whose prompt (a text block) starts with `marker`: the latest prompt of the request, since
+ * later turns carry the earlier prompts too (as native messages).
+ */
 function turnRequests(marker: string): CapturedRequest[] {
-  return model
-    .requests()
-    .filter(
-      (r) =>
-        r.kind === "main" && blocksOf(r).some(({ block }) => block.type === "text" && block.text.startsWith(marker)),
-    );
+  return model.requests().filter((r) => {
+    if (r.kind !== "main") return false;
+    const prompts = blocksOf(r).filter(({ block }) => block.type === "text" && /^(CL|OT)-\d/.test(block.text));
+    return prompts.at(-1)?.block.text.startsWith(marker) === true;
+  });
 }
 
 async function ask(session: string, text: string): Promise<void> {
@@ -80,63 +82,99 @@ function layoutOf(request: CapturedRequest, marker: string) {
   };
 }
 
+const strip = (b: Block) => ({ ...b, cache_control: undefined });
+
+/** A request's content blocks with their roles, cache marks stripped: what a later request must begin with. */
+function plain(request: CapturedRequest): { role: string; block: Block }[] {
+  return blocksOf(request).map(({ role, block }) => ({ role, block: strip(block) }));
+}
+
+/** Indices of the marked content blocks of a request's messages. */
+function marks(request: CapturedRequest): number[] {
+  return blocksOf(request)
+    .map(({ block }, k) => (block.cache_control ? k : -1))
+    .filter((k) => k >= 0);
+}
+
 describe("the injected memory's cache layout under OpenCode's Anthropic provider", { timeout: 240_000 }, () => {
-  it("keeps the stable memory byte-identical across turns, marks its end, and sends volatile text after it", async () => {
+  it("re-sends each turn's request as the head of the next, appends what others published, and marks where the docs say", async () => {
     const session = await server.createSession("cache layout");
+    const other = await server.createSession("cache layout, the other session");
     await ask(session, "CL-1 Decision: the importer batches 500 rows. REPLY=Noted: 500 rows.");
     await waitPublished(1);
     await ask(session, 'CL-2 check TOOLS=[{"name":"bash","args":{"command":"echo cl-two","description":"e"}}] END');
     await waitPublished(2);
+    await ask(other, "OT-1 Decision: the exporter writes CSV. REPLY=Noted: CSV.");
+    await waitPublished(3);
     await ask(session, "CL-3 what batch size? REPLY=500.");
+    // ~24 KB of output: past cacheEpochKeptTokens (6,000), so the next turn begins a new epoch.
+    const big =
+      'TOOLS=[{"name":"bash","args":{"command":"head -c 24000 /dev/zero | tr \'\\\\0\' z","description":"z"}}] END';
+    await ask(session, `CL-4 long output ${big}`);
+    await waitPublished(5);
+    await ask(session, "CL-5 and the exporter? REPLY=CSV.");
 
+    const [first] = turnRequests("CL-1");
     const second = turnRequests("CL-2");
-    const third = turnRequests("CL-3");
+    const [third] = turnRequests("CL-3");
+    const [fourth] = turnRequests("CL-4");
+    const [fifth] = turnRequests("CL-5");
     expect(second.length).toBe(2); // the tool call, then the answer
-    expect(third.length).toBe(1);
-    const two = layoutOf(second[0] as CapturedRequest, "CL-2");
-    const three = layoutOf(third[0] as CapturedRequest, "CL-3");
+    for (const r of [first, third, fourth, fifth]) expect(r).toBeDefined();
+    const one = layoutOf(first as CapturedRequest, "CL-1");
 
-    // Order: the memory head, the shared block's lines, then the volatile part, then the person's prompt, last.
-    expect(three.stable[0].text).toMatch(/^optchat memory\. /);
-    expect(three.stable[1].text).toMatch(/^<shared_memory scope="[^"]+">\n/);
-    expect(three.stable.slice(2).map((b: Block) => b.text.split("|")[0])).toEqual(["pub:0+1", "pub:1+1"]);
-    expect(three.volatileAt).toBe(three.stable.length);
-    expect(three.promptAt).toBe(three.volatileAt + 1);
-    expect(three.volatile.text).toMatch(/^optchat memory, continued: shared memory as of publication 2/);
-    expect(three.volatile.text).toContain("</shared_memory>");
-
-    // Nothing per-turn in the stable part: no counters, snapshot numbers or session attributes.
-    const stableText = three.stable.map((b: Block) => b.text).join("");
+    // The epoch's first turn: the memory head (and any shared lines), the volatile part, then the person's prompt.
+    expect(one.stable[0].text).toMatch(/^optchat memory\. /);
+    expect(one.volatileAt).toBe(one.stable.length);
+    expect(one.promptAt).toBe(one.volatileAt + 1);
+    expect(one.volatile.text).toMatch(/^optchat memory, continued: shared memory as of publication 0/);
+    const stableText = one.stable.map((b: Block) => b.text).join("");
     expect(stableText).not.toMatch(/snapshot|through=|earlier messages|<session_memory|<previous_exchange/);
+    // OpenCode's marks at an epoch's first request: its system block, the end of the stable memory, the prompt.
+    expect((first as CapturedRequest).body.system.map((b: Block) => b.cache_control !== undefined)).toEqual([true]);
+    expect(marks(first as CapturedRequest)).toEqual([one.volatileAt - 1, one.promptAt]);
 
-    // The session's own published turns are not sent twice: CL-1 and CL-2 are in the shared lines only.
-    const sessionBlock = /<session_memory[\s\S]*?<\/session_memory>/.exec(three.volatile.text)?.[0] ?? "";
-    expect(sessionBlock).not.toBe("");
-    expect(sessionBlock).not.toContain("CL-1");
-    expect(sessionBlock).not.toContain("CL-2");
-    expect(stableText).toContain("CL-1 Decision");
+    // Within a turn: the tool loop's second request begins with the whole first one.
+    const [step1, step2] = second as [CapturedRequest, CapturedRequest];
+    expect(plain(step2).slice(0, plain(step1).length)).toEqual(plain(step1));
+    // Across turns of an epoch: every request begins with the whole previous request, byte for byte: the memory as
+    // first sent, the earlier turns as native messages, each user message led by the text it was first sent with.
+    expect(plain(step1).slice(0, plain(first as CapturedRequest).length)).toEqual(plain(first as CapturedRequest));
+    expect(plain(third as CapturedRequest).slice(0, plain(step2).length)).toEqual(plain(step2));
+    expect(plain(fourth as CapturedRequest).slice(0, plain(third as CapturedRequest).length)).toEqual(
+      plain(third as CapturedRequest),
+    );
 
-    // Across turns: turn 2's stable memory is a prefix of turn 3's, block for block, up to the first new line.
-    const strip = (b: Block) => ({ ...b, cache_control: undefined });
-    expect(three.stable.slice(0, two.stable.length).map(strip)).toEqual(two.stable.map(strip));
-    expect(three.stable.length).toBe(two.stable.length + 1);
+    // What the other session published since the previous turn leads this turn's prompt; the session's own
+    // published turns are not appended (they are in the request as native messages).
+    const texts = blocksOf(third as CapturedRequest).filter(({ block }) => block.type === "text");
+    const promptAt = texts.findIndex(({ block }) => block.text.startsWith("CL-3"));
+    const update = texts[promptAt - 1]?.block.text as string;
+    expect(update).toMatch(/^optchat memory, continued: published to shared memory .*\n<shared_memory_update>\n/);
+    expect(update).toContain("OT-1 Decision: the exporter writes CSV.");
+    expect(update).not.toContain("CL-1");
+    expect(update).not.toContain("CL-2");
+    // Marks at a later turn's first request: the previous turn's last message and the prompt, the tail marks.
+    const blocks3 = blocksOf(third as CapturedRequest);
+    const prompt3 = blocks3.findIndex(({ block }) => block.type === "text" && block.text.startsWith("CL-3"));
+    expect(marks(third as CapturedRequest)).toEqual([prompt3 - 2, prompt3]);
+    // The simulated cache read everything the previous turn sent: it wrote only the reply, the update and the prompt.
+    const usage3 = (third as CapturedRequest).cache;
+    expect(usage3?.cacheReadTokens ?? 0).toBeGreaterThan(10 * (usage3?.cacheWriteTokens ?? 0));
 
-    // OpenCode's marks (docs/caching.md): its system block, the end of the stable memory and the prompt at a turn's
-    // start; nothing else, within Anthropic's 4.
-    const body = (third[0] as CapturedRequest).body;
-    expect(body.system.map((b: Block) => b.cache_control !== undefined)).toEqual([true]);
-    const marked = blocksOf(third[0] as CapturedRequest)
-      .map(({ block }, k) => (block.cache_control ? k : -1))
-      .filter((k) => k >= 0);
-    expect(marked).toEqual([three.volatileAt - 1, three.promptAt]);
-    // The simulated cache read the previous turn's entry at the end of its stable memory: what it wrote is the new
-    // shared line, the volatile part and the prompt, far less than it read.
-    const usage = (third[0] as CapturedRequest).cache;
-    expect(usage?.cacheReadTokens ?? 0).toBeGreaterThan(4 * (usage?.cacheWriteTokens ?? 0));
-
-    // Within a turn: the tool loop's second request repeats the first one's memory byte for byte.
-    const again = layoutOf(second[1] as CapturedRequest, "CL-2");
-    expect(again.stable.map(strip)).toEqual(two.stable.map(strip));
-    expect(again.volatile.text).toBe(two.volatile.text);
+    // A new epoch after the long output: fresh memory whose stable part extends the previous epoch's, block for
+    // block (a cache entry ends there), the previous exchange in its volatile part, the long output left behind.
+    const five = layoutOf(fifth as CapturedRequest, "CL-5");
+    expect(five.stable.slice(0, one.stable.length).map(strip)).toEqual(one.stable.map(strip));
+    expect(five.stable[1].text).toMatch(/^<shared_memory scope="[^"]+">\n/);
+    const lines = five.stable.slice(2).map((b: Block) => b.text);
+    expect(lines.map((t: string) => t.split("|")[0])).toEqual(lines.map((_: string, k: number) => `pub:${k}+1`));
+    expect(lines.join("")).toContain("OT-1 Decision");
+    expect(five.volatile.text).toContain("</shared_memory>");
+    expect(five.volatile.text).toContain("<previous_exchange");
+    expect(marks(fifth as CapturedRequest)).toEqual([five.volatileAt - 1, five.promptAt]);
+    expect(JSON.stringify((fifth as CapturedRequest).body)).not.toContain("z".repeat(2000));
+    const usage5 = (fifth as CapturedRequest).cache;
+    expect(usage5?.cacheReadTokens ?? 0).toBeGreaterThan(4 * (usage5?.cacheWriteTokens ?? 0));
   });
 });

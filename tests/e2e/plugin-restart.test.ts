@@ -24,7 +24,9 @@ let env: OpencodeEnv;
 beforeAll(async () => {
   world = await startPluginWorld();
   ({ database, db, model } = world);
-  env = await world.env();
+  // Memory rendered afresh at every turn (no cache epoch, docs/caching.md): RST-2's request then carries RST-2's own
+  // assembly, which the first test renders again after the restart.
+  env = await world.env({ pluginOptions: { cacheEpochTurns: 1 } });
 }, 120_000);
 
 afterAll(async () => {

@@ -68,11 +68,21 @@ export function volatileMemoryText(request: CapturedRequest): string | undefined
   return undefined;
 }
 
-/** The whole of optchat's injected memory in a request (stable message + volatile part), or undefined. */
+/**
+ * optchat's text parts leading user messages, in order: the volatile part of the cache epoch's first turn, then the
+ * shared updates of its later turns (docs/caching.md).
+ */
+export function continuedMemoryTexts(request: CapturedRequest): string[] {
+  return messagesOf(request)
+    .filter((m) => m.role === "user")
+    .flatMap((m) => textPartsOf(m).filter((p) => p.startsWith(CONTINUED)));
+}
+
+/** The whole of optchat's injected memory in a request (stable message + the parts leading user messages), or undefined. */
 export function memoryText(request: CapturedRequest): string | undefined {
   const stable = stableMemoryParts(request);
   if (!stable) return undefined;
-  return stable.join("") + (volatileMemoryText(request) ?? "");
+  return stable.join("") + continuedMemoryTexts(request).join("");
 }
 
 /** The whole `<name …>…</name>` block in a text, or undefined. */

@@ -19,6 +19,7 @@ function stateWith(turns: { turnId: string; admitted: boolean; finished: boolean
     seqsLoaded: true,
     assembled: { turnId: "msg_2" },
     prepared: { turnId: "msg_2" },
+    epoch: { turnId: "msg_1" },
   };
 }
 
@@ -41,6 +42,7 @@ describe("applyRewind", () => {
     expect(state.seqsLoaded).toBe(false);
     expect(state.assembled).toBeUndefined();
     expect(state.prepared).toBeUndefined();
+    expect(state.epoch).toBeUndefined();
   });
 
   it("switches memory off when a prompt was admitted in the generation the rewind ended", () => {

@@ -69,10 +69,7 @@ function turnPlan(settings: Settings): number[] {
   ];
 }
 
-async function build(
-  memory: Memory,
-  settings: Settings,
-): Promise<{ seconds: number; turns: number; records: number }> {
+async function build(memory: Memory, settings: Settings): Promise<{ seconds: number; turns: number; records: number }> {
   const started = performance.now();
   const sessions = [];
   for (let s = 0; s < settings.sessions; s++)

@@ -46,7 +46,7 @@ import { treeCounts, waitForCompactor } from "./shared.js";
 const BENCH = "delete";
 const TARGET = { records: 100_000, sessionRecords: 10_000 } as const;
 
-export function readSettings() {
+function readSettings() {
   return {
     records: envNumber("OPTCHAT_BENCH_DELETE_RECORDS", 10_000, { min: 2, integer: true }),
     sessionRecords: envNumber("OPTCHAT_BENCH_DELETE_SESSION_RECORDS", 1000, { min: 1, integer: true }),
@@ -69,10 +69,7 @@ function turnPlan(settings: Settings): number[] {
   ];
 }
 
-export async function build(
-  memory: Memory,
-  settings: Settings,
-): Promise<{ seconds: number; turns: number; records: number }> {
+async function build(memory: Memory, settings: Settings): Promise<{ seconds: number; turns: number; records: number }> {
   const started = performance.now();
   const sessions = [];
   for (let s = 0; s < settings.sessions; s++)

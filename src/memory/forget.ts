@@ -10,7 +10,6 @@
  */
 import type { PgBoss } from "pg-boss";
 import { enqueueNodeJobs } from "../compactor/queue.js";
-import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import {
@@ -135,15 +134,4 @@ export async function retireFromScope(
     nodesRemoved: retired.nodesRemoved,
     ready: retired.ready.length,
   };
-}
-
-/** FORGET_NOTHING is not an error: a CLI says so. Kept for callers that insist on a match. */
-export function nothingToForget(request: ForgetRequest): OptchatError {
-  const what =
-    "sessionIds" in request
-      ? `session ${request.sessionIds.join(", ")}`
-      : "scopeId" in request
-        ? `scope ${request.scopeId}`
-        : `sessions last active before ${request.before.toISOString()}`;
-  return new OptchatError("SESSION_NOT_FOUND", `Nothing to forget: no live ${what} (see \`optchat sessions\`)`, {});
 }

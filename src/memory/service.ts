@@ -8,7 +8,7 @@ import { jobQueueInstalled } from "../store/job-queue.js";
 import { readSchemaVersion, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import { listRecords, type SourceRecord } from "../store/records.js";
-import { findScope, findSession, type Session } from "../store/sessions.js";
+import { findSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import {
   type AssembledContext,
@@ -280,16 +280,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         copies,
       ),
 
-    openSession: async (input) => {
-      const valid = parseInput(openSessionSchema, input, "openSession");
-      const session = await openSession(pool, valid);
-      // A known shared session opened as isolated (OPTCHAT_SCOPE changed to isolated): its sharing is revoked now,
-      // exactly as `optchat isolate` does, rather than going on publishing under a policy the user withdrew.
-      if (valid.sharing !== "isolated" || session.scopeId.startsWith("isolated:")) return session;
-      if ((await findScope(pool, session.scopeId))?.kind === "isolated") return session;
-      await isolateSession(ingestion, session.sessionId);
-      return await getSession(session.sessionId);
-    },
+    openSession: (input) => openSession(pool, parseInput(openSessionSchema, input, "openSession")),
 
     async listRecords(sessionId, rawOptions = {}) {
       const options = parseInput(listRecordsOptionsSchema, rawOptions, "listRecords");

@@ -250,6 +250,45 @@ describe("forget --session", () => {
   });
 });
 
+describe("forget --scope and --before", () => {
+  it("forgets every session of a scope, leaving only removed markers in its shared tree", async () => {
+    const e = await db.memory.openSession({ host: "test", hostSessionId: "E", projectId: "prj_scope_forget" });
+    const f = await db.memory.openSession({ host: "test", hostSessionId: "F", projectId: "prj_scope_forget" });
+    await turn(e, "e0", ["e talks about the heron", "heron noted"]);
+    await turn(f, "f0", ["f talks about the egret", "egret noted"]);
+    await waitForIdleQueues(db.memory.pool);
+    const report = await db.memory.forget({ scopeId: e.scopeId });
+    expect(report.sessions.map((s) => s.sessionId).sort()).toEqual([e.sessionId, f.sessionId].sort());
+    await waitForIdleQueues(db.memory.pool);
+    expect(await count("SELECT count(*) AS n FROM optchat.nodes WHERE text ~ '(heron|egret)'")).toBe(0);
+    const reader = await db.memory.readScope(e.scopeId);
+    expect((await db.memory.sessions(reader)).sessions).toEqual([]);
+    expect((await db.memory.audit()).violations).toEqual([]);
+  });
+
+  it("forgets the sessions last active before a date, and only those", async () => {
+    const old = await db.memory.openSession({ host: "test", hostSessionId: "OLD", projectId: "prj_forget" });
+    await db.memory.ingest(
+      ingestEvent({
+        sessionId: old.sessionId,
+        turnId: "o0",
+        kind: "user",
+        host: "OLD",
+        messageId: "old-1",
+        occurredAt: "2020-05-01T10:00:00Z",
+        content: "an old note about the dodo",
+      }),
+    );
+    const plan = await db.memory.planForget({ before: new Date("2021-01-01T00:00:00Z") });
+    expect(plan.sessions.map((s) => s.sessionId)).toEqual([old.sessionId]);
+    const report = await db.memory.forget({ before: new Date("2021-01-01T00:00:00Z") });
+    expect(report.removed.records).toBe(1);
+    expect(
+      await count("SELECT count(*) AS n FROM optchat.records WHERE session_id = $1", [b.sessionId]),
+    ).toBeGreaterThan(0);
+  });
+});
+
 describe("the process-wide node cache", () => {
   it("never serves a forgotten leaf's text cached before the deletion (same tree event, new revision)", async () => {
     const x = await db.memory.openSession({ host: "test", hostSessionId: "X", projectId: "prj_cache" });
@@ -282,25 +321,6 @@ describe("revoke (isolate) and archive", () => {
     const { stored, recount } = await recountedStatistics(b.scopeId);
     expect(stored).toBe(recount);
     expect((await db.memory.audit()).violations).toEqual([]);
-  });
-
-  it("opening a shared session as isolated (the sharing setting changed) revokes its sharing", async () => {
-    const d = await db.memory.openSession({ host: "test", hostSessionId: "D", projectId: "prj_forget" });
-    await turn(d, "d0", ["d mentions the narwhal", "narwhal noted"]);
-    const again = await db.memory.openSession({
-      host: "test",
-      hostSessionId: "D",
-      projectId: "prj_forget",
-      sharing: "isolated",
-    });
-    expect(again.scopeId).toBe(`isolated:${d.sessionId}`);
-    const { rows } = await db.memory.pool.query(
-      "SELECT retired_reason FROM optchat.publications WHERE session_id = $1",
-      [d.sessionId],
-    );
-    expect(rows.map((r) => r.retired_reason)).toEqual(["revoked"]);
-    const reader = await db.memory.readScope(b.scopeId);
-    expect((await db.memory.search(reader, { query: "narwhal" })).hits).toEqual([]);
   });
 
   it("archiving B hides it from listings without forgetting anything", async () => {

@@ -198,18 +198,13 @@ export async function searchRanked(
            AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
            AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
         UNION ALL
-        -- OFFSET 0 keeps the scope's matches a subquery of their own, read through the index: joined into the
-        -- publications instead, the planner may walk every visible turn's records by primary key and test each
-        -- (it did so in a partly loaded search-scale bench database): the whole visible scope for one query.
         SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
-          FROM (SELECT m.session_id, m.generation, m.seq, m.turn_id, m.kind, m.occurred_at, m.payload_hash, m.search
-                  FROM optchat.records m
-                 WHERE m.scope_id = $1::text AND m.search @@ $2::tsquery
-                   AND ($9::timestamptz IS NULL OR m.occurred_at < $9::timestamptz)
-                   AND ($10::timestamptz IS NULL OR m.occurred_at > $10::timestamptz)
-                OFFSET 0) r
+          FROM optchat.records r
           JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation AND v.turn_id = r.turn_id
-           AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive)
+           AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
+         WHERE r.scope_id = $1::text AND r.search @@ $2::tsquery
+           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
+           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz))
         LIMIT $16::int
      ),
      session_candidates AS (

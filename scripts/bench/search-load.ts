@@ -265,11 +265,15 @@ export async function loadSearchCorpus(
   t0 = performance.now();
   let lastNote = t0;
   let recordBytes = 0;
-  for (let r = 0; r < rounds && !signal.aborted; r++) {
+  const prepareRound = async (r: number) => {
+    // Let the previous round's statements go out first: generating a round is synchronous work.
+    await new Promise((resolve) => setImmediate(resolve));
     const events: IngestEvent[] = [];
     const seqs: number[] = [];
-    scopes.forEach((scope, k) => {
-      scope.sessions.forEach((session, s) => {
+    for (const [k, scope] of scopes.entries()) {
+      // Yield between scopes: a write in flight needs the event loop to stream its parameters to the server.
+      await new Promise((resolve) => setImmediate(resolve));
+      for (const [s, session] of scope.sessions.entries()) {
         for (let j = 0; j < settings.recordsPerTurn; j++) {
           const n = recordNumber(settings, r, k, s, j);
           const record = corpusRecord(vocabulary, n, j, settings.seed);
@@ -277,11 +281,17 @@ export async function loadSearchCorpus(
           events.push(eventOf(session, r, j, n, record));
           seqs.push(r * settings.recordsPerTurn + j);
         }
-      });
-    });
-    const { prepared } = await prepareEvents(events, "ingestMany");
-    await insertRecords(memory, prepared, seqs);
-    await insertTurns(memory, settings, scopes, r);
+      }
+    }
+    return { prepared: (await prepareEvents(events, "ingestMany")).prepared, seqs };
+  };
+  // The next round is generated and prepared (tokenized, hashed) while the server writes this one.
+  let next = prepareRound(0);
+  for (let r = 0; r < rounds && !signal.aborted; r++) {
+    const { prepared, seqs } = await next;
+    const writing = insertRecords(memory, prepared, seqs).then(() => insertTurns(memory, settings, scopes, r));
+    if (r + 1 < rounds) next = prepareRound(r + 1);
+    await writing;
     if (performance.now() - lastNote > 10_000 || r === rounds - 1) {
       lastNote = performance.now();
       const done = (r + 1) * perRound;

@@ -11,6 +11,13 @@
  *     the ingest and is drained afterwards: every record summarized, every turn published, the shared tree built.
  *   The build reports its own cost per record and per publication, so the full-size build time can be extrapolated.
  *
+ * Then search at scale (scripts/bench/search-scale.ts, case `search-scale`; `npm run bench -- search-scale` runs it
+ * alone, OPTCHAT_BENCH_SHARED_SEARCH_SCALE=0 skips it): 1M records over 100 scopes written by a bulk loader into the
+ * real schema, p50/p99 of memory.search for Latin, CJK, rare, common and mixed queries, as loaded and after ANALYZE.
+ * Measured at 1M/100 scopes (docs/shared-memory.md "Retrieval" has the table): the bulk load took 26 min on the
+ * shared machine (650 records/s at load average ~20; 1,587 records/s at ~8), statistics 3 min; p99 after ANALYZE
+ * latin 97, cjk 15, rare 17, common 232, mixed 49 ms (before migration 011: 600, 71, 36, 3,256, 522 ms).
+ *
  * Measurements, on a reader turn pinned after the build (session 0, whose own history is already summarized), once
  * as the build left the database and once after ANALYZE (a server with autovacuum off, like the development one,
  * never gets planner statistics for the new rows on its own):
@@ -58,6 +65,7 @@ import {
   summarizeLatencies,
   withDatabase,
 } from "./common.js";
+import { runSearchScaleBench } from "./search-scale.js";
 
 const BENCH = "shared";
 const TARGET = { records: 100_000, sessions: 2000, publications: 10_000 } as const;
@@ -830,4 +838,7 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
       note(`could not drop ${name}: ${errorMessage(error)}`),
     );
   }
+  // Search at scale: 1M records over 100 scopes, bulk-loaded (scripts/bench/search-scale.ts).
+  if (!context.signal.aborted && envNumber("OPTCHAT_BENCH_SHARED_SEARCH_SCALE", 1, { integer: true }) === 1)
+    await runSearchScaleBench(context);
 }

@@ -153,6 +153,15 @@ export function collect(child: ChildProcess): Promise<Finished> {
  * Child processes use the deterministic summarizer unless a test says otherwise: the default (auto) would pick a
  * real provider from ANTHROPIC_API_KEY / OPENAI_API_KEY in the developer's environment.
  */
+/** A large model window for assembling context in service-level tests (every block fits). */
+export const LARGE_WINDOW = {
+  windowTokens: 200_000,
+  instructionsTokens: 2000,
+  activeTokens: 500,
+  outputTokens: 8000,
+  reserveTokens: 1000,
+} as const;
+
 export const TEST_SUMMARIZER_ENV = { OPTCHAT_SUMMARIZER: "fake" } as const;
 
 /** Runs the `optchat` CLI as a user would (bin/optchat.mjs) and waits for it. */

@@ -44,6 +44,22 @@ async function post(path: string, body: unknown): Promise<unknown> {
   return await response.json();
 }
 
+/** Waits until OpenCode session `hostSessionId` has `count` publications. */
+async function publicationsOf(hostSessionId: string, count: number): Promise<void> {
+  await retrying(
+    async () => {
+      const published = await db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
+          WHERE s.host_session_id = $1::text`,
+        [hostSessionId],
+      );
+      expect(published.rows[0]?.n).toBe(count);
+    },
+    WAIT,
+    `${count} publications of ${hostSessionId}`,
+  );
+}
+
 // Real OpenCode processes on 2 cores under a parallel suite: a test takes 2-30 s; the default 60 s is too tight.
 describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () => {
   it("gives a fork its inherited history as session memory, replaces the copies, stores and publishes nothing twice", async () => {
@@ -58,18 +74,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     // The fork copies the messages strictly before FORK-2: the first turn only.
     const fork = (await post(`/session/${original}/fork`, { messageID: second.info.id })) as { id: string };
     // The parent's later turn is published, so the fork can see it only as shared memory.
-    await retrying(
-      async () => {
-        const published = await db.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
-            WHERE s.host_session_id = $1::text`,
-          [original],
-        );
-        expect(published.rows[0]?.n).toBe(2);
-      },
-      WAIT,
-      "the original's two publications",
-    );
+    await publicationsOf(original, 2);
     await ask(fork.id, "FORK-3 continue in the fork REPLY=ok fork");
 
     const request = requestsFor(model.requests(), "FORK-3").at(-1) as never;
@@ -133,18 +138,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
         m.info.role === "user" && m.parts.some((p) => p.text?.includes("REV-2")),
     );
     // REV-2 is published before it is reverted: the rewind must take it out of the shared memory too.
-    await retrying(
-      async () => {
-        const published = await db.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
-            WHERE s.host_session_id = $1::text`,
-          [session],
-        );
-        expect(published.rows[0]?.n).toBe(2);
-      },
-      WAIT,
-      "both turns' publications",
-    );
+    await publicationsOf(session, 2);
     await post(`/session/${session}/revert`, { messageID: second.info.id });
     await ask(session, "REV-3 after the revert REPLY=three");
     const request = requestsFor(model.requests(), "REV-3").at(-1) as never;

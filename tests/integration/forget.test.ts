@@ -4,7 +4,7 @@ import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
 import type { Turn } from "../../src/store/turns.js";
-import { eventually, ingestEvent, useTestMemory, waitForIdleQueues } from "../helpers.js";
+import { eventually, ingestEvent, LARGE_WINDOW, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 // Issue 15 item 4 at the service level: forgetting session A removes its text from every read path of the other
 // sessions (search, zoom with A's old refs, the shared block, session listings), keeps a blob another record shares,
@@ -20,13 +20,7 @@ let b: Session;
 let c: Session;
 let message = 0;
 
-const WINDOW = {
-  windowTokens: 200_000,
-  instructionsTokens: 2000,
-  activeTokens: 500,
-  outputTokens: 8000,
-  reserveTokens: 1000,
-};
+const WINDOW = LARGE_WINDOW;
 
 async function count(sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await db.memory.pool.query(sql, params);

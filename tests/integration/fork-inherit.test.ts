@@ -3,7 +3,7 @@ import type { IngestEvent } from "../../src/memory/schemas.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, LARGE_WINDOW, useTestMemory } from "../helpers.js";
 
 /** A fork's inherited history, through the service API (issue 15 item 3; the plugin's path is tests/e2e). */
 
@@ -11,13 +11,7 @@ const db = useTestMemory();
 let worker: RunningCompactor;
 let parent: Session;
 
-const WINDOW = {
-  windowTokens: 200_000,
-  instructionsTokens: 2000,
-  activeTokens: 500,
-  outputTokens: 8000,
-  reserveTokens: 1000,
-};
+const WINDOW = LARGE_WINDOW;
 
 type Message = { kind: "user" | "assistant" | "tool_call" | "tool_result"; text: string; call?: string };
 

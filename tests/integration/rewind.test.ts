@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, LARGE_WINDOW, useTestMemory } from "../helpers.js";
 
 /** A rewind of a session's history as a new generation, through the service API (issue 15 item 2). */
 
@@ -10,13 +10,7 @@ const db = useTestMemory();
 let worker: RunningCompactor;
 let message = 0;
 
-const WINDOW = {
-  windowTokens: 200_000,
-  instructionsTokens: 2000,
-  activeTokens: 500,
-  outputTokens: 8000,
-  reserveTokens: 1000,
-};
+const WINDOW = LARGE_WINDOW;
 
 async function turn(session: Session, turnId: string, texts: [string, string], finish = true): Promise<void> {
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0] });

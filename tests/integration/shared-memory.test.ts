@@ -3,7 +3,7 @@ import { openMemory } from "../../src/memory/service.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, runCli, useTestMemory } from "../helpers.js";
+import { eventually, ingestEvent, LARGE_WINDOW, runCli, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -29,13 +29,7 @@ afterAll(async () => {
   await worker?.stop();
 });
 
-const WINDOW = {
-  windowTokens: 200_000,
-  instructionsTokens: 2000,
-  activeTokens: 500,
-  outputTokens: 8000,
-  reserveTokens: 1000,
-};
+const WINDOW = LARGE_WINDOW;
 
 async function publications(): Promise<number> {
   const { rows } = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");

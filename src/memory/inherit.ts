@@ -77,9 +77,8 @@ export async function inheritHistory(
     // Every writer of the generation takes these rows (ingest-commit.ts): no record can be sealed into the child
     // between this check and the commit.
     const held = await lockGenerationForInheritance(client, child.sessionId, generation);
-    const locked = await lockTree(client, { sessionId: child.sessionId, generation });
-    if (held === undefined || !locked) throw new Error(`inheritHistory: session ${childSessionId} has no tree`);
-    if (held > 0 || locked.tree.leafCount > 0) return { status: "has_history" };
+    if (held === undefined) throw new Error(`inheritHistory: session ${childSessionId} has no tree`);
+    if (held > 0) return { status: "has_history" };
     const first = prepared[0] as RecordToSeal;
     const source = await findInheritanceSource(client, {
       scopeId: child.scopeId,

@@ -8,8 +8,8 @@
  */
 import { resolve, sep } from "node:path";
 import type { Memory, RecordTally, Session } from "../src/memory/index.js";
-import { HOST, projectScopeId } from "./adapter.js";
 import { type HistoryTurn, type SessionHistory, sessionHistory } from "./history.js";
+import { HOST, projectScopeId } from "./identity.js";
 import type { OpencodeStorage, StoredSession } from "./opencode-storage.js";
 import { recordEvents } from "./record-events.js";
 

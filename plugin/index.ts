@@ -1,9 +1,10 @@
 import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
 import { openMemory, redactUrl, startWorker } from "../src/memory/index.js";
-import { type HostLookups, OpencodeAdapter, PromptRefused } from "./adapter.js";
+import { type HostLookups, OpencodeAdapter } from "./adapter.js";
 import { compactorModel } from "./compactor-model.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
 import { EmbeddedWorker } from "./embedded-worker.js";
+import { PromptRefused } from "./lease.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
 import { bounded, closeOnSignals } from "./shutdown.js";
 import { memoryTools } from "./tools.js";

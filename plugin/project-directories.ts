@@ -6,7 +6,7 @@
 import { execFile } from "node:child_process";
 import { existsSync } from "node:fs";
 import { promisify } from "node:util";
-import { projectScopeId } from "./adapter.js";
+import { projectScopeId } from "./identity.js";
 import type { OpencodeStorage } from "./opencode-storage.js";
 
 const run = promisify(execFile);

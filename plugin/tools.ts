@@ -7,7 +7,8 @@ import {
   type SearchAnswer,
   type ZoomAnswer,
 } from "../src/memory/index.js";
-import { holderIsDead, type OpencodeAdapter } from "./adapter.js";
+import type { OpencodeAdapter } from "./adapter.js";
+import { holderIsDead } from "./lease.js";
 
 /** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
 const ZOOM_PAGE_TOKENS = 6_000;

@@ -36,12 +36,14 @@ export interface ContextBudgetInput {
   readonly reserveTokens: number;
 }
 
+/** What a request needs besides memory: I + A + O + R. When it exceeds W, nothing memory can drop makes it fit. */
+export function fixedRequestTokens(input: Omit<ContextBudgetInput, "windowTokens">): number {
+  return input.instructionsTokens + input.activeTokens + input.outputTokens + input.reserveTokens;
+}
+
 /** available_memory = max(0, W − I − A − O − R). */
 export function availableMemoryTokens(input: ContextBudgetInput): number {
-  return Math.max(
-    0,
-    input.windowTokens - input.instructionsTokens - input.activeTokens - input.outputTokens - input.reserveTokens,
-  );
+  return Math.max(0, input.windowTokens - fixedRequestTokens(input));
 }
 
 /**

@@ -4,7 +4,7 @@ export { OPENAI_DEFAULT_MODEL } from "../compactor/providers/openai.js";
 export type { SummarizerSettings } from "../compactor/providers/provider.js";
 export { AUTO, createSummarizer } from "../compactor/registry.js";
 export type { Summarizer } from "../compactor/summarizer.js";
-export { availableMemoryTokens, escapeMemoryText, estimateTokens } from "../core/context.js";
+export { availableMemoryTokens, escapeMemoryText, estimateTokens, fixedRequestTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";

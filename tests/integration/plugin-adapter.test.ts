@@ -1,35 +1,39 @@
-import { setTimeout as delay } from "node:timers/promises";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
 import type { HostMessageInfo, HostPart } from "../../plugin/messages.js";
+import { IDLE_GRACE_MS } from "../../plugin/turn-tracking.js";
 import { type Memory, openMemory } from "../../src/memory/index.js";
-import { createTestDatabase, refuseConnections, retrying } from "../helpers.js";
+import { createTestDatabase, eventually, ManualClock, refuseConnections, retrying } from "../helpers.js";
 
 /**
  * The adapter driven hook call by hook call, in orders a loaded OpenCode process produces but a test of real processes
  * hits only by chance (the e2e suite proves the same behaviours with real OpenCode 1.18.33). Real Postgres; the two
- * OpenCode client lookups answer "unknown".
+ * OpenCode client lookups answer "unknown". The adapter's clock is a manual one: the idle grace and the job retry waits
+ * pass when a test advances it, never by sleeping. The service fails at once when the database is unreachable
+ * (OPTCHAT_DATABASE_RETRY_MS=0), so an outage is retried by the adapter's own job queue, the part under test here.
  */
-
-/** The adapter's IDLE_GRACE_MS, and a margin for a loaded machine. */
-const IDLE_GRACE_MS = 5_000;
-const AFTER_GRACE_MS = IDLE_GRACE_MS + 10_000;
 
 let database: Awaited<ReturnType<typeof createTestDatabase>>;
 let adapter: OpencodeAdapter;
 let memory: Memory;
+const time = new ManualClock(Date.now());
+const logged: string[] = [];
 
 beforeAll(async () => {
   database = await createTestDatabase();
-  const config = resolvePluginConfig({ databaseUrl: database.url, embeddedWorker: "off" }, {});
+  const config = resolvePluginConfig(
+    { databaseUrl: database.url, embeddedWorker: "off" },
+    { OPTCHAT_DATABASE_RETRY_MS: "0" },
+  );
   memory = await openMemory(config.core);
   adapter = new OpencodeAdapter(
     memory,
     config,
     { id: "project-adapter-test", worktree: "/tmp/adapter-test", directory: "/tmp/adapter-test" },
     { parentOf: async () => undefined, modelLimits: async () => undefined, transcript: async () => undefined },
-    () => {},
+    (_level, message) => logged.push(message),
+    time,
   );
 });
 
@@ -154,10 +158,12 @@ describe("OpenCode adapter turn bookkeeping", () => {
     stepStarted(s, "msg_202", "msg_201");
     status(s, "idle");
     // Error paths send idle a few ms before the final message: the step may still complete, so nothing ends yet.
-    await delay(1_000);
+    time.advance(1_000);
+    expect(await adapter.flush(10_000)).toBe(true);
     expect(await turnStates(s, ["msg_201"])).toEqual({ msg_201: "active" });
     expect(await leaseHeld(s)).toBe(true);
-    await expectStates(s, { msg_201: "interrupted" }, AFTER_GRACE_MS);
+    time.advance(IDLE_GRACE_MS - 1_000);
+    await expectStates(s, { msg_201: "interrupted" });
     await retrying(async () => expect(await leaseHeld(s)).toBe(false), 10_000, "the lease to be released");
   });
 
@@ -170,7 +176,8 @@ describe("OpenCode adapter turn bookkeeping", () => {
     stepFinished(s, "msg_302", "msg_301", { error: { name: "APIError", data: { message: "bad request" } } });
     status(s, "idle");
     await expectStates(s, { msg_301: "failed" });
-    await delay(IDLE_GRACE_MS + 1_000);
+    time.advance(IDLE_GRACE_MS + 1_000);
+    expect(await adapter.flush(10_000)).toBe(true);
     expect(await turnStates(s, ["msg_301"])).toEqual({ msg_301: "failed" });
   });
 
@@ -184,7 +191,8 @@ describe("OpenCode adapter turn bookkeeping", () => {
     status(s, "idle");
     status(s, "busy");
     await expectStates(s, { msg_401: "completed" });
-    await delay(IDLE_GRACE_MS + 1_000);
+    time.advance(IDLE_GRACE_MS + 1_000);
+    expect(await adapter.flush(10_000)).toBe(true);
     expect(await turnStates(s, ["msg_402"])).toEqual({ msg_402: "active" });
     stepFinished(s, "msg_404", "msg_402", { finish: "stop" });
     status(s, "idle");
@@ -200,12 +208,25 @@ describe("OpenCode adapter turn bookkeeping", () => {
     try {
       stepFinished(s, "msg_602", "msg_601", { finish: "stop" }, "OUTAGE-ANSWER written while Postgres was away");
       status(s, "idle");
-      // The first attempts fail (connections refused); the job waits and tries again.
-      await delay(2_500);
+      // The first attempt fails (connections refused); the job waits to try again.
+      await eventually(
+        async () =>
+          logged.find((line) => line.startsWith("optchat ingest (ses_adapter_outage)") && line.endsWith("retrying")),
+        30_000,
+        "the ingestion job to fail and wait for its retry",
+      );
     } finally {
       await readmit();
     }
-    await expectStates(s, { msg_601: "completed" }, 30_000);
+    // Each poll moves the adapter's clock a second on: the retry waits (0.5, 1, 2 s...) pass without sleeping.
+    await retrying(
+      async () => {
+        time.advance(1_000);
+        expect(await turnStates(s, ["msg_601"])).toEqual({ msg_601: "completed" });
+      },
+      30_000,
+      "the turn to complete once the database is back",
+    );
     const { rows } = await memory.pool.query<{ kind: string }>(
       `SELECT r.kind FROM optchat.records r JOIN optchat.sessions s ON s.session_id = r.session_id
         WHERE s.host_session_id = $1::text ORDER BY r.seq`,

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { projectScopeId } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
+import { projectScopeId } from "../../plugin/identity.js";
 import {
   assistantRecordDrafts,
   type HostMessage,

@@ -1,0 +1,73 @@
+import { looksLikeFork } from "./fork-inherit.js";
+import { newSessionState, type SessionState } from "./session-state.js";
+
+/**
+ * The host sessions this process knows: the state of each one it drives (plugin/session-state.ts), and what
+ * `session.created` said of the sessions created here (a parent, or OpenCode's fork title), which spares a client
+ * round trip at their first prompt.
+ */
+export class HostSessions {
+  private readonly states = new Map<string, SessionState>();
+  /** Parents of subagent sessions created in this process (`session.created` carries them). */
+  private readonly parents = new Map<string, string>();
+  /** Sessions created in this process without a parent. */
+  private readonly roots = new Set<string>();
+  /** Sessions created in this process with OpenCode's fork title: they may hold copies (plugin/fork-inherit.ts). */
+  private readonly forkTitled = new Set<string>();
+
+  /** The state of a session this process drives (or reconciles), if any. */
+  get(hostSessionId: string): SessionState | undefined {
+    return this.states.get(hostSessionId);
+  }
+
+  /** The session's state, created at first sight. */
+  state(hostSessionId: string): SessionState {
+    let state = this.states.get(hostSessionId);
+    if (!state) {
+      state = newSessionState(hostSessionId);
+      this.states.set(hostSessionId, state);
+    }
+    return state;
+  }
+
+  all(): SessionState[] {
+    return [...this.states.values()];
+  }
+
+  /** `session.created`. */
+  noteCreated(info: { id?: string; parentID?: string; title?: string } | undefined): void {
+    if (info?.id && info.parentID) this.parents.set(info.id, info.parentID);
+    else if (info?.id) this.roots.add(info.id);
+    if (info?.id && !info.parentID && looksLikeFork(info.title)) this.forkTitled.add(info.id);
+  }
+
+  /** The parent a session created here was given; undefined for a root or a session created elsewhere. */
+  parentOf(hostSessionId: string): string | undefined {
+    return this.parents.get(hostSessionId);
+  }
+
+  /** Created in this process without a parent (so it has none: no lookup needed). */
+  isRoot(hostSessionId: string): boolean {
+    return this.roots.has(hostSessionId);
+  }
+
+  /** Created in this process (so no other process left a turn or a record in it before). */
+  createdHere(hostSessionId: string): boolean {
+    return this.roots.has(hostSessionId) || this.parents.has(hostSessionId);
+  }
+
+  /**
+   * Whether the session may be a fork holding copies of another's messages: not a subagent's, and when created here,
+   * only with OpenCode's fork title.
+   */
+  mayBeFork(hostSessionId: string): boolean {
+    return !(this.parents.has(hostSessionId) || (this.roots.has(hostSessionId) && !this.forkTitled.has(hostSessionId)));
+  }
+
+  /** Forgets a deleted session. */
+  delete(hostSessionId: string): void {
+    this.states.delete(hostSessionId);
+    this.parents.delete(hostSessionId);
+    this.roots.delete(hostSessionId);
+  }
+}

@@ -31,6 +31,7 @@ export interface RequestTransformDeps {
 }
 
 type InjectionStatus = "injected" | "not_ready" | "budget_exceeded" | "failed" | "skipped";
+type Recorder = (status: InjectionStatus, detail: Record<string, unknown>, turnId?: string, error?: string) => void;
 
 /** The request's token budget (src/core/context.ts), and what the request needs besides memory. */
 interface RequestBudget {
@@ -73,23 +74,34 @@ export class RequestTransform {
     state: SessionState | undefined,
     messages: HostMessage[],
     hostSessionId: string,
-    record: (status: InjectionStatus, detail: Record<string, unknown>, turnId?: string, error?: string) => void,
+    record: Recorder,
     timing: { assembleMs?: number },
   ): Promise<void> {
     if (!state?.session) return record("skipped", { reason: "no turn of this session was admitted by this process" });
-    if (state.disabled) return record("skipped", { reason: state.disabled });
+    const found = await this.requestTurn(state, messages);
+    if (found.type === "skip") return record("skipped", { reason: found.reason });
+    await this.inject(state, state.session, messages, { hostSessionId, ...found }, record, timing);
+  }
+
+  /** The turn the request belongs to, or why memory stays out of it (the native history then goes out unchanged). */
+  private async requestTurn(
+    state: SessionState,
+    messages: readonly HostMessage[],
+  ): Promise<
+    | { type: "skip"; reason: string }
+    | { type: "turn"; turnId: string; requestIndex: number; request: HostMessage | undefined }
+  > {
+    if (state.disabled) return { type: "skip", reason: state.disabled };
     if (state.removed.size > 0) await state.rewinding;
     if (state.removed.size > 0) {
-      return record("skipped", {
-        reason: "a revert was committed and the session's new generation is not written yet",
-      });
+      return { type: "skip", reason: "a revert was committed and the session's new generation is not written yet" };
     }
     state.pendingError = undefined;
     state.unsized = undefined;
     if (state.compacting) {
       state.compacting = false;
       // Native compaction summarizes OpenCode's own transcript, never our synthetic view (seed 000 §13).
-      return record("skipped", { reason: "native compaction request: history passed through unchanged" });
+      return { type: "skip", reason: "native compaction request: history passed through unchanged" };
     }
     // No wait for this session's pending ingestion: admission already waited for the earlier turns, and the current
     // turn's own messages are never replaced (they are at or after its boundary), sealed yet or not.
@@ -100,8 +112,20 @@ export class RequestTransform {
     // The admission's queued part may still run (plugin/admission.ts); a failed one leaves the turn unadmitted.
     await state.turns.get(turnOf() ?? "")?.admission;
     const turnId = turnOf();
-    if (!turnId) return record("skipped", { reason: "the request's user message was not admitted by optchat" });
-    const session = state.session;
+    if (!turnId) return { type: "skip", reason: "the request's user message was not admitted by optchat" };
+    return { type: "turn", turnId, requestIndex, request };
+  }
+
+  /** Fits the turn's memory to the request's budget and lays it out (or records why it cannot be served). */
+  private async inject(
+    state: SessionState,
+    session: Session,
+    messages: HostMessage[],
+    at: { hostSessionId: string; turnId: string; requestIndex: number; request: HostMessage | undefined },
+    record: Recorder,
+    timing: { assembleMs?: number },
+  ): Promise<void> {
+    const { hostSessionId, turnId, requestIndex, request } = at;
     const turn = await this.deps.records.pinnedTurn(state, session, turnId);
     await this.deps.records.loadSeqs(state, session);
     const replaceable =
@@ -130,6 +154,30 @@ export class RequestTransform {
     timing.assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
     state.assembled = context.omitted.length === 0 ? { turnId, context } : undefined;
     if (!sizing.sized) state.unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
+    const place = { hostSessionId, turnId, requestIndex, request, replaceable };
+    this.present(state, messages, place, { context, reused, sizing }, record);
+  }
+
+  /**
+   * The assembled memory into the request: re-sent from the session's cache epoch when it continues, else laid out
+   * afresh (which may start a new epoch).
+   */
+  private present(
+    state: SessionState,
+    messages: HostMessage[],
+    place: {
+      hostSessionId: string;
+      turnId: string;
+      requestIndex: number;
+      request: HostMessage | undefined;
+      replaceable: number;
+    },
+    assembled: { context: AssembledContext; reused: boolean; sizing: RequestBudget },
+    record: Recorder,
+  ): void {
+    const { hostSessionId, turnId, requestIndex, request, replaceable } = place;
+    const { context, reused, sizing } = assembled;
+    const { budget, fixed, model } = sizing;
     // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
     const ownComplete =
       context.blocks.some((b) => b.name === "session_memory") &&
@@ -148,11 +196,12 @@ export class RequestTransform {
       if (!sizing.sized) state.unsized = { tokens: epoch.requestTokens, assumedWindow: budget.windowTokens };
       const continued = { epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true } };
       const { tokens, snapshot } = context;
-      return record(
+      record(
         "injected",
         { ...continued, blocks: epoch.blocks, kept: messages.length - 1, reused, budget, model, tokens, snapshot },
         turnId,
       );
+      return;
     }
     const keptCount = messages.length - replace;
     const blockSizes = this.layOut(state, messages, { hostSessionId, turnId, request, replace, context });

@@ -1,0 +1,83 @@
+import type { PluginInput } from "@opencode-ai/plugin";
+import { openMemory, redactUrl, type Summarizer, startWorker } from "../src/memory/index.js";
+import { type HostLookups, OpencodeAdapter } from "./adapter.js";
+import type { ResolvedPluginConfig } from "./config.js";
+import type { Log } from "./diagnostics.js";
+import { EmbeddedWorker } from "./embedded-worker.js";
+import { closeOnSignals } from "./shutdown.js";
+
+/** How soon after a failed database open the next hook call tries again. */
+const REOPEN_AFTER_MS = 10_000;
+
+export interface LazyAdapter {
+  /** The adapter once the database is open; rejects while it cannot be (tried again after REOPEN_AFTER_MS). */
+  ready(): Promise<OpencodeAdapter>;
+  /** Why memory is unavailable (with the setting to check), while it is. */
+  unavailable(): string | undefined;
+  /** Stops closing the adapter on signals (after its dispose). */
+  unregister(): void;
+}
+
+/**
+ * The database is opened in the background so OpenCode starts at once; the first prompt waits for it. A failed open
+ * (Postgres down, schema not migrated) is tried again at the next hook call after REOPEN_AFTER_MS, so fixing the
+ * database does not need an OpenCode restart. The adapter gets its embedded worker (started when needed), the pass
+ * over the project's stuck turns, and a flush when OpenCode is told to stop (plugin/shutdown.ts).
+ */
+export function openAdapterLazily(
+  input: PluginInput,
+  config: ResolvedPluginConfig,
+  lookups: HostLookups,
+  summarizer: () => Promise<Summarizer>,
+  log: Log,
+): LazyAdapter {
+  let unavailable: string | undefined;
+  let failedAt = 0;
+  let unregister = () => {};
+  const open = async (): Promise<OpencodeAdapter> => {
+    const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
+    const adapter = new OpencodeAdapter(
+      memory,
+      config,
+      { id: input.project.id, worktree: input.worktree, directory: input.directory },
+      lookups,
+      log,
+    );
+    adapter.attachWorker(
+      new EmbeddedWorker(
+        config.plugin.embeddedWorker,
+        (reason) => {
+          adapter.noteWorkerEvent({ type: `starting (${reason})` });
+          return startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
+            concurrency: config.plugin.embeddedWorkerConcurrency,
+            summarizer,
+          });
+        },
+        (error) => adapter.problem("worker", undefined, error),
+        config.plugin.embeddedWorkerStartMs,
+      ),
+    );
+    adapter.scheduleProjectReconcile();
+    unregister = closeOnSignals(adapter, config.plugin.closeFlushMs);
+    unavailable = undefined;
+    return adapter;
+  };
+  const attempt = (): Promise<OpencodeAdapter> => {
+    const pending = open();
+    pending.catch((error: unknown) => {
+      failedAt = Date.now();
+      unavailable = `optchat: memory is unavailable: ${error instanceof Error ? error.message : String(error)} (database ${redactUrl(config.core.databaseUrl)}; setting DATABASE_URL or plugin option databaseUrl; optchat retries at the next prompt)`;
+      log("error", unavailable);
+    });
+    return pending;
+  };
+  let current = attempt();
+  return {
+    ready: () => {
+      if (unavailable !== undefined && Date.now() - failedAt >= REOPEN_AFTER_MS) current = attempt();
+      return current;
+    },
+    unavailable: () => unavailable,
+    unregister: () => unregister(),
+  };
+}

@@ -3,7 +3,7 @@
  * (memory.rewindSession, a new generation): pure, so the decision is tested alone (tests/unit/plugin-history-rewind).
  */
 
-/** The parts of the adapter's per-session state a rewind changes (plugin/adapter.ts SessionState). */
+/** The parts of the adapter's per-session state a rewind changes (plugin/session-state.ts SessionState). */
 export interface RewoundState<Session extends { readonly currentGeneration: number }> {
   session: Session | undefined;
   readonly turns: Map<string, { readonly turnId: string; admitted: boolean; finished: boolean }>;

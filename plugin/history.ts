@@ -145,7 +145,7 @@ export function sessionHistory(messages: readonly HostMessage[]): SessionHistory
 }
 
 /**
- * The turn of an assistant step (the plugin's turnFor): its parent's turn; else the latest turn while it has no
+ * The turn of an assistant step (the live path's turnForAssistant, plugin/turn-tracking.ts): its parent's turn; else the latest turn while it has no
  * outcome (OpenCode going on after a native compaction, whose "Continue…" is no prompt); else a turn of its own.
  */
 function turnFor(

@@ -1,6 +1,6 @@
 /**
  * The ingest events of one OpenCode message's records: its finalization keys (host session, message, part, revision
- * 0), time, tool fields and host attributes. The plugin's live ingestion (plugin/adapter.ts, ingestDrafts) and
+ * 0), time, tool fields and host attributes. The plugin's live ingestion (plugin/session-memory.ts, ingestDrafts) and
  * `optchat import --opencode` (plugin/import-opencode.ts) must produce the very same keys, so that whichever comes
  * second finds every record already stored and duplicates nothing.
  */

@@ -18,7 +18,7 @@ export interface OpenTurn {
   /** Assistant messages seen for the turn, in progress or final. */
   readonly assistantMessages: Set<string>;
   lastStep: { messageId: string; final: boolean; terminal: boolean } | undefined;
-  /** The queued part of the turn's admission (see `admitCounted`); undefined for a continuation turn. */
+  /** The queued part of the turn's admission (plugin/admission.ts `admitCounted`); undefined for a continuation turn. */
   admission: Promise<void> | undefined;
 }
 
@@ -85,7 +85,7 @@ export interface SessionState {
   busy: boolean;
   /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
   idleSince: number | undefined;
-  /** A pending look at turns an idle could not decide (see `scheduleIdleCheck`). */
+  /** A pending look at turns an idle could not decide (plugin/turn-outcomes.ts `scheduleIdleCheck`). */
   idleCheck: { timer: Timer; turnIds: Set<string> } | undefined;
 }
 
@@ -131,7 +131,7 @@ export function noteSeq(seqs: Map<string, number>, messageId: string, seq: numbe
   seqs.set(messageId, Math.max(seqs.get(messageId) ?? -1, seq));
 }
 
-/** A turn this process tracks, not yet admitted in memory (see `admitCounted`, and continuations in `turnFor`). */
+/** A turn this process tracks, not yet admitted in memory (plugin/admission.ts, and continuations in turn-tracking.ts `turnForAssistant`). */
 export function newOpenTurn(turnId: string): OpenTurn {
   return {
     turnId,

@@ -3,30 +3,12 @@
  * of trees.ts, which keeps the rows: trees, nodes, view revisions, failures).
  */
 import { createHash } from "node:crypto";
-import {
-  appendWithoutFit,
-  applyFoldEvent,
-  EMPTY_FOLD,
-  type FoldEvent,
-  type FoldParams,
-  type FoldState,
-  type FoldSummary,
-  type NodeBytes,
-  viewBytes,
-} from "../core/fold.js";
+import type { FoldParams } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
-import { freeLeafText, freeParentText, type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
+import { type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
-import {
-  childrenOf,
-  endOf,
-  leafReady,
-  type NodeAddress,
-  nodeKey,
-  parentOf,
-  parentReady,
-  siblingOf,
-} from "../core/tree.js";
+import { childrenOf, type NodeAddress, nodeKey, parentOf } from "../core/tree.js";
+import { type EnginePlan, type FreeInputs, planTreeEvents, type TreeEngineIo } from "../core/tree-engine.js";
 import type { Queryable } from "./db.js";
 import { TREE_CHANNEL } from "./notifications.js";
 import { readRecordWithPayload } from "./records.js";
@@ -74,9 +56,6 @@ export interface LeafSource {
   /** null: larger than a free leaf can be (not transferred). */
   readonly payload: Buffer | null;
 }
-
-/** How many free nodes one compactor commit builds inline at most (see applyTreeChanges). */
-const MAX_INLINE_BUILDS = 64;
 
 /** A tree locked for change in the caller's transaction. */
 export interface LockedTree {
@@ -172,132 +151,27 @@ export async function planTreeChanges(
   params: FoldParams,
   options: PlanOptions = {},
 ): Promise<TreeChangePlan> {
-  let summary: FoldSummary = { leafCount: tree.leafCount, bytes: tree.viewBytes, shrinking: tree.viewShrinking };
-  let unbuilt = tree.viewUnbuilt;
-  // The latest revision's parts, read when an event first needs the full fold; `state` continues from them.
-  let frontier: readonly NodeAddress[] | undefined;
-  let state: FoldState = EMPTY_FOLD;
-  const appendedWithoutParts: NodeAddress[] = [];
-  let leafCount = tree.leafCount;
-  let builtLeaves = tree.builtLeaves;
-  let eventNo = tree.eventCount;
-  let changedView = false;
-  const ready: NodeAddress[] = [];
-  // Node text sizes known so far (undefined: not built), shared by every event of this call: one lookup round serves
-  // a whole batch of appends.
-  const known = new Map<number, number | undefined>();
-
-  // Explicit changes first; then, with `buildFreeInline` (the compactor's commits), every node that became ready and is
-  // free (a short message, or two children that fit together) is built here, in the same transaction, with no job and
-  // no model call. A backlog of short messages then takes one job, not one job hop per message (~100 ms each,
-  // measured). Bulk ingestion does not do it (measured: a batch of 100 records went from ~5,000 to ~300 records/s);
-  // a host's per-message ingestion opts in (IngestOptions.buildFreeInline), so its next request need not wait for a
-  // job hop to see a short message summarized.
-  const pending: TreeChange[] = [...changes];
-  const builtHere = new Set<number>();
-  const checkedForFree = new Set<number>();
-  let inlineBuilds = 0;
-  for (;;) {
-    let change = pending.shift();
-    if (!change) {
-      // At most MAX_INLINE_BUILDS per commit: the tree row stays locked meanwhile, and ingestion into this session
-      // waits for it. Whatever is still ready afterwards becomes jobs, which continue the cascade.
-      if (!options.buildFreeInline || inlineBuilds >= MAX_INLINE_BUILDS) break;
-      const free = await nextFreeNode(db, tree, ready, builtHere, checkedForFree, options.leafSource);
-      if (!free) break;
-      inlineBuilds += 1;
-      change = { type: "built", node: free };
-    }
-    eventNo += 1;
-    let event: FoldEvent;
-    if (change.type === "append") {
-      if (change.index !== leafCount)
-        throw new Error(`tree ${tree.treeId}: leaf ${change.index} appended after ${leafCount} leaves`);
-      leafCount += 1;
-      event = { type: "append", index: change.index };
-      // A leaf appended now cannot be built yet, nor can the parent it completes.
-      known.set(nodeKey({ level: 0, index: change.index }), undefined);
-      if (change.index % 2 === 1) known.set(nodeKey(parentOf({ level: 0, index: change.index })), undefined);
-      if (leafReady(change.index, leafCount, builtLeaves)) ready.push({ level: 0, index: change.index });
-      const appended = frontier === undefined ? appendWithoutFit(summary, change.index, params) : undefined;
-      if (appended) {
-        summary = appended;
-        unbuilt += 1;
-        appendedWithoutParts.push({ level: 0, index: change.index });
-        changedView = true; // an append always adds a part
-        continue;
-      }
-    } else {
-      const node = { level: change.node.level, index: change.node.index };
-      await insertNode(db, tree.treeId, change.node, eventNo);
-      builtHere.add(nodeKey(node));
-      known.set(nodeKey(node), Buffer.byteLength(change.node.text, "utf8"));
-      event = { type: "built", node };
-      if (node.level === 0) {
-        if (node.index !== builtLeaves)
-          throw new Error(`tree ${tree.treeId}: leaf ${node.index} built before leaf ${builtLeaves}`);
-        builtLeaves += 1;
-        if (leafReady(builtLeaves, leafCount, builtLeaves)) ready.push({ level: 0, index: builtLeaves });
-      }
-    }
-    if (frontier === undefined) {
-      frontier = await loadFrontier(db, tree.treeId, known);
-      state = {
-        parts: [...frontier, ...appendedWithoutParts],
-        leafCount: summary.leafCount,
-        shrinking: summary.shrinking,
-      };
-    }
-    const before = state;
-    // A built node's sibling decides whether their parent is ready: load it with the fold's first round.
-    const sibling = event.type === "built" ? siblingOf(event.node) : undefined;
-    state = (await foldWithLoadedSizes(db, tree.treeId, state, event, params, known, sibling ? [sibling] : [])).state;
-    if (event.type === "built" && sibling) {
-      const parent = parentOf(event.node);
-      const siblingBuilt = known.get(nodeKey(sibling)) !== undefined;
-      if (endOf(parent) <= leafCount && parentReady(parent, siblingBuilt, builtLeaves)) ready.push(parent);
-    }
-    const showsBuiltPart =
-      event.type === "built" && state.parts.some((p) => p.level === event.node.level && p.index === event.node.index);
-    if (state.parts !== before.parts || state.shrinking !== before.shrinking || showsBuiltPart) changedView = true;
-  }
-
-  // What entered and left the view in this call (a part that entered and was merged within it was never in a
-  // revision and is not written).
-  let entered: readonly NodeAddress[] = appendedWithoutParts;
-  let left: readonly NodeAddress[] = [];
-  if (frontier !== undefined) {
-    // Every part's size is in `known`: the fold measured the whole view.
-    const bytesOf: NodeBytes = (node) => known.get(nodeKey(node));
-    const was = new Set(frontier.map(nodeKey));
-    const is = new Set(state.parts.map(nodeKey));
-    entered = state.parts.filter((part) => !was.has(nodeKey(part)));
-    left = frontier.filter((part) => !is.has(nodeKey(part)));
-    summary = { leafCount: state.leafCount, bytes: viewBytes(state.parts, bytesOf), shrinking: state.shrinking };
-    unbuilt = state.parts.filter((part) => bytesOf(part) === undefined).length;
-  }
-  // Nodes built in this call (explicitly, or inline because free) are not waiting for a job.
-  const stillReady = ready.filter((node) => !builtHere.has(nodeKey(node)));
-  const newRevision = changedView || tree.viewRevision === 0;
-  if (!newRevision && (entered.length > 0 || left.length > 0))
-    throw new Error(`tree ${tree.treeId}: the view's parts changed without a new revision`);
-  const revisionNo = tree.viewRevision + (newRevision ? 1 : 0);
+  const plan = await planTreeEvents(tree, changes, params, treeEngineIo(db, tree, options.leafSource), {
+    buildFreeInline: options.buildFreeInline ?? false,
+  });
+  const { built, ...decided } = plan;
   return {
+    ...decided,
     treeId: tree.treeId,
-    leafCount,
-    builtLeaves,
-    eventNo,
-    revision: revisionNo,
-    newRevision,
-    left,
-    entered,
-    bytes: summary.bytes,
-    shrinking: summary.shrinking,
-    unbuilt,
     upperBytes: params.upperBytes,
     lowerBytes: params.lowerBytes,
-    notify: builtHere.size > 0,
-    ready: stillReady,
+    notify: built > 0,
+  };
+}
+
+/** The tree engine's reads and writes of one locked tree (src/core/tree-engine.ts). */
+function treeEngineIo(db: Queryable, tree: Tree, leafSource: PlanOptions["leafSource"]): TreeEngineIo<NewNode, Buffer> {
+  return {
+    loadFrontier: (known) => loadFrontier(db, tree.treeId, known),
+    loadSizes: (addresses) => findNodeSizes(db, tree.treeId, addresses),
+    storeNode: (node, eventNo) => insertNode(db, tree.treeId, node, eventNo),
+    freeInputs: (node) => freeInputs(db, tree, node, leafSource),
+    freeNode,
   };
 }
 
@@ -305,25 +179,12 @@ export async function planTreeChanges(
  * What planTreeChanges decided for one tree, written by one statement (writeTreeChanges, or the ingest's commit
  * statement in store/ingest-commit.ts, which writes the records and their trees' folds together).
  */
-export interface TreeChangePlan {
+export interface TreeChangePlan extends Omit<EnginePlan, "built"> {
   readonly treeId: number;
-  readonly leafCount: number;
-  readonly builtLeaves: number;
-  readonly eventNo: number;
-  /** The view revision after the changes; a new one when `newRevision`. */
-  readonly revision: number;
-  readonly newRevision: boolean;
-  readonly left: readonly NodeAddress[];
-  readonly entered: readonly NodeAddress[];
-  readonly bytes: number;
-  readonly shrinking: boolean;
-  readonly unbuilt: number;
   readonly upperBytes: number;
   readonly lowerBytes: number;
   /** A node was built: announce it on commit (see planTreeChanges). */
   readonly notify: boolean;
-  /** Nodes that became ready to build: enqueue exactly these. */
-  readonly ready: readonly NodeAddress[];
 }
 
 /** The number of parameters {@link treeWriteCtes} takes. */
@@ -468,44 +329,33 @@ async function loadFrontier(
 }
 
 /**
- * The first ready node (in readiness order) that is free and not built yet, with its free text; undefined when none.
- * A session leaf is free when `kind: text` of its record fits; a parent when its two children joined by a newline fit.
- * Shared leaves are built by their publication, never here.
+ * What may make a ready node free (src/core/tree-engine.ts decides): a session leaf's record and its text, or a
+ * parent's two children. Shared leaves are built by their publication, never here.
  */
-async function nextFreeNode(
+async function freeInputs(
   db: Queryable,
   tree: Tree,
-  ready: readonly NodeAddress[],
-  builtHere: ReadonlySet<number>,
-  checked: Set<number>,
+  node: NodeAddress,
   leafSource: PlanOptions["leafSource"],
-): Promise<NewNode | undefined> {
-  for (const node of ready) {
-    const key = nodeKey(node);
-    if (builtHere.has(key) || checked.has(key)) continue;
-    checked.add(key);
-    if (node.level === 0) {
-      if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) continue;
-      // A free leaf's line is at most NODE_BYTES, and its text has at least the payload's bytes less 3 (a dropped
-      // BOM; invalid bytes and NUL only grow when rendered): a larger payload is never free, and is not read here,
-      // inside the ingest transaction (a 64 MiB record was read back whole just to learn that).
-      const found =
-        leafSource?.(node.index) ??
-        (await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3));
-      if (!found?.payload) continue;
-      const text = freeLeafText(found.record.kind, leafSourceText(found.record, payloadAsText(found.payload)));
-      if (text !== undefined) return freeNode(node, text, [found.record.payloadHash]);
-    } else {
-      const [left, right] = childrenOf(node);
-      const children = await findNodes(db, tree.treeId, [left, right]);
-      const a = children.get(nodeKey(left));
-      const b = children.get(nodeKey(right));
-      if (!a || !b) continue;
-      const text = freeParentText(a.text, b.text);
-      if (text !== undefined) return freeNode(node, text, [sha256(a.text), sha256(b.text)]);
-    }
+): Promise<FreeInputs<Buffer> | undefined> {
+  if (node.level === 0) {
+    if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) return undefined;
+    // A free leaf's line is at most NODE_BYTES, and its text has at least the payload's bytes less 3 (a dropped BOM;
+    // invalid bytes and NUL only grow when rendered): a larger payload is never free, and is not read here, inside the
+    // ingest transaction (a 64 MiB record was read back whole just to learn that).
+    const found =
+      leafSource?.(node.index) ??
+      (await readRecordWithPayload(db, tree.sessionId, tree.generation, node.index, NODE_BYTES + 3));
+    if (!found?.payload) return undefined;
+    const text = leafSourceText(found.record, payloadAsText(found.payload));
+    return { type: "leaf", kind: found.record.kind, text, hashes: () => [found.record.payloadHash] };
   }
-  return undefined;
+  const [left, right] = childrenOf(node);
+  const children = await findNodes(db, tree.treeId, [left, right]);
+  const a = children.get(nodeKey(left));
+  const b = children.get(nodeKey(right));
+  if (!a || !b) return undefined;
+  return { type: "parent", left: a.text, right: b.text, hashes: () => [sha256(a.text), sha256(b.text)] };
 }
 
 function freeNode(node: NodeAddress, text: string, inputHashes: Buffer[]): NewNode {
@@ -526,51 +376,6 @@ function freeNode(node: NodeAddress, text: string, inputHashes: Buffer[]): NewNo
 
 function sha256(text: string): Buffer {
   return createHash("sha256").update(text, "utf8").digest();
-}
-
-async function loadSizes(
-  db: Queryable,
-  treeId: number,
-  known: Map<number, number | undefined>,
-  addresses: readonly NodeAddress[],
-): Promise<void> {
-  const missing = addresses.filter((address) => !known.has(nodeKey(address)));
-  if (missing.length === 0) return;
-  const found = await findNodeSizes(db, treeId, missing);
-  for (const address of missing) known.set(nodeKey(address), found.get(nodeKey(address)));
-}
-
-async function foldWithLoadedSizes(
-  db: Queryable,
-  treeId: number,
-  state: FoldState,
-  event: FoldEvent,
-  params: FoldParams,
-  known: Map<number, number | undefined>,
-  alsoLoad: readonly NodeAddress[],
-) {
-  const load = (addresses: readonly NodeAddress[]) => loadSizes(db, treeId, known, addresses);
-  const initial = [...state.parts, ...(event.type === "append" ? [{ level: 0, index: event.index }] : [])];
-  const pairParents: NodeAddress[] = [];
-  for (let k = 0; k + 1 < initial.length; k++) {
-    const a = initial[k] as NodeAddress;
-    if (a.index % 2 === 0 && (initial[k + 1] as NodeAddress).level === a.level) pairParents.push(parentOf(a));
-  }
-  await load([...initial, ...pairParents, ...alsoLoad]);
-  for (;;) {
-    const asked: NodeAddress[] = [];
-    const bytesOf: NodeBytes = (node) => {
-      const key = nodeKey(node);
-      if (!known.has(key)) {
-        asked.push(node);
-        return undefined;
-      }
-      return known.get(key);
-    };
-    const result = applyFoldEvent(state, event, bytesOf, params);
-    if (asked.length === 0) return result;
-    await load(asked);
-  }
 }
 
 async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {

@@ -1,6 +1,7 @@
 import { endOf, type NodeAddress, nodeKey } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
-import { findNodes, findViewRevision, type ViewRevision } from "../store/trees.js";
+import { findNodes } from "../store/nodes.js";
+import { findViewRevision, type ViewRevision } from "../store/view-revisions.js";
 
 /**
  * How many view revisions a context checkpoint stands for (each tree event is one revision: about two per message).

@@ -4,18 +4,13 @@ import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/sum
 import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
 import { withTransaction } from "../store/db.js";
+import { findNodes, type NodeRecord } from "../store/nodes.js";
 import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
 import { applyTreeChanges, lockTree } from "../store/tree-changes.js";
-import {
-  findNodes,
-  findSessionTree,
-  findSharedTreeOfScope,
-  findViewRevision,
-  type NodeRecord,
-  type Tree,
-} from "../store/trees.js";
+import { findSessionTree, findSharedTreeOfScope, type Tree } from "../store/trees.js";
 import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
+import { findViewRevision } from "../store/view-revisions.js";
 import { compactorContextLines } from "./context.js";
 import { type CompactorDeps, treeCacheKey, withinBudget } from "./deps.js";
 import { failAndReschedule } from "./job-failure.js";

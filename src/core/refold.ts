@@ -1,7 +1,7 @@
 import { applyFoldEvent, EMPTY_FOLD, type FoldEvent, type FoldParams, type FoldState, type NodeBytes } from "./fold.js";
 import { type NodeAddress, nodeKey } from "./tree.js";
 
-/** One fold input of a tree's derived event log (store/trees.ts listTreeEvents). */
+/** One fold input of a tree's derived event log (store/tree-log.ts listTreeEvents). */
 export interface LoggedEvent {
   readonly eventNo: number;
   readonly event: FoldEvent;

@@ -2,7 +2,9 @@ import { EMPTY_FOLD, type FoldState, type NodeBytes, tilingProblem, viewBytes } 
 import { replayFold } from "../core/refold.js";
 import { listTreeIds, runSqlAudits, type Violation } from "../store/audits.js";
 import type { Queryable } from "../store/db.js";
-import { findTree, listNodeSizes, listTreeEvents, listViewRevisions } from "../store/trees.js";
+import { listNodeSizes, listTreeEvents } from "../store/tree-log.js";
+import { findTree } from "../store/trees.js";
+import { listViewRevisions } from "../store/view-revisions.js";
 
 export interface TreeAuditProblem {
   readonly treeId: number;

@@ -15,8 +15,9 @@ import {
   rangeTimeSpans,
   type TimeSpan,
 } from "../store/browse.js";
+import { findNodes, type NodeRecord } from "../store/nodes.js";
 import { listPublications, type Publication } from "../store/publications.js";
-import { findNodes, findSessionTree, findSharedTreeOfScope, type NodeRecord, type Tree } from "../store/trees.js";
+import { findSessionTree, findSharedTreeOfScope, type Tree } from "../store/trees.js";
 import type { TurnOutcome } from "../store/turns.js";
 import { resolveSession } from "./resolve-session.js";
 import type { Memory } from "./service.js";

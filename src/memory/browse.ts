@@ -10,10 +10,11 @@ import { highlightSegments, type Segment } from "../core/highlight.js";
 import { queryGroups } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import { listSessionsOfScope, type SessionSummary } from "../store/browse.js";
+import { listNodeFailures } from "../store/nodes.js";
 import { listPublicationFailures, listPublications, type PublicationFailure } from "../store/publications.js";
 import type { SourceRecord } from "../store/records.js";
 import { findScope, type Scope, type Session } from "../store/sessions.js";
-import { findSharedTreeOfScope, listNodeFailures, type Tree } from "../store/trees.js";
+import { findSharedTreeOfScope, type Tree } from "../store/trees.js";
 import type { AssembledContext } from "./assembly.js";
 import {
   type BrowseLine,

@@ -2,7 +2,7 @@ import { estimateTokens, type MemoryLine, type RenderedBlock } from "../core/con
 import { type NodeBytes, partBytes, project } from "../core/fold.js";
 import { type NodeAddress, nodeKey } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
-import { findNodes } from "../store/trees.js";
+import { findNodes } from "../store/nodes.js";
 import type { PinnedNodeCache } from "./pinned-nodes.js";
 
 /** The lines of one tree's view an assembly renders: its parts, and how their nodes are read and named. */

@@ -25,10 +25,11 @@ import {
   startNextGeneration,
   writeInheritedRecords,
 } from "../store/inherit.js";
+import type { NewNode } from "../store/nodes.js";
 import type { RecordToSeal } from "../store/records.js";
 import { findSession } from "../store/sessions.js";
 import { applyTreeChanges, lockTree, type TreeChange } from "../store/tree-changes.js";
-import { findSessionTree, type NewNode } from "../store/trees.js";
+import { findSessionTree } from "../store/trees.js";
 import { retireFromScope } from "./forget.js";
 import type { IngestDeps } from "./ingest.js";
 import { prepareEvents } from "./ingest-prep.js";

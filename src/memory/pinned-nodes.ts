@@ -1,6 +1,6 @@
 import { type NodeAddress, nodeKey } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
-import { findNodes } from "../store/trees.js";
+import { findNodes } from "../store/nodes.js";
 
 /**
  * Texts of nodes as a view revision pinned at a tree event sees them. Immutable (a rebuild is a new revision with a

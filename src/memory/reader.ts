@@ -1,8 +1,9 @@
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import type { Pool } from "../store/db.js";
 import { findScope, type Session } from "../store/sessions.js";
-import { findSessionTree, findSharedTreeOfScope, findViewRevision } from "../store/trees.js";
+import { findSessionTree, findSharedTreeOfScope } from "../store/trees.js";
 import { findTurn, type Snapshot, type Turn } from "../store/turns.js";
+import { findViewRevision } from "../store/view-revisions.js";
 import { currentTurn } from "./retention-epoch.js";
 
 /** A turn as callers name it: its session and the host's turn ID. */

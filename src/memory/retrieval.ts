@@ -4,10 +4,11 @@ import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/r
 import { endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import type { Pool } from "../store/db.js";
+import { findNodes } from "../store/nodes.js";
 import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
 import { listRecords, recordTimeSpan } from "../store/records.js";
 import { findSession, listScopeSessions, type Session } from "../store/sessions.js";
-import { findNodes, findSessionTree, type Tree } from "../store/trees.js";
+import { findSessionTree, type Tree } from "../store/trees.js";
 import { type TurnOutcome, turnRecordRange } from "../store/turns.js";
 import { type ReadAs, type Reader, readerOf, type ServedSnapshot, served } from "./reader.js";
 import { childLinesOf } from "./views.js";

@@ -3,17 +3,10 @@ import { type NodeBytes, PLACEHOLDER_TEXT, partBytes, project } from "../core/fo
 import { flattenLine } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, parseRef, refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
+import { findNodes, listNodeFailures } from "../store/nodes.js";
 import type { TreeListener } from "../store/notifications.js";
-import {
-  findNodes,
-  findProjection,
-  findSessionTree,
-  findViewRevision,
-  listNodeFailures,
-  saveProjection,
-  type Tree,
-  type ViewRevision,
-} from "../store/trees.js";
+import { findSessionTree, type Tree } from "../store/trees.js";
+import { findProjection, findViewRevision, saveProjection, type ViewRevision } from "../store/view-revisions.js";
 
 export interface ViewLine {
   readonly ref: string;

@@ -7,7 +7,7 @@
  */
 import { endOf } from "../core/tree.js";
 import type { Queryable } from "./db.js";
-import type { NewNode, NodeChunk } from "./trees.js";
+import type { NewNode, NodeChunk } from "./nodes.js";
 
 /**
  * Locks the child generation's row and its tree's row in one statement, in the order the ingest takes them

@@ -17,7 +17,7 @@ import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
 import { type LockedTree, writeTreeChanges } from "./tree-changes.js";
-import { listNodeSizes, listTreeEvents } from "./trees.js";
+import { listNodeSizes, listTreeEvents } from "./tree-log.js";
 
 export type RetireReason = "deleted" | "revoked" | "reverted";
 

@@ -1,6 +1,7 @@
 /**
- * Applying events to a tree: the one place where leaves are appended, nodes committed and the view folded (moved out
- * of trees.ts, which keeps the rows: trees, nodes, view revisions, failures).
+ * Applying events to a tree: the one place where leaves are appended, nodes committed and the view folded. The
+ * decisions are src/core/tree-engine.ts; this module locks the tree, supplies the engine's reads and writes, and
+ * writes its plan (the rows themselves: trees.ts, nodes.ts, view-revisions.ts, tree-log.ts).
  */
 import { createHash } from "node:crypto";
 import type { FoldParams } from "../core/fold.js";
@@ -10,23 +11,18 @@ import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import { childrenOf, type NodeAddress, nodeKey, parentOf } from "../core/tree.js";
 import { type EnginePlan, type FreeInputs, planTreeEvents, type TreeEngineIo } from "../core/tree-engine.js";
 import type { Queryable } from "./db.js";
+import { findNodeSizes, findNodes, type NewNode } from "./nodes.js";
 import { TREE_CHANNEL } from "./notifications.js";
 import { readRecordWithPayload } from "./records.js";
+import { TREE_COLUMNS, type Tree, type TreeRow, toTree } from "./trees.js";
 import {
-  findNodeSizes,
-  findNodes,
-  type NewNode,
   PARTS_AT,
   partsInOrder,
-  TREE_COLUMNS,
-  type Tree,
-  type TreeRow,
-  toTree,
   toViewRevision,
   VIEW_COLUMNS,
   type ViewRevision,
   type ViewRow,
-} from "./trees.js";
+} from "./view-revisions.js";
 
 export type TreeChange =
   | { readonly type: "append"; readonly index: number }

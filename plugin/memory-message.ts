@@ -112,7 +112,7 @@ export function withLeadingText(message: HostMessage, text: string, turnId: stri
 export function sharedUpdateText(publicationHighWater: number, lines: readonly string[]): string {
   if (lines.length === 0) return "";
   return `${[
-    `${MEMORY_CONTINUED} published to shared memory by this project's other conversations since the previous turn (as of publication ${publicationHighWater}), oldest first:`,
+    `${MEMORY_CONTINUED} published to shared memory by other conversations since the previous turn, oldest first (publication ${publicationHighWater}):`,
     "<shared_memory_update>",
     ...lines,
     "</shared_memory_update>",

@@ -5,6 +5,8 @@ import {
   renderPreviousExchange,
   renderSessionBlock,
   renderSharedBlock,
+  verbatimSessionLines,
+  withoutLines,
 } from "../../src/core/context.js";
 
 /** The cache-stable layout of the injected memory (docs/caching.md). */
@@ -85,5 +87,38 @@ describe("memory layout", () => {
       ]),
     ).toBe(3);
     expect(coveredPrefixEnd([{ start: 2, end: 3 }])).toBe(0);
+  });
+
+  it("leaves out of the session block only the lines that repeat the previous exchange word for word", () => {
+    const exchange = [
+      { seq: 4, kind: "user", text: "use <b> & keep\nit" },
+      { seq: 7, kind: "assistant", text: "done" },
+    ];
+    const verbatim = new Set(verbatimSessionLines(exchange));
+    const block = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
+      { ref: "3+1", text: "user: earlier" },
+      { ref: "4+1", text: "user: use <b> & keep\nit" },
+      { ref: "5+1", text: "tool_call: bash ls" },
+      { ref: "6+1", text: "tool_result: a b" },
+      // A summary of the reply (not its exact text) stays, as does the same text under another ref.
+      { ref: "7+1", text: "assistant: done, and more" },
+      { ref: "2+1", text: "assistant: done" },
+    ]);
+    const kept = withoutLines(block, verbatim);
+    expect(kept?.pieces).toEqual([
+      block.pieces[0],
+      "3+1|user: earlier",
+      "5+1|tool_call: bash ls",
+      "6+1|tool_result: a b",
+      "7+1|assistant: done, and more",
+      "2+1|assistant: done",
+      "</session_memory>",
+    ]);
+    expect(kept?.text).toBe(kept?.pieces.join("\n"));
+    expect(withoutLines(block, new Set())).toBe(block);
+    const only = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
+      { ref: "7+1", text: "assistant: done" },
+    ]);
+    expect(withoutLines(only, verbatim)).toBeUndefined();
   });
 });

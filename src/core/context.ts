@@ -179,14 +179,14 @@ export function verbatimSessionLines(messages: readonly { seq: number; kind: str
 }
 
 /**
- * `block` (its pieces: opening, data lines, closing) without the data lines in `drop`; undefined when no data line is
- * left. Used for the session block next to the previous exchange, so a message is not sent twice (docs/caching.md).
+ * `block` (its pieces: opening, data lines, closing) without the data lines in `drop`, possibly none left (the block
+ * itself stays: its presence says the session's history is complete up to the turn). Used for the session block next
+ * to the previous exchange, so a message is not sent twice (docs/caching.md).
  */
-export function withoutLines(block: RenderedBlock, drop: ReadonlySet<string>): RenderedBlock | undefined {
+export function withoutLines(block: RenderedBlock, drop: ReadonlySet<string>): RenderedBlock {
   const body = block.pieces.slice(1, -1);
   const kept = body.filter((piece) => !drop.has(piece));
   if (kept.length === body.length) return block;
-  if (kept.length === 0) return undefined;
   return rendered([block.pieces[0] as string, ...kept, block.pieces.at(-1) as string]);
 }
 

@@ -388,12 +388,9 @@ function dropRepeatedLines(blocks: AssembledBlock[], verbatim: ReadonlySet<strin
   const at = blocks.findIndex((b) => b.name === "session_memory");
   const own = blocks[at];
   if (!own) return 0;
+  // The block stays even with no line left: the plugin reads its presence as "the session's history is complete".
   const kept = withoutLines(own, verbatim);
   if (kept === own) return own.tokens;
-  if (!kept) {
-    blocks.splice(at, 1);
-    return 0;
-  }
   const tokens = estimateTokens(kept.text);
   blocks[at] = { name: own.name, text: kept.text, pieces: kept.pieces, tokens, lines: kept.pieces.length - 2 };
   return tokens;

@@ -119,6 +119,7 @@ describe("memory layout", () => {
     const only = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
       { ref: "7+1", text: "assistant: done" },
     ]);
-    expect(withoutLines(only, verbatim)).toBeUndefined();
+    // With no line left the block stays, empty: its presence says the session's history is complete.
+    expect(withoutLines(only, verbatim).pieces).toEqual([only.pieces[0], "</session_memory>"]);
   });
 });

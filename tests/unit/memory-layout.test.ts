@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { MEMORY_CONTINUED, MEMORY_HEAD, memoryLayout, withLeadingText } from "../../plugin/memory-message.js";
+import { SharedParts } from "../../plugin/shared-parts.js";
 import {
   coveredPrefixEnd,
   renderPreviousExchange,
@@ -42,12 +43,15 @@ describe("memory layout", () => {
     expect(layout.volatile.indexOf("<session_memory")).toBeLessThan(layout.volatile.indexOf("<previous_exchange"));
   });
 
-  it("sends one stable part per shared line, so a grown view keeps the earlier parts byte-identical", () => {
-    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], 7, 3);
-    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], 11, 5);
-    expect(before.stable).toHaveLength(1 + 1 + 3);
+  it("keeps a grown view's earlier stable parts byte-identical and sends the lines it gained as one more part", () => {
+    const parts = new SharedParts();
+    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], 7, 3, parts);
+    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], 11, 5, parts);
+    // head, opening, the three lines as one part; then the two lines gained as one more.
+    expect(before.stable).toHaveLength(1 + 1 + 1);
     expect(after.stable.slice(0, before.stable.length)).toEqual(before.stable);
-    expect(after.stable).toHaveLength(1 + 1 + 5);
+    expect(after.stable).toHaveLength(1 + 1 + 2);
+    expect(after.stable.slice(2).join("")).toBe(`${sharedOf(5).pieces.slice(1, -1).join("\n")}\n`);
     expect(before.volatile).not.toBe(after.volatile);
   });
 

@@ -7,7 +7,9 @@
  */
 import { cpus, loadavg, totalmem } from "node:os";
 import pg from "pg";
-import { redactUrl } from "../../src/memory/config.js";
+import { type Config, redactUrl } from "../../src/memory/config.js";
+import { migrateAll } from "../../src/memory/migrate.js";
+import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { CompactorEvent } from "../../src/memory/worker.js";
 
 /** Everything a benchmark module gets from the dispatcher. */
@@ -82,6 +84,56 @@ export async function createDatabase(serverUrl: string, name: string): Promise<v
 
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
+}
+
+/** A scratch database of this run on the bench server. */
+export interface ScratchDatabase {
+  readonly name: string;
+  readonly url: string;
+}
+
+/**
+ * Runs `body` on a new, empty scratch database (`optchat_bench_<pid>_<suffix>`; a leftover of that name is dropped
+ * first) and drops it afterwards whatever happens. A failed drop is noted, not thrown, so that it cannot hide the
+ * body's own error.
+ */
+export async function withScratchDatabase<T>(
+  serverUrl: string,
+  suffix: string | undefined,
+  body: (database: ScratchDatabase) => Promise<T>,
+): Promise<T> {
+  const name = scratchDatabaseName(suffix);
+  await dropDatabase(serverUrl, name);
+  await createDatabase(serverUrl, name);
+  try {
+    return await body({ name, url: withDatabase(serverUrl, name) });
+  } finally {
+    await dropDatabase(serverUrl, name).catch((error) => note(`could not drop ${name}: ${errorMessage(error)}`));
+  }
+}
+
+/**
+ * Runs `body` on the memory service over a migrated scratch database (see `withScratchDatabase`), opened with the
+ * config `configFor` gives for the database's URL; the memory is closed and the database dropped afterwards.
+ * `label` is the database's suffix and the prefix of the progress notes.
+ */
+export async function withScratchMemory<T>(
+  serverUrl: string,
+  label: string,
+  configFor: (databaseUrl: string) => Config,
+  body: (memory: Memory, config: Config, database: ScratchDatabase) => Promise<T>,
+): Promise<T> {
+  return await withScratchDatabase(serverUrl, label, async (database) => {
+    const migrated = await migrateAll(database.url);
+    note(`${label}: scratch database ${database.name} at schema version ${migrated.schemaVersion}`);
+    const config = configFor(database.url);
+    const memory = await openMemory(config, { applicationName: "optchat-bench" });
+    try {
+      return await body(memory, config, database);
+    } finally {
+      await memory.close().catch((error) => note(`${label}: could not close memory: ${errorMessage(error)}`));
+    }
+  });
 }
 
 /** Best effort: flush dirty buffers so one case's writes are not paid for by the next one (needs superuser). */

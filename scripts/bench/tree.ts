@@ -47,22 +47,19 @@ import { applyFoldEvent, EMPTY_FOLD, type FoldParams, type FoldState, type NodeB
 import { COMPACT_SYSTEM_PROMPT, NODE_BYTES, promptBytes } from "../../src/core/summary.js";
 import { type NodeAddress, refOf } from "../../src/core/tree.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import { lineAsText } from "../../src/memory/views.js";
 import {
   type BenchContext,
   compactorRecorder,
-  dropDatabase,
   emit,
   envNumber,
   errorMessage,
   note,
   ratio,
   round,
-  scratchDatabaseName,
-  withDatabase,
+  withScratchMemory,
 } from "./common.js";
 import { compactorCacheCases } from "./compactor-cache.js";
 
@@ -1011,17 +1008,11 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
     emit(BENCH, "compactor-inputs", { skipped: "OPTCHAT_BENCH_TREE_COMPACTOR_MESSAGES=0 and BACKLOG_MESSAGES=0" });
     return;
   }
-  const name = scratchDatabaseName("tree");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  try {
-    const migrated = await migrateAll(databaseUrl);
-    note(`tree: scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const config = resolveConfig({
+  const configFor = (databaseUrl: string) =>
+    resolveConfig({
       overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), viewBytes: settings.viewBytes },
     });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
+  await withScratchMemory(context.serverUrl, "tree", configFor, async (memory, _config, { url: databaseUrl }) => {
     const filler = makeFiller(settings.seed + 17, 400_000);
 
     let live: PhaseResult | undefined;
@@ -1142,12 +1133,7 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
       noopJobsPerSec: { batch1: noopRate("batch1") ?? null, batch100: noopRate("batch100") ?? null },
       noopBatch100VsBatch1: ratio(noopRate("batch100"), noopRate("batch1")),
     });
-  } finally {
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
 }
 
 export async function runTreeBench(context: BenchContext): Promise<void> {

@@ -9,6 +9,7 @@ import { cpus, loadavg, totalmem } from "node:os";
 import pg from "pg";
 import { type Config, redactUrl } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
+import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { CompactorEvent } from "../../src/memory/worker.js";
 
@@ -250,6 +251,32 @@ export function compactorRecorder(): {
       events[event.type] = (events[event.type] ?? 0) + 1;
       if (event.type === "error" || event.type === "failure") first ??= `${event.type}: ${event.error}`;
     },
+  };
+}
+
+/** A message of a bench's synthetic conversation, before it is an ingest event. */
+export interface SyntheticRecord {
+  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
+  readonly content: string;
+  readonly toolCallId?: string;
+  readonly toolName?: string;
+}
+
+/** The ingest event of `session`'s n-th synthetic message: message `m<n>`, n seconds after 2026-01-01T00:00:00Z. */
+export function syntheticEvent(
+  session: { readonly sessionId: string; readonly hostSessionId: string },
+  turnId: string,
+  n: number,
+  record: SyntheticRecord,
+): IngestEvent {
+  return {
+    sessionId: session.sessionId,
+    turnId,
+    kind: record.kind,
+    finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
+    occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
+    content: record.content,
+    ...(record.toolCallId ? { toolCallId: record.toolCallId, toolName: record.toolName } : {}),
   };
 }
 

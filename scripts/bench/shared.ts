@@ -57,8 +57,10 @@ import {
   type LatencySummary,
   note,
   round,
+  type SyntheticRecord,
   seededRandom,
   summarizeLatencies,
+  syntheticEvent,
   withScratchMemory,
 } from "./common.js";
 import { runSearchScaleBench } from "./search-scale.js";
@@ -336,13 +338,6 @@ function hashOf(n: number, seed: number): string {
   return `h${h.toString(16).padStart(8, "0")}`;
 }
 
-interface SyntheticRecord {
-  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
-  readonly content: string;
-  readonly toolCallId?: string;
-  readonly toolName?: string;
-}
-
 function pick<T>(random: () => number, list: readonly T[]): T {
   return list[Math.floor(random() * list.length)] as T;
 }
@@ -475,15 +470,7 @@ async function buildScope(
         (texts[k] as SyntheticRecord[]).forEach((record, j) => {
           const n = t.first + j;
           recordBytes += Buffer.byteLength(record.content, "utf8");
-          events.push({
-            sessionId: session.sessionId,
-            turnId: `t${t.ordinal}`,
-            kind: record.kind,
-            finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
-            occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
-            content: record.content,
-            ...(record.toolCallId ? { toolCallId: record.toolCallId, toolName: record.toolName } : {}),
-          });
+          events.push(syntheticEvent(session, `t${t.ordinal}`, n, record));
         });
       });
       for (let at = 0; at < events.length; at += settings.batch) {

@@ -47,7 +47,6 @@ import { applyFoldEvent, EMPTY_FOLD, type FoldParams, type FoldState, type NodeB
 import { COMPACT_SYSTEM_PROMPT, NODE_BYTES, promptBytes } from "../../src/core/summary.js";
 import { type NodeAddress, refOf } from "../../src/core/tree.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import type { IngestEvent } from "../../src/memory/schemas.js";
 import type { Memory } from "../../src/memory/service.js";
 import { lineAsText } from "../../src/memory/views.js";
 import {
@@ -59,6 +58,8 @@ import {
   note,
   ratio,
   round,
+  type SyntheticRecord,
+  syntheticEvent,
   withScratchMemory,
 } from "./common.js";
 import { compactorCacheCases } from "./compactor-cache.js";
@@ -571,12 +572,8 @@ function countingSummarizer(inner: Summarizer): { summarizer: Summarizer; stats:
   };
 }
 
-interface SyntheticMessage {
-  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
-  readonly content: string;
+interface SyntheticMessage extends SyntheticRecord {
   readonly turn: number;
-  readonly toolCallId?: string;
-  readonly toolName?: string;
 }
 
 const TOOLS = ["read", "bash", "edit", "grep", "glob", "write"];
@@ -620,18 +617,6 @@ interface BenchSession {
   readonly messages: readonly SyntheticMessage[];
 }
 
-function toEvent(session: BenchSession, n: number, message: SyntheticMessage): IngestEvent {
-  return {
-    sessionId: session.sessionId,
-    turnId: `t${message.turn}`,
-    kind: message.kind,
-    finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
-    occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
-    content: message.content,
-    ...(message.toolCallId ? { toolCallId: message.toolCallId, toolName: message.toolName } : {}),
-  };
-}
-
 async function openSessions(
   memory: Memory,
   phase: string,
@@ -663,7 +648,9 @@ async function ingestAll(memory: Memory, sessions: readonly BenchSession[], sign
       sessions.map((session) => {
         const slice = session.messages.slice(from, from + INGEST_BATCH);
         if (slice.length === 0) return Promise.resolve([]);
-        return memory.ingestMany(slice.map((message, k) => toEvent(session, from + k, message)));
+        return memory.ingestMany(
+          slice.map((message, k) => syntheticEvent(session, `t${message.turn}`, from + k, message)),
+        );
       }),
     );
     for (const list of results) for (const result of list) if (result.status === "sealed") sealed += 1;

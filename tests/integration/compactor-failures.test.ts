@@ -2,25 +2,18 @@ import { describe, expect, it } from "vitest";
 import { NODE_BYTES, SIZE_TRIES } from "../../src/core/summary.js";
 import { readStatus } from "../../src/memory/status.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
-import { eventually, finishTurnNeedingSummary, ingestEvent, useTestMemory } from "../helpers.js";
+import { eventually, finishTurnNeedingSummary, sessionWithOneMessage, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ failureRetrySeconds: 1 });
 const LONG = `user: please keep the retry policy at three attempts. ${"because the broker redelivers anyway; ".repeat(40)}`;
 
 async function sessionWithOneLongMessage(name: string) {
-  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_failures" });
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId: "t1",
-      kind: "user",
-      host: name,
-      messageId: "m0",
-      occurredAt: "2026-11-20T10:00:00Z",
-      content: LONG,
-    }),
-  );
-  return session;
+  return await sessionWithOneMessage(db.memory, {
+    hostSessionId: name,
+    projectId: "prj_failures",
+    kind: "user",
+    content: LONG,
+  });
 }
 
 async function leafRow(sessionId: string) {

@@ -444,6 +444,39 @@ export async function startPluginWorld(): Promise<PluginWorld> {
   };
 }
 
+/** What `usePluginServer` gives an e2e file: its plugin world and one OpenCode server on a default environment. */
+export interface PluginServer {
+  readonly world: PluginWorld;
+  readonly db: pg.Pool;
+  readonly model: ModelServer;
+  readonly server: OpencodeServer;
+  /** The environment's project directory (where the agent's tools run). */
+  readonly projectDir: string;
+  /** Sends `text` to the session and waits until the session is idle again. */
+  ask(session: string, text: string): Promise<void>;
+}
+
+/** Registers beforeAll/afterAll hooks giving the file a plugin world with one OpenCode server (see `PluginServer`). */
+export function usePluginServer(waitMs: number): PluginServer {
+  const handle = {
+    async ask(session: string, text: string) {
+      await handle.server.prompt(session, text);
+      await handle.server.waitIdle(session, waitMs);
+    },
+  } as { -readonly [K in keyof PluginServer]: PluginServer[K] };
+  beforeAll(async () => {
+    handle.world = await startPluginWorld();
+    ({ db: handle.db, model: handle.model } = handle.world);
+    const env = await handle.world.env();
+    handle.projectDir = env.projectDir;
+    handle.server = await handle.world.server(env);
+  }, 120_000);
+  afterAll(async () => {
+    await handle.world?.close();
+  });
+  return handle;
+}
+
 /**
  * A session with one finished turn of three 240-byte messages on `theme`: each message is a free session node, but the
  * publication leaf over their cover needs the summarizer (the fixture of the publication failure and crash tests).

@@ -164,6 +164,24 @@ export async function sessionWithOneMessage(
   return session;
 }
 
+/** Counts turns of the event loop (setImmediate callbacks) until stopped: a task that never yields sees none. */
+export function loopTurns(): { stop(): number } {
+  let turns = 0;
+  let running = true;
+  const tick = () => {
+    if (!running) return;
+    turns++;
+    setImmediate(tick);
+  };
+  setImmediate(tick);
+  return {
+    stop() {
+      running = false;
+      return turns;
+    },
+  };
+}
+
 export function readFixture<T = unknown>(name: string): T {
   return JSON.parse(readFileSync(new URL(`./fixtures/${name}`, import.meta.url), "utf8")) as T;
 }

@@ -323,6 +323,33 @@ export interface WorkerProcess {
   stderr(): string;
 }
 
+/**
+ * Registers an afterAll hook that kills every worker process the file started with `start` (on its database, with
+ * `defaults` under each call's env) and is still running; SIGCONT first, so that a paused one dies too.
+ */
+export function useWorkerProcesses(
+  db: Pick<TestMemory, "url">,
+  defaults: Record<string, string> = {},
+): { readonly all: readonly WorkerProcess[]; start(env?: Record<string, string>): Promise<WorkerProcess> } {
+  const all: WorkerProcess[] = [];
+  afterAll(async () => {
+    for (const w of all) {
+      if (w.child.exitCode === null) {
+        w.child.kill("SIGCONT");
+        w.child.kill("SIGKILL");
+      }
+    }
+  });
+  return {
+    all,
+    async start(env = {}) {
+      const worker = await startWorkerProcess(db.url, { ...defaults, ...env });
+      all.push(worker);
+      return worker;
+    },
+  };
+}
+
 /** Polls `check` until it returns a value (not undefined) or `timeoutMs` passes. */
 export async function eventually<T>(
   check: () => Promise<T | undefined>,

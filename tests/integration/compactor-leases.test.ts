@@ -1,36 +1,17 @@
-import { afterAll, describe, expect, it } from "vitest";
-import { eventually, ingestEvent, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import { describe, expect, it } from "vitest";
+import { eventually, sessionWithOneMessage, useTestMemory, useWorkerProcesses } from "../helpers.js";
 
 const db = useTestMemory();
-const workers: WorkerProcess[] = [];
-afterAll(async () => {
-  for (const w of workers) {
-    if (w.child.exitCode === null) {
-      w.child.kill("SIGCONT");
-      w.child.kill("SIGKILL");
-    }
-  }
-});
-
-async function start(env: Record<string, string> = {}): Promise<WorkerProcess> {
-  const worker = await startWorkerProcess(db.url, { OPTCHAT_WORKER_CONCURRENCY: "2", ...env });
-  workers.push(worker);
-  return worker;
-}
+const workers = useWorkerProcesses(db, { OPTCHAT_WORKER_CONCURRENCY: "2" });
+const start = workers.start;
 
 async function ingestLong(name: string): Promise<string> {
-  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_leases" });
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId: "t1",
-      kind: "assistant",
-      host: name,
-      messageId: "m0",
-      occurredAt: "2026-11-20T10:00:00Z",
-      content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
-    }),
-  );
+  const session = await sessionWithOneMessage(db.memory, {
+    hostSessionId: name,
+    projectId: "prj_leases",
+    kind: "assistant",
+    content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
+  });
   return session.sessionId;
 }
 
@@ -78,7 +59,7 @@ describe("compactor leases", () => {
   }, 60_000);
 
   it("does not let a worker that was paused past its lease commit (fencing)", async () => {
-    for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
+    for (const w of workers.all) if (w.child.exitCode === null) w.child.kill("SIGKILL");
     // The summary takes 8 s, so the SIGSTOP below lands inside it even on a loaded machine.
     const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=8000" });
     const sessionId = await ingestLong("paused");

@@ -372,31 +372,42 @@ async function walkTo(memory: Memory, ctx: TurnContext, sharedLines: readonly st
     const { start, count } = rangeOf(ref);
     return at >= start && at < start + count;
   };
-  let ref = sharedLines.find((line) => contains(line, place.publication));
-  if (!ref) return fail("no shared view line holds its publication");
-  while (rangeOf(ref).count > 1) {
-    const answer = await memory.zoom(ctx, ref);
-    zooms += 1;
+  /** Zooms from `from` down to the one-unit ref holding `at` (`what` names it); the ref reached, or the problem. */
+  const descend = async (
+    from: string,
+    at: number,
+    what: string,
+    counted: () => void,
+  ): Promise<{ ref: string } | { problem: string }> => {
+    let ref = from;
+    while (rangeOf(ref).count > 1) {
+      const answer = await memory.zoom(ctx, ref);
+      zooms += 1;
+      counted();
+      if (answer.kind !== "lines") return { problem: `${ref}: expected lines, got ${answer.kind}` };
+      const next: string | undefined = answer.lines.find((line) => contains(line.ref, at))?.ref;
+      if (!next) return { problem: `${ref}: no child holds ${what}` };
+      ref = next;
+    }
+    return { ref };
+  };
+  const viewLine = sharedLines.find((line) => contains(line, place.publication));
+  if (!viewLine) return fail("no shared view line holds its publication");
+  const toPublication = await descend(viewLine, place.publication, `publication ${place.publication}`, () => {
     sharedZooms += 1;
-    if (answer.kind !== "lines") return fail(`${ref}: expected lines, got ${answer.kind}`);
-    const next: string | undefined = answer.lines.find((line) => contains(line.ref, place.publication))?.ref;
-    if (!next) return fail(`${ref}: no child holds publication ${place.publication}`);
-    ref = next;
-  }
+  });
+  if ("problem" in toPublication) return fail(toPublication.problem);
+  const { ref } = toPublication;
   const publication = await memory.zoom(ctx, ref);
   zooms += 1;
   if (publication.kind !== "publication") return fail(`${ref}: expected a publication, got ${publication.kind}`);
-  let line = publication.cover.find((l) => contains(l.ref, place.seq))?.ref;
-  if (!line) return fail(`${ref}: no cover line holds seq ${place.seq}`);
-  while (rangeOf(line).count > 1) {
-    const answer = await memory.zoom(ctx, line);
-    zooms += 1;
+  const coverLine = publication.cover.find((l) => contains(l.ref, place.seq))?.ref;
+  if (!coverLine) return fail(`${ref}: no cover line holds seq ${place.seq}`);
+  const toRecord = await descend(coverLine, place.seq, `seq ${place.seq}`, () => {
     coverZooms += 1;
-    if (answer.kind !== "lines") return fail(`${line}: expected lines, got ${answer.kind}`);
-    const next: string | undefined = answer.lines.find((l) => contains(l.ref, place.seq))?.ref;
-    if (!next) return fail(`${line}: no child holds seq ${place.seq}`);
-    line = next;
-  }
+  });
+  if ("problem" in toRecord) return fail(toRecord.problem);
+  const line = toRecord.ref;
   const message = await memory.zoom(ctx, line);
   zooms += 1;
   if (message.kind !== "message") return fail(`${line}: expected a message, got ${message.kind}`);

@@ -1,9 +1,10 @@
 import type { PgBoss } from "pg-boss";
 import type { FoldParams } from "../core/fold.js";
-import type { Pool } from "../store/db.js";
+import { type Pool, type PoolClient, withTransaction } from "../store/db.js";
 import type { Tree } from "../store/trees.js";
 import type { Budget } from "./budget.js";
 import type { PrefixGate } from "./prefix-gate.js";
+import { completeFenced } from "./queue.js";
 import { type Summarizer, SummarizerError } from "./summarizer.js";
 
 /** What the compactor reports to whoever runs it (the worker CLI prints it, the plugin keeps the last one). */
@@ -82,6 +83,30 @@ export async function withinBudget(deps: CompactorDeps, tree: Pick<Tree, "treeId
 export function retryDelaySeconds(deps: Pick<CompactorDeps, "failureRetrySeconds">, error: unknown): number {
   const asked = error instanceof SummarizerError && error.retryAfterMs !== undefined ? error.retryAfterMs / 1000 : 0;
   return Math.max(deps.failureRetrySeconds, Math.ceil(asked));
+}
+
+/**
+ * A job whose summary failed, fenced: one transaction completes the job only if this worker still holds the attempt
+ * (else "lease_lost", nothing written), and `reschedule` counts the failure and enqueues the fresh job that tries again
+ * after `retryDelaySeconds` (no backoff), returning the failure count. The first failure of `subject` is reported;
+ * later ones are only counted.
+ */
+export async function failAndReschedule(
+  deps: CompactorDeps,
+  job: { readonly id: string; readonly retryCount: number },
+  queue: string,
+  error: unknown,
+  subject: { readonly treeId: number; readonly ref: string; readonly level: number },
+  reschedule: (tx: PoolClient, message: string, delaySeconds: number) => Promise<number>,
+): Promise<"lease_lost" | "failed"> {
+  const message = error instanceof Error ? error.message : String(error);
+  const failures = await withTransaction(deps.pool, async (tx) => {
+    if (!(await completeFenced(deps.boss, tx, job, queue))) return 0;
+    return await reschedule(tx, message, retryDelaySeconds(deps, error));
+  });
+  if (failures === 0) return "lease_lost";
+  if (failures === 1) deps.report({ type: "failure", ...subject, failures, error: message });
+  return "failed";
 }
 
 /** The prompt-cache key of a tree's calls: the same for all of them, different for every tree. */

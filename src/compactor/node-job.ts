@@ -9,9 +9,9 @@ import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../
 import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
 import { clearNodeFailure, findNodes, recordNodeFailure, type Tree } from "../store/trees.js";
 import { compactorContextLines } from "./context.js";
-import { type CompactorDeps, retryDelaySeconds, treeCacheKey, withinBudget } from "./deps.js";
+import { type CompactorDeps, failAndReschedule, treeCacheKey, withinBudget } from "./deps.js";
 import { callCollector } from "./ledger.js";
-import { completeFenced, enqueueNodeJobs, type NodeJobData } from "./queue.js";
+import { completeFenced, enqueueNodeJobs, NODE_QUEUE, type NodeJobData } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
 import { type CallRecord, type StepContext, type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
 
@@ -226,25 +226,13 @@ async function recordFailure(
   job: NodeJob,
   error: unknown,
 ): Promise<JobOutcome> {
-  const message = error instanceof Error ? error.message : String(error);
-  const failures = await withTransaction(deps.pool, async (tx) => {
-    if (!(await completeFenced(deps.boss, tx, job))) return 0;
+  const subject = { treeId: tree.treeId, ref: refOf(node), level: node.level };
+  return await failAndReschedule(deps, job, NODE_QUEUE, error, subject, async (tx, message, delaySeconds) => {
     const { failures } = await recordNodeFailure(tx, tree.treeId, node, message);
-    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], retryDelaySeconds(deps, error));
+    await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node], delaySeconds);
     await notifyTreeChanged(tx, tree.treeId);
     return failures;
   });
-  if (failures === 0) return "lease_lost";
-  if (failures === 1)
-    deps.report({
-      type: "failure",
-      treeId: tree.treeId,
-      ref: refOf(node),
-      level: node.level,
-      failures,
-      error: message,
-    });
-  return "failed";
 }
 
 async function childrenUnchanged(

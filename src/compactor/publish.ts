@@ -17,7 +17,7 @@ import {
 } from "../store/trees.js";
 import { findTurnInGeneration, nextTurnToPublish, setPublicationState } from "../store/turns.js";
 import { compactorContextLines } from "./context.js";
-import { type CompactorDeps, retryDelaySeconds, treeCacheKey, withinBudget } from "./deps.js";
+import { type CompactorDeps, failAndReschedule, treeCacheKey, withinBudget } from "./deps.js";
 import { callCollector } from "./ledger.js";
 import {
   completeFenced,
@@ -300,27 +300,15 @@ async function publicationFailed(
   scopeId: string,
   error: unknown,
 ): Promise<PublishOutcome> {
-  const message = error instanceof Error ? error.message : String(error);
-  const failures = await withTransaction(deps.pool, async (tx) => {
-    if (!(await completeFenced(deps.boss, tx, job, PUBLISH_QUEUE))) return 0;
+  const subject = { treeId: -1, ref: `turn ${job.data.turnId} of ${job.data.sessionId} (scope ${scopeId})`, level: 0 };
+  return await failAndReschedule(deps, job, PUBLISH_QUEUE, error, subject, async (tx, message, delaySeconds) => {
     const count = await recordPublicationFailure(tx, job.data, message);
     await enqueuePublication(
       deps.boss,
       tx,
       { sessionId: job.data.sessionId, generation: job.data.generation, turnId: job.data.turnId },
-      retryDelaySeconds(deps, error),
+      delaySeconds,
     );
     return count;
   });
-  if (failures === 0) return "lease_lost";
-  if (failures === 1)
-    deps.report({
-      type: "failure",
-      treeId: -1,
-      ref: `turn ${job.data.turnId} of ${job.data.sessionId} (scope ${scopeId})`,
-      level: 0,
-      failures,
-      error: message,
-    });
-  return "failed";
 }

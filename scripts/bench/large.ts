@@ -70,21 +70,31 @@ interface Stall {
   readonly maxStallMs: number;
 }
 
-/** Measures the longest event-loop stall from now until `stop()`. */
-function stallProbe(): { stop(): Stall } {
-  const histogram = monitorEventLoopDelay({ resolution: 10 });
-  histogram.enable();
+/** The longest gap between two runs of a 10 ms interval timer, beyond its period, until stopped. */
+export function timerGaps(): { stop(): number } {
   let last = performance.now();
-  let drift = 0;
+  let longest = 0;
   const timer = setInterval(() => {
     const now = performance.now();
-    drift = Math.max(drift, now - last - 10);
+    longest = Math.max(longest, now - last - 10);
     last = now;
   }, 10);
   return {
     stop() {
       clearInterval(timer);
-      drift = Math.max(drift, performance.now() - last - 10);
+      return Math.max(longest, performance.now() - last - 10);
+    },
+  };
+}
+
+/** Measures the longest event-loop stall from now until `stop()`. */
+function stallProbe(): { stop(): Stall } {
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  histogram.enable();
+  const gaps = timerGaps();
+  return {
+    stop() {
+      const drift = gaps.stop();
       histogram.disable();
       const loop = histogram.max / 1e6;
       return {

@@ -22,6 +22,16 @@ async function post(path: string, body: unknown): Promise<unknown> {
   return await response.json();
 }
 
+/** The id of the OpenCode session's user message whose text contains `marker`. */
+async function userMessageId(session: string, marker: string): Promise<string> {
+  const messages = await e2e.server.messages(session);
+  const found = messages.find(
+    (m: { info: { role: string }; parts: { text?: string }[] }) =>
+      m.info.role === "user" && m.parts.some((p) => p.text?.includes(marker)),
+  );
+  return found.info.id;
+}
+
 /** Waits until OpenCode session `hostSessionId` has `count` publications. */
 async function publicationsOf(hostSessionId: string, count: number): Promise<void> {
   await retrying(
@@ -44,13 +54,9 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     const original = await e2e.server.createSession("original");
     await e2e.ask(original, "FORK-1 the parser needs a rewrite REPLY=noted: parser rewrite");
     await e2e.ask(original, "FORK-2 use a generator for the lexer REPLY=agreed: generator lexer");
-    const messages = await e2e.server.messages(original);
-    const second = messages.find(
-      (m: { info: { role: string }; parts: { text?: string }[] }) =>
-        m.info.role === "user" && m.parts.some((p) => p.text?.includes("FORK-2")),
-    );
+    const second = await userMessageId(original, "FORK-2");
     // The fork copies the messages strictly before FORK-2: the first turn only.
-    const fork = (await post(`/session/${original}/fork`, { messageID: second.info.id })) as { id: string };
+    const fork = (await post(`/session/${original}/fork`, { messageID: second })) as { id: string };
     // The parent's later turn is published, so the fork can see it only as shared memory.
     await publicationsOf(original, 2);
     await e2e.ask(fork.id, "FORK-3 continue in the fork REPLY=ok fork");
@@ -110,14 +116,10 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     const session = await e2e.server.createSession("revert");
     await e2e.ask(session, "REV-1 first REPLY=one");
     await e2e.ask(session, "REV-2 second, to be reverted REPLY=two");
-    const messages = await e2e.server.messages(session);
-    const second = messages.find(
-      (m: { info: { role: string }; parts: { text?: string }[] }) =>
-        m.info.role === "user" && m.parts.some((p) => p.text?.includes("REV-2")),
-    );
+    const second = await userMessageId(session, "REV-2");
     // REV-2 is published before it is reverted: the rewind must take it out of the shared memory too.
     await publicationsOf(session, 2);
-    await post(`/session/${session}/revert`, { messageID: second.info.id });
+    await post(`/session/${session}/revert`, { messageID: second });
     await e2e.ask(session, "REV-3 after the revert REPLY=three");
     const request = requestsFor(e2e.model.requests(), "REV-3").at(-1) as never;
     // Memory stays on, with the new generation's own history (REV-1) and nothing of the reverted turn anywhere.

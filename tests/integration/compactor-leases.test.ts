@@ -36,6 +36,18 @@ async function leafRows(sessionId: string) {
   return rows;
 }
 
+/** The session's leaf rows, once there are any. */
+async function builtLeaves(sessionId: string, timeoutMs: number, what: string) {
+  return await eventually(
+    async () => {
+      const found = await leafRows(sessionId);
+      return found.length > 0 ? found : undefined;
+    },
+    timeoutMs,
+    what,
+  );
+}
+
 describe("compactor leases", () => {
   it("re-runs the job of a SIGKILLed worker on another worker within 15 s", async () => {
     const slow = await start({ OPTCHAT_SUMMARIZER: "fake:delay=120000" });
@@ -44,14 +56,7 @@ describe("compactor leases", () => {
     await start(); // the other worker is already running when the first one dies
     slow.child.kill("SIGKILL");
     const killedAt = Date.now();
-    const rows = await eventually(
-      async () => {
-        const found = await leafRows(sessionId);
-        return found.length > 0 ? found : undefined;
-      },
-      30_000,
-      "the node built by the second worker",
-    );
+    const rows = await builtLeaves(sessionId, 30_000, "the node built by the second worker");
     const seconds = (Date.now() - killedAt) / 1000;
     expect(seconds).toBeLessThan(15);
     expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
@@ -72,14 +77,7 @@ describe("compactor leases", () => {
     );
     paused.child.kill("SIGSTOP"); // no heartbeats from here on: the claim expires
     const other = await start();
-    const rows = await eventually(
-      async () => {
-        const found = await leafRows(sessionId);
-        return found.length > 0 ? found : undefined;
-      },
-      40_000,
-      "the node built by the other worker",
-    );
+    const rows = await builtLeaves(sessionId, 40_000, "the node built by the other worker");
     expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
 
     // The paused worker wakes up with its summary done and tries to commit with its stale attempt.

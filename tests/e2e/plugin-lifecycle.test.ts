@@ -32,19 +32,24 @@ async function userMessageId(session: string, marker: string): Promise<string> {
   return found.info.id;
 }
 
-/** Waits until OpenCode session `hostSessionId` has `count` publications. */
-async function publicationsOf(hostSessionId: string, count: number): Promise<void> {
+/** Waits until OpenCode session `hostSessionId` has `count` rows in optchat's `table` (publications or turns). */
+async function rowsOf(
+  table: "publications" | "turns",
+  hostSessionId: string,
+  count: number,
+  what = `${count} ${table} of ${hostSessionId}`,
+): Promise<void> {
   await retrying(
     async () => {
-      const published = await e2e.db.query<{ n: number }>(
-        `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id
+      const found = await e2e.db.query<{ n: number }>(
+        `SELECT count(*)::int AS n FROM optchat.${table} x JOIN optchat.sessions s ON s.session_id = x.session_id
           WHERE s.host_session_id = $1::text`,
         [hostSessionId],
       );
-      expect(published.rows[0]?.n).toBe(count);
+      expect(found.rows[0]?.n).toBe(count);
     },
     WAIT,
-    `${count} publications of ${hostSessionId}`,
+    what,
   );
 }
 
@@ -58,7 +63,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     // The fork copies the messages strictly before FORK-2: the first turn only.
     const fork = (await post(`/session/${original}/fork`, { messageID: second })) as { id: string };
     // The parent's later turn is published, so the fork can see it only as shared memory.
-    await publicationsOf(original, 2);
+    await rowsOf("publications", original, 2);
     await e2e.ask(fork.id, "FORK-3 continue in the fork REPLY=ok fork");
 
     const request = requestsFor(e2e.model.requests(), "FORK-3").at(-1) as never;
@@ -118,7 +123,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     await e2e.ask(session, "REV-2 second, to be reverted REPLY=two");
     const second = await userMessageId(session, "REV-2");
     // REV-2 is published before it is reverted: the rewind must take it out of the shared memory too.
-    await publicationsOf(session, 2);
+    await rowsOf("publications", session, 2);
     await post(`/session/${session}/revert`, { messageID: second });
     await e2e.ask(session, "REV-3 after the revert REPLY=three");
     const request = requestsFor(e2e.model.requests(), "REV-3").at(-1) as never;
@@ -157,18 +162,7 @@ describe("OpenCode lifecycle with the optchat plugin", { timeout: 180_000 }, () 
     await e2e.server.prompt(session, "QUEUE-2 queued second");
     await e2e.server.prompt(session, "QUEUE-3 queued third REPLY=both answered");
     // Both queued prompts admitted (so queued in OpenCode) while the first turn's tool still runs.
-    await retrying(
-      async () => {
-        const admitted = await e2e.db.query<{ n: number }>(
-          `SELECT count(*)::int AS n FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
-            WHERE s.host_session_id = $1::text`,
-          [session],
-        );
-        expect(admitted.rows[0]?.n).toBe(3);
-      },
-      WAIT,
-      "the queued prompts' admission",
-    );
+    await rowsOf("turns", session, 3, "the queued prompts' admission");
     writeFileSync(join(e2e.projectDir, "queue.flag"), "go");
     await retrying(
       async () => {

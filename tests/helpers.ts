@@ -16,6 +16,7 @@ import {
   startOpencodeServer,
 } from "../scripts/opencode-harness.js";
 import { type Config, resolveConfig, type SettingName } from "../src/memory/config.js";
+import type { IngestResult } from "../src/memory/ingest.js";
 import type { IngestEvent } from "../src/memory/schemas.js";
 import { type Memory, openMemory } from "../src/memory/service.js";
 import { startWorker } from "../src/memory/worker.js";
@@ -103,6 +104,84 @@ export function ingestEvent({ host, messageId, partId, ...event }: TestEvent): I
   return { ...event, finalization: { hostSessionId: host, messageId, ...(partId !== undefined ? { partId } : {}) } };
 }
 
+/**
+ * Ingests a test file's messages numbered across all its sessions: the n-th is message `m<n>` of its session's host
+ * session and occurred n seconds after `start` (epoch ms), so their ids are unique and their times in order.
+ */
+export function messageWriter(
+  db: { readonly memory: Memory },
+  start: number,
+): (
+  session: Pick<Session, "sessionId" | "hostSessionId">,
+  turnId: string,
+  kind: IngestEvent["kind"],
+  content: string,
+  extra?: Partial<IngestEvent>,
+) => Promise<IngestResult> {
+  let n = 0;
+  return async (session, turnId, kind, content, extra = {}) => {
+    n += 1;
+    return await db.memory.ingest(
+      ingestEvent({
+        sessionId: session.sessionId,
+        turnId,
+        kind,
+        host: session.hostSessionId,
+        messageId: `m${n}`,
+        occurredAt: new Date(start + n * 1000).toISOString(),
+        content,
+        ...extra,
+      }),
+    );
+  };
+}
+
+/** A new session holding one message of turn t1 (not admitted), at 2026-11-20T10:00:00Z. */
+export async function sessionWithOneMessage(
+  memory: Memory,
+  input: {
+    hostSessionId: string;
+    projectId: string;
+    kind: "user" | "assistant";
+    content: string;
+    host?: string;
+    messageId?: string;
+  },
+): Promise<Session> {
+  const { hostSessionId, projectId, kind, content, host = "test", messageId = "m0" } = input;
+  const session = await memory.openSession({ host, hostSessionId, projectId });
+  await memory.ingest(
+    ingestEvent({
+      sessionId: session.sessionId,
+      turnId: "t1",
+      kind,
+      host: hostSessionId,
+      messageId,
+      occurredAt: "2026-11-20T10:00:00Z",
+      content,
+    }),
+  );
+  return session;
+}
+
+/** Counts turns of the event loop (setImmediate callbacks) until stopped: a task that never yields sees none. */
+export function loopTurns(): { stop(): number } {
+  let turns = 0;
+  let running = true;
+  const tick = () => {
+    if (!running) return;
+    turns++;
+    setImmediate(tick);
+  };
+  setImmediate(tick);
+  return {
+    stop() {
+      running = false;
+      return turns;
+    },
+  };
+}
+
 export function readFixture<T = unknown>(name: string): T {
   return JSON.parse(readFileSync(new URL(`./fixtures/${name}`, import.meta.url), "utf8")) as T;
 }
@@ -150,10 +229,6 @@ export function collect(child: ChildProcess): Promise<Finished> {
   });
 }
 
-/**
- * Child processes use the deterministic summarizer unless a test says otherwise: the default (auto) would pick a
- * real provider from ANTHROPIC_API_KEY / OPENAI_API_KEY in the developer's environment.
- */
 /** A large model window for assembling context in service-level tests (every block fits). */
 export const LARGE_WINDOW = {
   windowTokens: 200_000,
@@ -163,6 +238,19 @@ export const LARGE_WINDOW = {
   reserveTokens: 1000,
 } as const;
 
+/** A 100,000-token model window with the instructions, active turn and output of a small session's request. */
+export const MEDIUM_WINDOW = {
+  windowTokens: 100_000,
+  instructionsTokens: 3000,
+  activeTokens: 1000,
+  outputTokens: 4000,
+  reserveTokens: 1000,
+} as const;
+
+/**
+ * Child processes use the deterministic summarizer unless a test says otherwise: the default (auto) would pick a
+ * real provider from ANTHROPIC_API_KEY / OPENAI_API_KEY in the developer's environment.
+ */
 export const TEST_SUMMARIZER_ENV = { OPTCHAT_SUMMARIZER: "fake" } as const;
 
 /** Runs the `optchat` CLI as a user would (bin/optchat.mjs) and waits for it. */
@@ -235,6 +323,33 @@ export interface WorkerProcess {
   stderr(): string;
 }
 
+/**
+ * Registers an afterAll hook that kills every worker process the file started with `start` (on its database, with
+ * `defaults` under each call's env) and is still running; SIGCONT first, so that a paused one dies too.
+ */
+export function useWorkerProcesses(
+  db: Pick<TestMemory, "url">,
+  defaults: Record<string, string> = {},
+): { readonly all: readonly WorkerProcess[]; start(env?: Record<string, string>): Promise<WorkerProcess> } {
+  const all: WorkerProcess[] = [];
+  afterAll(async () => {
+    for (const w of all) {
+      if (w.child.exitCode === null) {
+        w.child.kill("SIGCONT");
+        w.child.kill("SIGKILL");
+      }
+    }
+  });
+  return {
+    all,
+    async start(env = {}) {
+      const worker = await startWorkerProcess(db.url, { ...defaults, ...env });
+      all.push(worker);
+      return worker;
+    },
+  };
+}
+
 /** Polls `check` until it returns a value (not undefined) or `timeoutMs` passes. */
 export async function eventually<T>(
   check: () => Promise<T | undefined>,
@@ -283,6 +398,23 @@ export async function waitForIdleQueues(db: Pick<pg.Pool, "query">, timeoutMs = 
     },
     timeoutMs,
     "the job queues to drain",
+  );
+}
+
+/** Waits until the database holds exactly `count` publications (of every scope). */
+export async function waitForPublications(
+  db: Pick<pg.Pool, "query">,
+  count: number,
+  timeoutMs: number,
+  what: string,
+): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.publications");
+      return rows[0]?.n === count ? true : undefined;
+    },
+    timeoutMs,
+    what,
   );
 }
 
@@ -355,6 +487,39 @@ export async function startPluginWorld(): Promise<PluginWorld> {
       await database.drop();
     },
   };
+}
+
+/** What `usePluginServer` gives an e2e file: its plugin world and one OpenCode server on a default environment. */
+export interface PluginServer {
+  readonly world: PluginWorld;
+  readonly db: pg.Pool;
+  readonly model: ModelServer;
+  readonly server: OpencodeServer;
+  /** The environment's project directory (where the agent's tools run). */
+  readonly projectDir: string;
+  /** Sends `text` to the session and waits until the session is idle again. */
+  ask(session: string, text: string): Promise<void>;
+}
+
+/** Registers beforeAll/afterAll hooks giving the file a plugin world with one OpenCode server (see `PluginServer`). */
+export function usePluginServer(waitMs: number): PluginServer {
+  const handle = {
+    async ask(session: string, text: string) {
+      await handle.server.prompt(session, text);
+      await handle.server.waitIdle(session, waitMs);
+    },
+  } as { -readonly [K in keyof PluginServer]: PluginServer[K] };
+  beforeAll(async () => {
+    handle.world = await startPluginWorld();
+    ({ db: handle.db, model: handle.model } = handle.world);
+    const env = await handle.world.env();
+    handle.projectDir = env.projectDir;
+    handle.server = await handle.world.server(env);
+  }, 120_000);
+  afterAll(async () => {
+    await handle.world?.close();
+  });
+  return handle;
 }
 
 /**
@@ -463,26 +628,12 @@ export async function seedBrowseMemory(
     ]);
     // A's turns are published before B's starts: publications of different sessions are ordered by when their
     // covers are summarized, not by when the turns finished, and the pages' tests read the numbering.
-    await eventually(
-      async () => {
-        const { rows } = await memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
-        return rows[0].n === 2 ? true : undefined;
-      },
-      60_000,
-      "A's two publications",
-    );
+    await waitForPublications(memory.pool, 2, 60_000, "A's two publications");
     await turn(b, "b1", [
       { kind: "user", text: "What did session A decide about the queue?" },
       { kind: "assistant", text: "It chose the broker's durable queue." },
     ]);
-    await eventually(
-      async () => {
-        const { rows } = await memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
-        return rows[0].n === 3 ? true : undefined;
-      },
-      60_000,
-      "three publications",
-    );
+    await waitForPublications(memory.pool, 3, 60_000, "three publications");
     await memory.host.recordInjection({
       sessionId: b.sessionId,
       turnId: "b1",

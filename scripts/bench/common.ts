@@ -7,7 +7,10 @@
  */
 import { cpus, loadavg, totalmem } from "node:os";
 import pg from "pg";
-import { redactUrl } from "../../src/memory/config.js";
+import { type Config, redactUrl } from "../../src/memory/config.js";
+import { migrateAll } from "../../src/memory/migrate.js";
+import type { IngestEvent } from "../../src/memory/schemas.js";
+import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { CompactorEvent } from "../../src/memory/worker.js";
 
 /** Everything a benchmark module gets from the dispatcher. */
@@ -82,6 +85,56 @@ export async function createDatabase(serverUrl: string, name: string): Promise<v
 
 export async function dropDatabase(serverUrl: string, name: string): Promise<void> {
   await adminQuery(serverUrl, `DROP DATABASE IF EXISTS ${pg.escapeIdentifier(name)} WITH (FORCE)`);
+}
+
+/** A scratch database of this run on the bench server. */
+export interface ScratchDatabase {
+  readonly name: string;
+  readonly url: string;
+}
+
+/**
+ * Runs `body` on a new, empty scratch database (`optchat_bench_<pid>_<suffix>`; a leftover of that name is dropped
+ * first) and drops it afterwards whatever happens. A failed drop is noted, not thrown, so that it cannot hide the
+ * body's own error.
+ */
+export async function withScratchDatabase<T>(
+  serverUrl: string,
+  suffix: string | undefined,
+  body: (database: ScratchDatabase) => Promise<T>,
+): Promise<T> {
+  const name = scratchDatabaseName(suffix);
+  await dropDatabase(serverUrl, name);
+  await createDatabase(serverUrl, name);
+  try {
+    return await body({ name, url: withDatabase(serverUrl, name) });
+  } finally {
+    await dropDatabase(serverUrl, name).catch((error) => note(`could not drop ${name}: ${errorMessage(error)}`));
+  }
+}
+
+/**
+ * Runs `body` on the memory service over a migrated scratch database (see `withScratchDatabase`), opened with the
+ * config `configFor` gives for the database's URL; the memory is closed and the database dropped afterwards.
+ * `label` is the database's suffix and the prefix of the progress notes.
+ */
+export async function withScratchMemory<T>(
+  serverUrl: string,
+  label: string,
+  configFor: (databaseUrl: string) => Config,
+  body: (memory: Memory, config: Config, database: ScratchDatabase) => Promise<T>,
+): Promise<T> {
+  return await withScratchDatabase(serverUrl, label, async (database) => {
+    const migrated = await migrateAll(database.url);
+    note(`${label}: scratch database ${database.name} at schema version ${migrated.schemaVersion}`);
+    const config = configFor(database.url);
+    const memory = await openMemory(config, { applicationName: "optchat-bench" });
+    try {
+      return await body(memory, config, database);
+    } finally {
+      await memory.close().catch((error) => note(`${label}: could not close memory: ${errorMessage(error)}`));
+    }
+  });
 }
 
 /** Best effort: flush dirty buffers so one case's writes are not paid for by the next one (needs superuser). */
@@ -198,6 +251,32 @@ export function compactorRecorder(): {
       events[event.type] = (events[event.type] ?? 0) + 1;
       if (event.type === "error" || event.type === "failure") first ??= `${event.type}: ${event.error}`;
     },
+  };
+}
+
+/** A message of a bench's synthetic conversation, before it is an ingest event. */
+export interface SyntheticRecord {
+  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
+  readonly content: string;
+  readonly toolCallId?: string;
+  readonly toolName?: string;
+}
+
+/** The ingest event of `session`'s n-th synthetic message: message `m<n>`, n seconds after 2026-01-01T00:00:00Z. */
+export function syntheticEvent(
+  session: { readonly sessionId: string; readonly hostSessionId: string },
+  turnId: string,
+  n: number,
+  record: SyntheticRecord,
+): IngestEvent {
+  return {
+    sessionId: session.sessionId,
+    turnId,
+    kind: record.kind,
+    finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
+    occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
+    content: record.content,
+    ...(record.toolCallId ? { toolCallId: record.toolCallId, toolName: record.toolName } : {}),
   };
 }
 

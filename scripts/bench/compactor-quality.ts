@@ -18,22 +18,11 @@ import { createSummarizer } from "../../src/compactor/registry.js";
 import type { Summarizer } from "../../src/compactor/summarizer.js";
 import { type Config, pricesOf, resolveConfig, summarizerSettingsOf } from "../../src/memory/config.js";
 import { readCost } from "../../src/memory/cost.js";
-import { migrateAll } from "../../src/memory/migrate.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { type ModelServer, startModelServer } from "../model-server.js";
-import {
-  type BenchContext,
-  compactorRecorder,
-  dropDatabase,
-  emit,
-  envNumber,
-  errorMessage,
-  note,
-  scratchDatabaseName,
-  withDatabase,
-} from "./common.js";
+import { type BenchContext, compactorRecorder, emit, envNumber, note, withScratchMemory } from "./common.js";
 import { type CheckOutcome, evaluateSession, summarizeOutcomes } from "./quality-checks.js";
 import { type CorpusSession, QUALITY_CORPUS } from "./quality-corpus.js";
 
@@ -45,54 +34,46 @@ export async function runCompactorQualityBench(context: BenchContext): Promise<v
     .map((m) => m.trim())
     .filter(Boolean);
   const timeoutMs = envNumber("OPTCHAT_BENCH_QUALITY_TIMEOUT_SECONDS", 600, { min: 10 }) * 1000;
-  const name = scratchDatabaseName("quality");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  let server: ModelServer | undefined;
-  try {
-    await migrateAll(databaseUrl);
-    // The usual settings from the environment (keys, URL, prices, caps), with the scratch database.
-    const config = resolveConfig({ env: process.env, overrides: { databaseUrl, summarizer: "fake" } });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
-    server = await startModelServer();
-    for (const model of models) {
-      if (context.signal.aborted) return;
-      const summarizer = await summarizerFor(model, config, server);
-      note(`compactor-quality: ${QUALITY_CORPUS.length} sessions through ${summarizer.identity}`);
-      const started = new Date();
-      const outcomes = await runModel(memory, config, summarizer, model, timeoutMs, context.signal);
-      if (!outcomes) return;
-      const cost = await readCost(memory.pool, pricesOf(config), { since: started });
-      const summary = summarizeOutcomes(outcomes.checks);
-      emit(BENCH, "compactor-quality", {
-        model,
-        summarizer: summarizer.identity,
-        sessions: QUALITY_CORPUS.length,
-        nodes: outcomes.nodes,
-        ...summary,
-        calls: cost.total.calls,
-        failedCalls: cost.total.failedCalls,
-        inputTokens: cost.total.inputTokens,
-        cacheReadTokens: cost.total.cacheReadTokens,
-        cacheWriteTokens: cost.total.cacheWriteTokens,
-        outputTokens: cost.total.outputTokens,
-        costUsd: cost.total.unpricedTokens > 0 && cost.total.costUsd === 0 ? null : round6(cost.total.costUsd),
-        fallbackNodes: cost.fallbackNodes,
-        failures: outcomes.checks
-          .filter((o) => !o.passed)
-          .slice(0, 12)
-          .map((o) => ({ session: o.session, check: o.check, ref: o.ref, top: o.top, problem: o.problem })),
-        ...(outcomes.problem ? { compactorProblem: outcomes.problem } : {}),
-      });
+  // The usual settings from the environment (keys, URL, prices, caps), with the scratch database.
+  const configFor = (databaseUrl: string) =>
+    resolveConfig({ env: process.env, overrides: { databaseUrl, summarizer: "fake" } });
+  await withScratchMemory(context.serverUrl, "quality", configFor, async (memory, config) => {
+    const server = await startModelServer();
+    try {
+      for (const model of models) {
+        if (context.signal.aborted) return;
+        const summarizer = await summarizerFor(model, config, server);
+        note(`compactor-quality: ${QUALITY_CORPUS.length} sessions through ${summarizer.identity}`);
+        const started = new Date();
+        const outcomes = await runModel(memory, config, summarizer, model, timeoutMs, context.signal);
+        if (!outcomes) return;
+        const cost = await readCost(memory.pool, pricesOf(config), { since: started });
+        const summary = summarizeOutcomes(outcomes.checks);
+        emit(BENCH, "compactor-quality", {
+          model,
+          summarizer: summarizer.identity,
+          sessions: QUALITY_CORPUS.length,
+          nodes: outcomes.nodes,
+          ...summary,
+          calls: cost.total.calls,
+          failedCalls: cost.total.failedCalls,
+          inputTokens: cost.total.inputTokens,
+          cacheReadTokens: cost.total.cacheReadTokens,
+          cacheWriteTokens: cost.total.cacheWriteTokens,
+          outputTokens: cost.total.outputTokens,
+          costUsd: cost.total.unpricedTokens > 0 && cost.total.costUsd === 0 ? null : round6(cost.total.costUsd),
+          fallbackNodes: cost.fallbackNodes,
+          failures: outcomes.checks
+            .filter((o) => !o.passed)
+            .slice(0, 12)
+            .map((o) => ({ session: o.session, check: o.check, ref: o.ref, top: o.top, problem: o.problem })),
+          ...(outcomes.problem ? { compactorProblem: outcomes.problem } : {}),
+        });
+      }
+    } finally {
+      await server.close().catch(() => {});
     }
-  } finally {
-    await server?.close().catch(() => {});
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
 }
 
 async function summarizerFor(model: string, config: Config, server: ModelServer): Promise<Summarizer> {

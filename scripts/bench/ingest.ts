@@ -31,22 +31,19 @@
  */
 import pg from "pg";
 import { resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import {
   type BenchContext,
   checkpoint,
-  dropDatabase,
   emit,
   envNumber,
   errorMessage,
   note,
   ratio,
   round,
-  scratchDatabaseName,
   summarizeLatencies,
-  withDatabase,
+  withScratchMemory,
 } from "./common.js";
 import { runGrowthCase } from "./growth.js";
 import { findPgbench, type PgbenchOutcome, runPgbench } from "./pgbench.js";
@@ -347,66 +344,45 @@ export async function runIngestBench(context: BenchContext): Promise<void> {
   if (context.signal.aborted) return;
   if (references.size > 0) await checkpoint(context.serverUrl);
 
-  const name = scratchDatabaseName();
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
+  const poolSize = Math.max(16, settings.clients);
+  const configFor = (databaseUrl: string) => resolveConfig({ overrides: { databaseUrl, poolSize } });
   const restore = countStatements();
-  let memory: Memory | undefined;
   try {
-    const migrated = await migrateAll(databaseUrl);
-    note(`scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const poolSize = Math.max(16, settings.clients);
-    memory = await openMemory(resolveConfig({ overrides: { databaseUrl, poolSize } }), {
-      applicationName: "optchat-bench",
-    });
-    const outcomes: CaseOutcome[] = [];
-    for (const spec of caseSpecs(settings)) {
-      if (context.signal.aborted) break;
-      await checkpoint(context.serverUrl);
-      const outcome = await runCase(memory, spec, settings, references, context.signal, poolSize);
-      if (outcome) outcomes.push(outcome);
-    }
-    if (context.signal.aborted) return;
-    emit(BENCH, "ratios", {
-      note: "records/s of each case divided by pgbench TPC-B tps on the same server (vsPgbench: the multi-client run)",
-      pgbenchTps: Object.fromEntries([...references].map(([clients, tps]) => [`${clients}c`, round(tps, 1)])),
-      cases: Object.fromEntries(
-        outcomes.map((o) => [
-          o.name,
-          {
-            recordsPerSec: o.recordsPerSec,
-            vsPgbench: ratio(o.recordsPerSec, references.get(settings.clients)),
-            vsPgbenchSameClients: ratio(o.recordsPerSec, references.get(o.clients)),
-          },
-        ]),
-      ),
+    await withScratchMemory(context.serverUrl, "ingest", configFor, async (memory) => {
+      const outcomes: CaseOutcome[] = [];
+      for (const spec of caseSpecs(settings)) {
+        if (context.signal.aborted) break;
+        await checkpoint(context.serverUrl);
+        const outcome = await runCase(memory, spec, settings, references, context.signal, poolSize);
+        if (outcome) outcomes.push(outcome);
+      }
+      if (context.signal.aborted) return;
+      emit(BENCH, "ratios", {
+        note: "records/s of each case divided by pgbench TPC-B tps on the same server (vsPgbench: the multi-client run)",
+        pgbenchTps: Object.fromEntries([...references].map(([clients, tps]) => [`${clients}c`, round(tps, 1)])),
+        cases: Object.fromEntries(
+          outcomes.map((o) => [
+            o.name,
+            {
+              recordsPerSec: o.recordsPerSec,
+              vsPgbench: ratio(o.recordsPerSec, references.get(settings.clients)),
+              vsPgbenchSameClients: ratio(o.recordsPerSec, references.get(o.clients)),
+            },
+          ]),
+        ),
+      });
     });
   } finally {
     restore();
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
   }
   if (!context.signal.aborted && process.env.OPTCHAT_BENCH_GROWTH !== "0") await growth(context);
 }
 
 /** The growth case (scripts/bench/growth.ts) in a database of its own, so its counts are its records' alone. */
 async function growth(context: BenchContext): Promise<void> {
-  const name = scratchDatabaseName("growth");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  try {
-    await migrateAll(databaseUrl);
-    const config = resolveConfig({ overrides: { databaseUrl } });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
+  const configFor = (databaseUrl: string) => resolveConfig({ overrides: { databaseUrl } });
+  await withScratchMemory(context.serverUrl, "growth", configFor, async (memory, config) => {
     note("growth: turns through a worker, then the retention floor");
     await runGrowthCase(BENCH, memory, config);
-  } finally {
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
 }

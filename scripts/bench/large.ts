@@ -27,22 +27,9 @@ import { monitorEventLoopDelay } from "node:perf_hooks";
 import { NODE_QUEUE } from "../../src/compactor/queue.js";
 import { chunkText, cutToBytes } from "../../src/core/summary.js";
 import { type Config, resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import { type CompactorEvent, type RunningCompactor, startWorker } from "../../src/memory/worker.js";
-import {
-  type BenchContext,
-  dropDatabase,
-  emit,
-  envNumber,
-  errorMessage,
-  note,
-  ratio,
-  round,
-  scratchDatabaseName,
-  seededRandom,
-  withDatabase,
-} from "./common.js";
+import { type BenchContext, emit, envNumber, note, ratio, round, seededRandom, withScratchMemory } from "./common.js";
 
 const BENCH = "large-records";
 const MIB = 1024 * 1024;
@@ -83,21 +70,31 @@ interface Stall {
   readonly maxStallMs: number;
 }
 
-/** Measures the longest event-loop stall from now until `stop()`. */
-function stallProbe(): { stop(): Stall } {
-  const histogram = monitorEventLoopDelay({ resolution: 10 });
-  histogram.enable();
+/** The longest gap between two runs of a 10 ms interval timer, beyond its period, until stopped. */
+export function timerGaps(): { stop(): number } {
   let last = performance.now();
-  let drift = 0;
+  let longest = 0;
   const timer = setInterval(() => {
     const now = performance.now();
-    drift = Math.max(drift, now - last - 10);
+    longest = Math.max(longest, now - last - 10);
     last = now;
   }, 10);
   return {
     stop() {
       clearInterval(timer);
-      drift = Math.max(drift, performance.now() - last - 10);
+      return Math.max(longest, performance.now() - last - 10);
+    },
+  };
+}
+
+/** Measures the longest event-loop stall from now until `stop()`. */
+function stallProbe(): { stop(): Stall } {
+  const histogram = monitorEventLoopDelay({ resolution: 10 });
+  histogram.enable();
+  const gaps = timerGaps();
+  return {
+    stop() {
+      const drift = gaps.stop();
       histogram.disable();
       const loop = histogram.max / 1e6;
       return {
@@ -316,14 +313,8 @@ export async function runLargeRecordsBench(context: BenchContext): Promise<void>
   const timeoutSeconds = envNumber("OPTCHAT_BENCH_LARGE_TIMEOUT_SECONDS", 300, { min: 1 });
   emit(BENCH, "machine", { ...context.machine, sizesMiB: sizes, timeoutSeconds, targets: TARGET });
   chunkTextAlone();
-  const name = scratchDatabaseName("large");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  try {
-    await migrateAll(databaseUrl);
-    const config = resolveConfig({ overrides: { databaseUrl, summarizer: "fake" } });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
+  const configFor = (databaseUrl: string) => resolveConfig({ overrides: { databaseUrl, summarizer: "fake" } });
+  await withScratchMemory(context.serverUrl, "large", configFor, async (memory, config) => {
     const results: SizeResult[] = [];
     for (const mib of sizes) {
       if (context.signal.aborted) return;
@@ -349,10 +340,5 @@ export async function runLargeRecordsBench(context: BenchContext): Promise<void>
         : null,
       stallTargetMet: results.every((r) => r.maxStallMs <= TARGET.stallMs),
     });
-  } finally {
-    await memory?.close().catch((error) => note(`close: ${errorMessage(error)}`));
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
 }

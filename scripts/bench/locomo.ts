@@ -54,25 +54,21 @@ import { join } from "node:path";
 import { queryGroups, tokenize } from "../../src/core/tokenize.js";
 import type { AssembleOptions } from "../../src/memory/assembly.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
 import type { TurnContext } from "../../src/memory/reader.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import type { SearchAnswer } from "../../src/memory/shared.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { bm25Index } from "./bm25-baseline.js";
 import {
   type BenchContext,
   compactorRecorder,
-  dropDatabase,
   emit,
   envNumber,
-  errorMessage,
   note,
   round,
-  scratchDatabaseName,
   summarizeLatencies,
-  withDatabase,
+  withScratchMemory,
 } from "./common.js";
 import {
   blockRefs,
@@ -376,31 +372,42 @@ async function walkTo(memory: Memory, ctx: TurnContext, sharedLines: readonly st
     const { start, count } = rangeOf(ref);
     return at >= start && at < start + count;
   };
-  let ref = sharedLines.find((line) => contains(line, place.publication));
-  if (!ref) return fail("no shared view line holds its publication");
-  while (rangeOf(ref).count > 1) {
-    const answer = await memory.zoom(ctx, ref);
-    zooms += 1;
+  /** Zooms from `from` down to the one-unit ref holding `at` (`what` names it); the ref reached, or the problem. */
+  const descend = async (
+    from: string,
+    at: number,
+    what: string,
+    counted: () => void,
+  ): Promise<{ ref: string } | { problem: string }> => {
+    let ref = from;
+    while (rangeOf(ref).count > 1) {
+      const answer = await memory.zoom(ctx, ref);
+      zooms += 1;
+      counted();
+      if (answer.kind !== "lines") return { problem: `${ref}: expected lines, got ${answer.kind}` };
+      const next: string | undefined = answer.lines.find((line) => contains(line.ref, at))?.ref;
+      if (!next) return { problem: `${ref}: no child holds ${what}` };
+      ref = next;
+    }
+    return { ref };
+  };
+  const viewLine = sharedLines.find((line) => contains(line, place.publication));
+  if (!viewLine) return fail("no shared view line holds its publication");
+  const toPublication = await descend(viewLine, place.publication, `publication ${place.publication}`, () => {
     sharedZooms += 1;
-    if (answer.kind !== "lines") return fail(`${ref}: expected lines, got ${answer.kind}`);
-    const next: string | undefined = answer.lines.find((line) => contains(line.ref, place.publication))?.ref;
-    if (!next) return fail(`${ref}: no child holds publication ${place.publication}`);
-    ref = next;
-  }
+  });
+  if ("problem" in toPublication) return fail(toPublication.problem);
+  const { ref } = toPublication;
   const publication = await memory.zoom(ctx, ref);
   zooms += 1;
   if (publication.kind !== "publication") return fail(`${ref}: expected a publication, got ${publication.kind}`);
-  let line = publication.cover.find((l) => contains(l.ref, place.seq))?.ref;
-  if (!line) return fail(`${ref}: no cover line holds seq ${place.seq}`);
-  while (rangeOf(line).count > 1) {
-    const answer = await memory.zoom(ctx, line);
-    zooms += 1;
+  const coverLine = publication.cover.find((l) => contains(l.ref, place.seq))?.ref;
+  if (!coverLine) return fail(`${ref}: no cover line holds seq ${place.seq}`);
+  const toRecord = await descend(coverLine, place.seq, `seq ${place.seq}`, () => {
     coverZooms += 1;
-    if (answer.kind !== "lines") return fail(`${line}: expected lines, got ${answer.kind}`);
-    const next: string | undefined = answer.lines.find((l) => contains(l.ref, place.seq))?.ref;
-    if (!next) return fail(`${line}: no child holds seq ${place.seq}`);
-    line = next;
-  }
+  });
+  if ("problem" in toRecord) return fail(toRecord.problem);
+  const line = toRecord.ref;
   const message = await memory.zoom(ctx, line);
   zooms += 1;
   if (message.kind !== "message") return fail(`${line}: expected a message, got ${message.kind}`);
@@ -704,75 +711,65 @@ export async function runLocomoBench(context: BenchContext): Promise<void> {
   const settings = readSettings();
   const conversations = loadConversations(settings);
   emit(BENCH, "machine", { ...context.machine, settings });
-  const name = scratchDatabaseName("locomo");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  let worker: RunningCompactor | undefined;
-  try {
-    const migrated = await migrateAll(databaseUrl);
-    note(`locomo: scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const config = resolveConfig({
-      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" },
-    });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
-    const recorder = compactorRecorder();
-    worker = await startWorker(memory, config, recorder.report, { concurrency: settings.concurrency });
-    const records = conversations.reduce(
-      (sum, c) => sum + c.sessions.reduce((s, session) => s + session.turns.length, 0),
-      0,
-    );
-    note(
-      `locomo: ingesting ${conversations.length} conversation(s), ${records} dialogue turns, compactor running (turn size ${settings.turnSize})`,
-    );
-    const start = performance.now();
-    const db = memory;
-    // Conversations in parallel (4 at a time), each one's sessions and turns in order.
-    const built = await mapLimit(conversations, 4, (conversation) => ingestConversation(db, conversation, settings));
-    const ingestSeconds = (performance.now() - start) / 1000;
-    if (context.signal.aborted) return;
-    const turns = built.reduce((sum, c) => sum + c.turns, 0);
-    note(`locomo: ingest done in ${ingestSeconds.toFixed(1)} s (${turns} turns); draining the compactor`);
-    await waitForCompactor(memory, turns, performance.now() + settings.drainSeconds * 1000, context.signal, "locomo");
-    const buildSeconds = (performance.now() - start) / 1000;
-    await worker.stop(10_000);
-    worker = undefined;
-    if (context.signal.aborted) return;
-    await attachPublications(memory, built);
-    const state = await buildState(memory);
-    const counts = await treeCounts(memory);
-    emit(BENCH, "build", {
-      modelling: {
-        scopes: settings.oneScope ? "one scope for all conversations" : "one scope per conversation file",
-        sessions: "one optchat session per LoCoMo session",
-        records:
-          "one record per dialogue turn: speaker_a -> user, speaker_b -> assistant; '<speaker>: <text>' plus ' [shares a photo: <blip_caption>]'",
-        turns: `${settings.turnSize} consecutive dialogue turns per optchat turn (admitTurn, ingestMany, finishTurn completed)`,
-        timestamps: `session_N_date_time (UTC) + ${SECONDS_PER_DIALOGUE_TURN} s per dialogue turn`,
-        compactor: "startWorker (fake extractive summarizer) during the ingest, drained after it",
-      },
-      conversations: conversations.length,
-      scopes: new Set(built.map((c) => c.scopeId)).size,
-      sessions: conversations.reduce((sum, c) => sum + c.sessions.length, 0),
-      records,
-      turns,
-      publications: state.publications,
-      nodes: counts,
-      ingestSeconds: round(ingestSeconds, 2),
-      buildSeconds: round(buildSeconds, 2),
-      msPerRecord: round((buildSeconds * 1000) / records, 2),
-      msPerPublication: round((buildSeconds * 1000) / Math.max(1, state.publications), 2),
-      databaseBytes: await databaseBytes(memory),
-      compactorEvents: recorder.events,
-      ...(recorder.first() ? { firstProblem: recorder.first() } : {}),
-    });
-    note("locomo: scoring");
-    await score(memory, built, context.signal);
-  } finally {
-    await worker?.stop(5000).catch(() => {});
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  const configFor = (databaseUrl: string) =>
+    resolveConfig({ overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" } });
+  await withScratchMemory(context.serverUrl, "locomo", configFor, async (memory, config) => {
+    let worker: RunningCompactor | undefined;
+    try {
+      const recorder = compactorRecorder();
+      worker = await startWorker(memory, config, recorder.report, { concurrency: settings.concurrency });
+      const records = conversations.reduce(
+        (sum, c) => sum + c.sessions.reduce((s, session) => s + session.turns.length, 0),
+        0,
+      );
+      note(
+        `locomo: ingesting ${conversations.length} conversation(s), ${records} dialogue turns, compactor running (turn size ${settings.turnSize})`,
+      );
+      const start = performance.now();
+      const db = memory;
+      // Conversations in parallel (4 at a time), each one's sessions and turns in order.
+      const built = await mapLimit(conversations, 4, (conversation) => ingestConversation(db, conversation, settings));
+      const ingestSeconds = (performance.now() - start) / 1000;
+      if (context.signal.aborted) return;
+      const turns = built.reduce((sum, c) => sum + c.turns, 0);
+      note(`locomo: ingest done in ${ingestSeconds.toFixed(1)} s (${turns} turns); draining the compactor`);
+      await waitForCompactor(memory, turns, performance.now() + settings.drainSeconds * 1000, context.signal, "locomo");
+      const buildSeconds = (performance.now() - start) / 1000;
+      await worker.stop(10_000);
+      worker = undefined;
+      if (context.signal.aborted) return;
+      await attachPublications(memory, built);
+      const state = await buildState(memory);
+      const counts = await treeCounts(memory);
+      emit(BENCH, "build", {
+        modelling: {
+          scopes: settings.oneScope ? "one scope for all conversations" : "one scope per conversation file",
+          sessions: "one optchat session per LoCoMo session",
+          records:
+            "one record per dialogue turn: speaker_a -> user, speaker_b -> assistant; '<speaker>: <text>' plus ' [shares a photo: <blip_caption>]'",
+          turns: `${settings.turnSize} consecutive dialogue turns per optchat turn (admitTurn, ingestMany, finishTurn completed)`,
+          timestamps: `session_N_date_time (UTC) + ${SECONDS_PER_DIALOGUE_TURN} s per dialogue turn`,
+          compactor: "startWorker (fake extractive summarizer) during the ingest, drained after it",
+        },
+        conversations: conversations.length,
+        scopes: new Set(built.map((c) => c.scopeId)).size,
+        sessions: conversations.reduce((sum, c) => sum + c.sessions.length, 0),
+        records,
+        turns,
+        publications: state.publications,
+        nodes: counts,
+        ingestSeconds: round(ingestSeconds, 2),
+        buildSeconds: round(buildSeconds, 2),
+        msPerRecord: round((buildSeconds * 1000) / records, 2),
+        msPerPublication: round((buildSeconds * 1000) / Math.max(1, state.publications), 2),
+        databaseBytes: await databaseBytes(memory),
+        compactorEvents: recorder.events,
+        ...(recorder.first() ? { firstProblem: recorder.first() } : {}),
+      });
+      note("locomo: scoring");
+      await score(memory, built, context.signal);
+    } finally {
+      await worker?.stop(5000).catch(() => {});
+    }
+  });
 }

@@ -6,15 +6,7 @@
 import { spawn } from "node:child_process";
 import { accessSync, constants, readdirSync } from "node:fs";
 import { delimiter, join } from "node:path";
-import {
-  createDatabase,
-  dropDatabase,
-  errorMessage,
-  note,
-  round,
-  scratchDatabaseName,
-  withDatabase,
-} from "./common.js";
+import { note, round, withScratchDatabase } from "./common.js";
 
 /**
  * pgbench: OPTCHAT_BENCH_PGBENCH when set (and only it), else PATH, /usr/bin or the Debian/Ubuntu PostgreSQL
@@ -118,11 +110,7 @@ export async function runPgbench(
   signal: AbortSignal,
 ): Promise<PgbenchOutcome> {
   const version = (await run(bin, ["--version"], signal)).stdout.trim();
-  const name = scratchDatabaseName("pgbench");
-  const url = withDatabase(serverUrl, name);
-  await dropDatabase(serverUrl, name);
-  await createDatabase(serverUrl, name);
-  try {
+  return await withScratchDatabase(serverUrl, "pgbench", async ({ name, url }) => {
     note(`pgbench: initializing ${name} at scale ${plan.scale}`);
     const initStart = performance.now();
     // The dbname argument is a libpq connection string, so the URL carries host, port, user and password.
@@ -142,7 +130,5 @@ export async function runPgbench(
       results.push({ clients, threads, seconds, ...parsePgbenchOutput(finished.stdout) });
     }
     return { bin, version, initSeconds, results };
-  } finally {
-    await dropDatabase(serverUrl, name).catch((error) => note(`could not drop ${name}: ${errorMessage(error)}`));
-  }
+  });
 }

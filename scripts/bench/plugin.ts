@@ -23,30 +23,29 @@ import { join } from "node:path";
 import pg from "pg";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { startModelServer } from "../model-server.js";
-import { cleanupOpencodeEnv, createOpencodeEnv, startOpencodeServer } from "../opencode-harness.js";
+import { cleanupOpencodeEnv, createOpencodeEnv, type OpencodeEnv, startOpencodeServer } from "../opencode-harness.js";
 import {
   type BenchContext,
-  createDatabase,
-  dropDatabase,
   emit,
   envNumber,
   note,
   ratio,
   round,
-  scratchDatabaseName,
   summarizeLatencies,
-  withDatabase,
+  withScratchDatabase,
 } from "./common.js";
 import { runPluginRunBench } from "./plugin-run.js";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 
 export async function runPluginBench(context: BenchContext): Promise<void> {
+  await withScratchDatabase(context.serverUrl, "plugin", ({ url }) => measurePlugin(context, url));
+}
+
+/** Every case of the plugin bench, on the scratch database at `url`. */
+async function measurePlugin(context: BenchContext, url: string): Promise<void> {
   const turns = envNumber("OPTCHAT_BENCH_PLUGIN_TURNS", 40, { min: 0, integer: true });
   const runs = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 0, integer: true });
-  const name = scratchDatabaseName("plugin");
-  await createDatabase(context.serverUrl, name);
-  const url = withDatabase(context.serverUrl, name);
   const model = await startModelServer();
   const timings = join(tmpdir(), `optchat-bench-plugin-${process.pid}.jsonl`);
   const env = await createOpencodeEnv({
@@ -61,20 +60,8 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     if (runs > 0) {
       const db = new pg.Pool({ connectionString: url, max: 1 });
       const baselinePath = process.env.OPTCHAT_BENCH_PLUGIN_BASELINE;
-      const baselineDb = scratchDatabaseName("plugin_base");
-      let baseline: Awaited<ReturnType<typeof createOpencodeEnv>> | undefined;
-      try {
-        if (baselinePath) {
-          await createDatabase(context.serverUrl, baselineDb);
-          const baselineUrl = withDatabase(context.serverUrl, baselineDb);
-          await migrateAll(baselineUrl);
-          baseline = await createOpencodeEnv({
-            modelUrl: model.url,
-            pluginPath: baselinePath,
-            pluginOptions: { databaseUrl: baselineUrl },
-          });
-        }
-        await runPluginRunBench(
+      const runBench = (baseline?: OpencodeEnv) =>
+        runPluginRunBench(
           { env, timings },
           { env: bare },
           model,
@@ -82,12 +69,24 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
           context.signal,
           baseline ? { env: baseline } : undefined,
         );
+      try {
+        if (!baselinePath) await runBench();
+        else
+          await withScratchDatabase(context.serverUrl, "plugin_base", async ({ url: baselineUrl }) => {
+            await migrateAll(baselineUrl);
+            const baseline = await createOpencodeEnv({
+              modelUrl: model.url,
+              pluginPath: baselinePath,
+              pluginOptions: { databaseUrl: baselineUrl },
+            });
+            try {
+              await runBench(baseline);
+            } finally {
+              await cleanupOpencodeEnv(baseline).catch(() => {});
+            }
+          });
       } finally {
         await db.end();
-        if (baseline) {
-          await cleanupOpencodeEnv(baseline).catch(() => {});
-          await dropDatabase(context.serverUrl, baselineDb);
-        }
       }
     }
     if (turns === 0) return;
@@ -157,6 +156,5 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
     await cleanupOpencodeEnv(env).catch(() => {});
     rmSync(timings, { force: true });
     await model.close();
-    await dropDatabase(context.serverUrl, name);
   }
 }

@@ -27,18 +27,7 @@ import { type ChildProcess, spawn } from "node:child_process";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { migrateAll } from "../../src/memory/migrate.js";
-import {
-  type BenchContext,
-  createDatabase,
-  dropDatabase,
-  emit,
-  envNumber,
-  note,
-  round,
-  scratchDatabaseName,
-  summarizeLatencies,
-  withDatabase,
-} from "./common.js";
+import { type BenchContext, emit, envNumber, note, round, summarizeLatencies, withScratchDatabase } from "./common.js";
 
 const BENCH = "publication";
 const ROOT = fileURLToPath(new URL("../..", import.meta.url));
@@ -256,11 +245,7 @@ export async function runPublicationBench(context: BenchContext): Promise<void> 
   for (const caseName of settings.cases) {
     if (context.signal.aborted) return;
     if (caseName !== "steady" && caseName !== "kill-loop") throw new Error(`unknown publication case ${caseName}`);
-    const database = scratchDatabaseName(`pub_${caseName.replace("-", "_")}`);
-    const databaseUrl = withDatabase(context.serverUrl, database);
-    await dropDatabase(context.serverUrl, database);
-    await createDatabase(context.serverUrl, database);
-    try {
+    await withScratchDatabase(context.serverUrl, `pub_${caseName.replace("-", "_")}`, async ({ url: databaseUrl }) => {
       await migrateAll(databaseUrl);
       note(`${caseName}: ${settings.writers} writers, ${settings.workers} workers, ${settings.seconds} s of turns`);
       const result = await runCase(context, settings, caseName, databaseUrl);
@@ -289,8 +274,6 @@ export async function runPublicationBench(context: BenchContext): Promise<void> 
         targets: { lagP50Ms: 500, lagP99Ms: caseName === "kill-loop" ? 15_000 : 2000 },
         machine: { cpus: context.machine.cpus, loadAverage1m: context.machine.loadAverage1m },
       });
-    } finally {
-      await dropDatabase(context.serverUrl, database);
-    }
+    });
   }
 }

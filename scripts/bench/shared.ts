@@ -45,25 +45,23 @@
 import { NODE_QUEUE, PUBLISH_QUEUE } from "../../src/compactor/queue.js";
 import type { AssembleOptions } from "../../src/memory/assembly.js";
 import { type Config, resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
 import type { TurnContext } from "../../src/memory/reader.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import {
   type BenchContext,
   compactorRecorder,
-  dropDatabase,
   emit,
   envNumber,
-  errorMessage,
   type LatencySummary,
   note,
   round,
-  scratchDatabaseName,
+  type SyntheticRecord,
   seededRandom,
   summarizeLatencies,
-  withDatabase,
+  syntheticEvent,
+  withScratchMemory,
 } from "./common.js";
 import { runSearchScaleBench } from "./search-scale.js";
 
@@ -340,13 +338,6 @@ function hashOf(n: number, seed: number): string {
   return `h${h.toString(16).padStart(8, "0")}`;
 }
 
-interface SyntheticRecord {
-  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
-  readonly content: string;
-  readonly toolCallId?: string;
-  readonly toolName?: string;
-}
-
 function pick<T>(random: () => number, list: readonly T[]): T {
   return list[Math.floor(random() * list.length)] as T;
 }
@@ -479,15 +470,7 @@ async function buildScope(
         (texts[k] as SyntheticRecord[]).forEach((record, j) => {
           const n = t.first + j;
           recordBytes += Buffer.byteLength(record.content, "utf8");
-          events.push({
-            sessionId: session.sessionId,
-            turnId: `t${t.ordinal}`,
-            kind: record.kind,
-            finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
-            occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
-            content: record.content,
-            ...(record.toolCallId ? { toolCallId: record.toolCallId, toolName: record.toolName } : {}),
-          });
+          events.push(syntheticEvent(session, `t${t.ordinal}`, n, record));
         });
       });
       for (let at = 0; at < events.length; at += settings.batch) {
@@ -747,17 +730,9 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
     settings.sessions === TARGET.sessions &&
     settings.publications === TARGET.publications;
   emit(BENCH, "machine", { ...context.machine, settings, targetSizes: TARGET, atTargetSizes: atTarget });
-  const name = scratchDatabaseName("shared");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  try {
-    const migrated = await migrateAll(databaseUrl);
-    note(`shared: scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const config = resolveConfig({
-      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" },
-    });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
+  const configFor = (databaseUrl: string) =>
+    resolveConfig({ overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), summarizer: "fake" } });
+  await withScratchMemory(context.serverUrl, "shared", configFor, async (memory, config) => {
     note(
       `shared: building ${settings.records} records in ${settings.sessions} sessions, ${settings.publications} turns, compactor running`,
     );
@@ -832,12 +807,7 @@ export async function runSharedBench(context: BenchContext): Promise<void> {
       { phase: "after ANALYZE", ...(await statisticsState(memory)) },
       context.signal,
     );
-  } finally {
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
   // Search at scale: 1M records over 100 scopes, bulk-loaded (scripts/bench/search-scale.ts).
   if (!context.signal.aborted && envNumber("OPTCHAT_BENCH_SHARED_SEARCH_SCALE", 1, { integer: true }) === 1)
     await runSearchScaleBench(context);

@@ -47,22 +47,20 @@ import { applyFoldEvent, EMPTY_FOLD, type FoldParams, type FoldState, type NodeB
 import { COMPACT_SYSTEM_PROMPT, NODE_BYTES, promptBytes } from "../../src/core/summary.js";
 import { type NodeAddress, refOf } from "../../src/core/tree.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import { migrateAll } from "../../src/memory/migrate.js";
-import type { IngestEvent } from "../../src/memory/schemas.js";
-import { type Memory, openMemory } from "../../src/memory/service.js";
+import type { Memory } from "../../src/memory/service.js";
 import { lineAsText } from "../../src/memory/views.js";
 import {
   type BenchContext,
   compactorRecorder,
-  dropDatabase,
   emit,
   envNumber,
   errorMessage,
   note,
   ratio,
   round,
-  scratchDatabaseName,
-  withDatabase,
+  type SyntheticRecord,
+  syntheticEvent,
+  withScratchMemory,
 } from "./common.js";
 import { compactorCacheCases } from "./compactor-cache.js";
 
@@ -574,12 +572,8 @@ function countingSummarizer(inner: Summarizer): { summarizer: Summarizer; stats:
   };
 }
 
-interface SyntheticMessage {
-  readonly kind: "user" | "assistant" | "tool_call" | "tool_result";
-  readonly content: string;
+interface SyntheticMessage extends SyntheticRecord {
   readonly turn: number;
-  readonly toolCallId?: string;
-  readonly toolName?: string;
 }
 
 const TOOLS = ["read", "bash", "edit", "grep", "glob", "write"];
@@ -623,18 +617,6 @@ interface BenchSession {
   readonly messages: readonly SyntheticMessage[];
 }
 
-function toEvent(session: BenchSession, n: number, message: SyntheticMessage): IngestEvent {
-  return {
-    sessionId: session.sessionId,
-    turnId: `t${message.turn}`,
-    kind: message.kind,
-    finalization: { hostSessionId: session.hostSessionId, messageId: `m${n}` },
-    occurredAt: new Date(Date.UTC(2026, 0, 1) + n * 1000).toISOString(),
-    content: message.content,
-    ...(message.toolCallId ? { toolCallId: message.toolCallId, toolName: message.toolName } : {}),
-  };
-}
-
 async function openSessions(
   memory: Memory,
   phase: string,
@@ -666,7 +648,9 @@ async function ingestAll(memory: Memory, sessions: readonly BenchSession[], sign
       sessions.map((session) => {
         const slice = session.messages.slice(from, from + INGEST_BATCH);
         if (slice.length === 0) return Promise.resolve([]);
-        return memory.ingestMany(slice.map((message, k) => toEvent(session, from + k, message)));
+        return memory.ingestMany(
+          slice.map((message, k) => syntheticEvent(session, `t${message.turn}`, from + k, message)),
+        );
       }),
     );
     for (const list of results) for (const result of list) if (result.status === "sealed") sealed += 1;
@@ -1011,17 +995,11 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
     emit(BENCH, "compactor-inputs", { skipped: "OPTCHAT_BENCH_TREE_COMPACTOR_MESSAGES=0 and BACKLOG_MESSAGES=0" });
     return;
   }
-  const name = scratchDatabaseName("tree");
-  const databaseUrl = withDatabase(context.serverUrl, name);
-  await dropDatabase(context.serverUrl, name);
-  let memory: Memory | undefined;
-  try {
-    const migrated = await migrateAll(databaseUrl);
-    note(`tree: scratch database ${name} at schema version ${migrated.schemaVersion}`);
-    const config = resolveConfig({
+  const configFor = (databaseUrl: string) =>
+    resolveConfig({
       overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), viewBytes: settings.viewBytes },
     });
-    memory = await openMemory(config, { applicationName: "optchat-bench" });
+  await withScratchMemory(context.serverUrl, "tree", configFor, async (memory, _config, { url: databaseUrl }) => {
     const filler = makeFiller(settings.seed + 17, 400_000);
 
     let live: PhaseResult | undefined;
@@ -1142,12 +1120,7 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
       noopJobsPerSec: { batch1: noopRate("batch1") ?? null, batch100: noopRate("batch100") ?? null },
       noopBatch100VsBatch1: ratio(noopRate("batch100"), noopRate("batch1")),
     });
-  } finally {
-    await memory?.close().catch(() => {});
-    await dropDatabase(context.serverUrl, name).catch((error) =>
-      note(`could not drop ${name}: ${errorMessage(error)}`),
-    );
-  }
+  });
 }
 
 export async function runTreeBench(context: BenchContext): Promise<void> {

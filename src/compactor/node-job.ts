@@ -109,10 +109,13 @@ async function summarizeNode(
 ): Promise<NodeSummary> {
   const { tree } = state;
   let fallback = false;
-  const withModel = async (
+  /** The free text when there is one; else the model's summary within the budget, the labelled fallback past it. */
+  const nodeText = async (
+    free: string | undefined,
     summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
     fallbackText: () => string,
   ): Promise<SummaryOutcome> => {
+    if (free !== undefined) return freeOutcome(free);
     if (!(await withinBudget(deps, tree))) {
       fallback = true;
       return freeOutcome(fallbackText());
@@ -133,28 +136,22 @@ async function summarizeNode(
   };
   if (node.level === 0) {
     const leaf = await leafInput(deps.pool, tree, node.index);
-    const free = freeLeafText(leaf.kind, leaf.text);
-    const outcome =
-      free !== undefined
-        ? freeOutcome(free)
-        : await withModel(
-            (step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text),
-            () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
-          );
+    const outcome = await nodeText(
+      freeLeafText(leaf.kind, leaf.text),
+      (step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text),
+      () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
+    );
     return { outcome, inputHashes: [leaf.hash], fallback };
   }
   const children = childrenOf(node);
   const nodes = await findNodes(deps.pool, tree.treeId, children);
   const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
   if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
-  const free = freeParentText(a.text, b.text);
-  const outcome =
-    free !== undefined
-      ? freeOutcome(free)
-      : await withModel(
-          (step, context) => summarizeParent(step, context, a.text, b.text),
-          () => fallbackParentText(2 ** node.level),
-        );
+  const outcome = await nodeText(
+    freeParentText(a.text, b.text),
+    (step, context) => summarizeParent(step, context, a.text, b.text),
+    () => fallbackParentText(2 ** node.level),
+  );
   return { outcome, inputHashes: [sha256(a.text), sha256(b.text)], fallback };
 }
 

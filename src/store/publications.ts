@@ -18,19 +18,10 @@ interface PublicationRow {
   retired_reason: "deleted" | "revoked" | "reverted" | null;
 }
 
-export interface Publication {
-  readonly scopeId: string;
+/** A publication as stored: the new publication with the number and time publishing gave it. */
+export interface Publication extends NewPublication {
   readonly publicationSeq: number;
-  readonly sessionId: string;
-  readonly generation: number;
-  readonly turnId: string;
-  readonly startSeq: number;
-  readonly endSeqExclusive: number;
-  readonly outcome: TurnOutcome;
-  readonly completedAt: Date;
   readonly publishedAt: Date;
-  /** Session nodes, in order, exactly tiling [startSeq, endSeqExclusive). */
-  readonly sourceCover: readonly NodeAddress[];
   /** Retired (its session deleted, or its sharing revoked): keeps its number, shows a removed marker (migration 010). */
   readonly retired: "deleted" | "revoked" | "reverted" | null;
 }
@@ -64,6 +55,7 @@ export interface NewPublication {
   readonly endSeqExclusive: number;
   readonly outcome: TurnOutcome;
   readonly completedAt: Date;
+  /** Session nodes, in order, exactly tiling [startSeq, endSeqExclusive). */
   readonly sourceCover: readonly NodeAddress[];
 }
 

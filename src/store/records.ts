@@ -6,17 +6,13 @@ export const EVENT_KEY_CONSTRAINT = "records_event_key_unique";
 
 export type RecordKind = "user" | "assistant" | "tool_call" | "tool_result" | "report" | "note";
 
-/** One final record, validated and hashed, ready to seal. */
-export interface RecordToSeal {
+/** What a record says of itself, the same before sealing (`RecordToSeal`) and after (`SourceRecord`). */
+export interface RecordFacts {
   readonly sessionId: string;
-  /** undefined: the session's current generation. */
-  readonly generation: number | undefined;
   readonly eventKey: string;
-  readonly stageKey: string;
   readonly turnId: string;
   readonly kind: RecordKind;
   readonly occurredAt: Date;
-  readonly payload: Buffer;
   readonly payloadHash: Buffer;
   readonly validUtf8: boolean;
   readonly toolCallId: string | null;
@@ -27,6 +23,14 @@ export interface RecordToSeal {
   readonly worktreeId: string | null;
   readonly commitId: string | null;
   readonly attributes: Readonly<Record<string, unknown>>;
+}
+
+/** One final record, validated and hashed, ready to seal. */
+export interface RecordToSeal extends RecordFacts {
+  /** undefined: the session's current generation. */
+  readonly generation: number | undefined;
+  readonly stageKey: string;
+  readonly payload: Buffer;
   /** The record's search vector as a tsvector literal (src/core/tokenize.ts). */
   readonly search: string;
 }
@@ -114,26 +118,12 @@ export interface RecordRow {
   attributes: Record<string, unknown>;
 }
 
-export interface SourceRecord {
-  readonly sessionId: string;
+/** A sealed record as stored. */
+export interface SourceRecord extends RecordFacts {
   readonly generation: number;
   readonly seq: number;
-  readonly eventKey: string;
-  readonly turnId: string;
-  readonly kind: RecordKind;
-  readonly occurredAt: Date;
   readonly sealedAt: Date;
-  readonly payloadHash: Buffer;
   readonly payloadBytes: number;
-  readonly validUtf8: boolean;
-  readonly toolCallId: string | null;
-  readonly toolName: string | null;
-  readonly hostTruncated: boolean;
-  readonly hostOriginalBytes: number | null;
-  readonly projectId: string | null;
-  readonly worktreeId: string | null;
-  readonly commitId: string | null;
-  readonly attributes: Readonly<Record<string, unknown>>;
 }
 
 export function toSourceRecord(row: RecordRow): SourceRecord {

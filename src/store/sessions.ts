@@ -16,15 +16,9 @@ export interface SessionRow {
   archived_at: Date | null;
 }
 
-export interface Session {
-  readonly sessionId: string;
-  readonly scopeId: string;
-  readonly host: string;
-  readonly hostSessionId: string;
-  readonly projectId: string | null;
-  readonly parentSessionId: string | null;
+/** A session as stored: the new session with its generation, creation time and lifecycle marks. */
+export interface Session extends NewSession {
   readonly currentGeneration: number;
-  readonly title: string | null;
   readonly createdAt: Date;
   /** Forgotten (a tombstone, migration 010): nothing of it is readable or writable. */
   readonly deletedAt: Date | null;

@@ -1,10 +1,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
-import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import type { ModelServer } from "../../scripts/model-server.js";
-import type { OpencodeServer } from "../../scripts/opencode-harness.js";
-import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
+import { describe, expect, it } from "vitest";
+import { retrying, usePluginServer } from "../helpers.js";
 import { block, memoryText, messagesOf, requestsFor, toolResults } from "./requests.js";
 
 // Issue 15 item 7 for delete, with real OpenCode 1.18.33 processes: after `DELETE /session/A` (which emits only
@@ -15,34 +12,13 @@ import { block, memoryText, messagesOf, requestsFor, toolResults } from "./reque
 const WAIT = 90_000;
 const MARKER = "QUETZAL-5531";
 
-let world: PluginWorld;
-let db: pg.Pool;
-let model: ModelServer;
-let server: OpencodeServer;
-let projectDir: string;
-
-beforeAll(async () => {
-  world = await startPluginWorld();
-  ({ db, model } = world);
-  const env = await world.env();
-  projectDir = env.projectDir;
-  server = await world.server(env);
-}, 120_000);
-
-afterAll(async () => {
-  await world?.close();
-});
-
-async function ask(session: string, text: string) {
-  await server.prompt(session, text);
-  await server.waitIdle(session, WAIT);
-}
+const e2e = usePluginServer(WAIT);
 
 /** A's optchat session id and its publication numbers, once its turn is published. */
 async function publishedA(hostSessionId: string): Promise<{ sessionId: string; seqs: number[] }> {
   return await retrying(
     async () => {
-      const { rows } = await db.query<{ session_id: string; seq: string }>(
+      const { rows } = await e2e.db.query<{ session_id: string; seq: string }>(
         `SELECT s.session_id, p.publication_seq AS seq FROM optchat.sessions s
            JOIN optchat.publications p ON p.session_id = s.session_id
           WHERE s.host_session_id = $1::text ORDER BY p.publication_seq`,
@@ -58,17 +34,17 @@ async function publishedA(hostSessionId: string): Promise<{ sessionId: string; s
 
 describe("OpenCode session delete with the optchat plugin", { timeout: 240_000 }, () => {
   it("forgets A: B's pinned turn is rebuilt, and B's next turn finds nothing of A in any read path", async () => {
-    const a = await server.createSession("A");
-    await ask(a, `DEL-A1 the deployment codename is ${MARKER} for the kestrel rollout REPLY=noted ${MARKER}`);
+    const a = await e2e.server.createSession("A");
+    await e2e.ask(a, `DEL-A1 the deployment codename is ${MARKER} for the kestrel rollout REPLY=noted ${MARKER}`);
     const { sessionId, seqs } = await publishedA(a);
 
     // B's turn starts (its snapshot pinned) and waits in a tool call while A is deleted.
-    const b = await server.createSession("B");
+    const b = await e2e.server.createSession("B");
     const wait = "while [ ! -f delete.flag ]; do sleep 0.2; done; echo released-delete";
-    await server.prompt(b, `DEL-B1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait"}}] END`);
+    await e2e.server.prompt(b, `DEL-B1 TOOLS=[{"name":"bash","args":{"command":"${wait}","description":"wait"}}] END`);
     const first = await retrying(
       async () => {
-        const sent = requestsFor(model.requests(), "DEL-B1")[0];
+        const sent = requestsFor(e2e.model.requests(), "DEL-B1")[0];
         if (!sent) throw new Error("not sent yet");
         return sent;
       },
@@ -77,11 +53,11 @@ describe("OpenCode session delete with the optchat plugin", { timeout: 240_000 }
     );
     expect(block(memoryText(first as never), "shared_memory")).toContain(MARKER);
 
-    const response = await fetch(`${server.url}/session/${a}`, { method: "DELETE" });
+    const response = await fetch(`${e2e.server.url}/session/${a}`, { method: "DELETE" });
     expect(response.ok).toBe(true);
     await retrying(
       async () => {
-        const { rows } = await db.query(
+        const { rows } = await e2e.db.query(
           "SELECT deleted_at IS NOT NULL AS gone FROM optchat.sessions WHERE session_id = $1::text",
           [sessionId],
         );
@@ -90,9 +66,9 @@ describe("OpenCode session delete with the optchat plugin", { timeout: 240_000 }
       WAIT,
       "the plugin to forget A",
     );
-    writeFileSync(join(projectDir, "delete.flag"), "go");
-    await server.waitIdle(b, WAIT);
-    const afterDelete = requestsFor(model.requests(), "DEL-B1");
+    writeFileSync(join(e2e.projectDir, "delete.flag"), "go");
+    await e2e.server.waitIdle(b, WAIT);
+    const afterDelete = requestsFor(e2e.model.requests(), "DEL-B1");
     expect(afterDelete.length).toBeGreaterThan(1);
     // The same turn's next model step, pinned before the deletion: nothing of A (re-pinned, shared view rebuilt).
     for (const request of afterDelete.slice(1)) expect(JSON.stringify(request.body)).not.toContain(MARKER);
@@ -104,8 +80,8 @@ describe("OpenCode session delete with the optchat plugin", { timeout: 240_000 }
       { name: "memory_zoom", args: { ref: `${sessionId}:0:0+1` } },
       { name: "memory_sessions", args: {} },
     ];
-    await ask(b, `DEL-B2 PARALLEL=${JSON.stringify(calls)} END`);
-    const requests = requestsFor(model.requests(), "DEL-B2");
+    await e2e.ask(b, `DEL-B2 PARALLEL=${JSON.stringify(calls)} END`);
+    const requests = requestsFor(e2e.model.requests(), "DEL-B2");
     const last = requests.at(-1) as never;
     for (const request of requests) expect(JSON.stringify((request as { body: unknown }).body)).not.toContain(MARKER);
     const results = toolResults(last);
@@ -120,7 +96,7 @@ describe("OpenCode session delete with the optchat plugin", { timeout: 240_000 }
     expect(zoomPub).toContain("[removed: ");
     expect(zoomSession).toMatch(/REF_NOT_FOUND/);
     expect(sessions).not.toContain(sessionId);
-    const { rows } = await db.query<{ n: number }>(
+    const { rows } = await e2e.db.query<{ n: number }>(
       "SELECT count(*)::int AS n FROM optchat.nodes WHERE text LIKE $1::text",
       [`%${MARKER}%`],
     );

@@ -37,6 +37,18 @@ async function count(sql: string, params: unknown[] = []): Promise<number> {
   return Number((await db.query(sql, params)).rows[0]?.n ?? 0);
 }
 
+/** Waits until there are at least `atLeast` publications. */
+async function published(atLeast: number, what: string): Promise<void> {
+  await retrying(
+    async () => {
+      const n = await count("SELECT count(*)::int AS n FROM optchat.publications");
+      if (n < atLeast) throw new Error(`${n} publications`);
+    },
+    WAIT,
+    what,
+  );
+}
+
 async function nodeRows(): Promise<string[]> {
   const result = await db.query<{ row: string }>(
     "SELECT tree_id || ':' || level || ':' || idx || ':' || revision || ':' || md5(text) AS row FROM optchat.nodes ORDER BY 1",
@@ -53,14 +65,7 @@ describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
       await first.prompt(session, `${marker} remember the number ${marker.length * 7} REPLY=noted ${marker}`);
       await first.waitIdle(session, WAIT);
     }
-    await retrying(
-      async () => {
-        const n = await count("SELECT count(*)::int AS n FROM optchat.publications");
-        if (n < 2) throw new Error(`${n} publications`);
-      },
-      WAIT,
-      "both turns published",
-    );
+    await published(2, "both turns published");
     const captured = memoryText(requestsFor(model.requests(), "RST-2").at(-1) as never) as string;
     const turnRows = await db.query<{ session_id: string; turn_id: string }>(
       `SELECT t.session_id, t.turn_id FROM optchat.turns t ORDER BY admitted_at`,
@@ -95,14 +100,7 @@ describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
     expect(await count("SELECT count(*)::int AS n FROM optchat.sessions")).toBe(1);
     // RST-4's user message and its answer are the only new records.
     expect(await count("SELECT count(*)::int AS n FROM optchat.records")).toBe(recordsBefore + 2);
-    await retrying(
-      async () => {
-        const n = await count("SELECT count(*)::int AS n FROM optchat.publications");
-        if (n < 4) throw new Error(`${n} publications`);
-      },
-      WAIT,
-      "all four turns published",
-    );
+    await published(4, "all four turns published");
     expect(
       await count(
         "SELECT count(*)::int AS n FROM (SELECT turn_id FROM optchat.publications GROUP BY turn_id HAVING count(*) > 1) d",

@@ -2,25 +2,18 @@ import { describe, expect, it } from "vitest";
 import { NODE_BYTES, SIZE_TRIES } from "../../src/core/summary.js";
 import { readStatus } from "../../src/memory/status.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
-import { eventually, finishTurnNeedingSummary, ingestEvent, useTestMemory } from "../helpers.js";
+import { eventually, finishTurnNeedingSummary, sessionWithOneMessage, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ failureRetrySeconds: 1 });
 const LONG = `user: please keep the retry policy at three attempts. ${"because the broker redelivers anyway; ".repeat(40)}`;
 
 async function sessionWithOneLongMessage(name: string) {
-  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_failures" });
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId: "t1",
-      kind: "user",
-      host: name,
-      messageId: "m0",
-      occurredAt: "2026-11-20T10:00:00Z",
-      content: LONG,
-    }),
-  );
-  return session;
+  return await sessionWithOneMessage(db.memory, {
+    hostSessionId: name,
+    projectId: "prj_failures",
+    kind: "user",
+    content: LONG,
+  });
 }
 
 async function leafRow(sessionId: string) {
@@ -30,6 +23,25 @@ async function leafRow(sessionId: string) {
     [sessionId],
   );
   return rows;
+}
+
+/** A worker whose every summarizer call fails, with the events it reported. */
+async function failingWorker() {
+  const events: CompactorEvent[] = [];
+  const worker = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
+  return { worker, events };
+}
+
+/** The failure row of `table` once it counts at least `failures` failures. */
+async function failureRow(table: "node_failures" | "publication_failures", failures: number, what: string) {
+  return await eventually(
+    async () => {
+      const { rows } = await db.memory.pool.query(`SELECT failures, last_error FROM optchat.${table}`);
+      return rows[0]?.failures >= failures ? rows[0] : undefined;
+    },
+    20_000,
+    what,
+  );
 }
 
 describe("compactor failures", () => {
@@ -55,18 +67,10 @@ describe("compactor failures", () => {
 
   it("leaves a visible failing job, the sources intact and settle reporting MEMORY_NOT_READY, then recovers", async () => {
     const session = await sessionWithOneLongMessage("failing");
-    const events: CompactorEvent[] = [];
-    const failing = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
+    const { worker: failing, events } = await failingWorker();
     try {
       // Retried after the fixed delay (1 s here), forever, and reported once.
-      const failures = await eventually(
-        async () => {
-          const { rows } = await db.memory.pool.query("SELECT failures, last_error FROM optchat.node_failures");
-          return rows[0]?.failures >= 3 ? rows[0] : undefined;
-        },
-        20_000,
-        "three failures",
-      );
+      const failures = await failureRow("node_failures", 3, "three failures");
       expect(failures.last_error).toMatch(/configured to fail every call/);
       expect(events.filter((e) => e.type === "failure")).toHaveLength(1);
 
@@ -113,17 +117,9 @@ describe("compactor failures", () => {
       day: 24,
     });
     const session = { sessionId: ctx.sessionId };
-    const events: CompactorEvent[] = [];
-    const failing = await startWorker(db.memory, { ...db.config, summarizer: "fake:fail" }, (e) => events.push(e));
+    const { worker: failing, events } = await failingWorker();
     try {
-      const row = await eventually(
-        async () => {
-          const { rows } = await db.memory.pool.query("SELECT failures, last_error FROM optchat.publication_failures");
-          return rows[0]?.failures >= 2 ? rows[0] : undefined;
-        },
-        20_000,
-        "two failed publication attempts",
-      );
+      const row = await failureRow("publication_failures", 2, "two failed publication attempts");
       expect(row.last_error).toMatch(/configured to fail every call/);
       expect(events.filter((e) => e.type === "failure")).toHaveLength(1);
       const { rows } = await db.memory.pool.query(

@@ -1,36 +1,17 @@
-import { afterAll, describe, expect, it } from "vitest";
-import { eventually, ingestEvent, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import { describe, expect, it } from "vitest";
+import { eventually, sessionWithOneMessage, useTestMemory, useWorkerProcesses } from "../helpers.js";
 
 const db = useTestMemory();
-const workers: WorkerProcess[] = [];
-afterAll(async () => {
-  for (const w of workers) {
-    if (w.child.exitCode === null) {
-      w.child.kill("SIGCONT");
-      w.child.kill("SIGKILL");
-    }
-  }
-});
-
-async function start(env: Record<string, string> = {}): Promise<WorkerProcess> {
-  const worker = await startWorkerProcess(db.url, { OPTCHAT_WORKER_CONCURRENCY: "2", ...env });
-  workers.push(worker);
-  return worker;
-}
+const workers = useWorkerProcesses(db, { OPTCHAT_WORKER_CONCURRENCY: "2" });
+const start = workers.start;
 
 async function ingestLong(name: string): Promise<string> {
-  const session = await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_leases" });
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId: "t1",
-      kind: "assistant",
-      host: name,
-      messageId: "m0",
-      occurredAt: "2026-11-20T10:00:00Z",
-      content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
-    }),
-  );
+  const session = await sessionWithOneMessage(db.memory, {
+    hostSessionId: name,
+    projectId: "prj_leases",
+    kind: "assistant",
+    content: `a long answer that needs the summarizer. ${"detail ".repeat(200)}`,
+  });
   return session.sessionId;
 }
 
@@ -55,6 +36,18 @@ async function leafRows(sessionId: string) {
   return rows;
 }
 
+/** The session's leaf rows, once there are any. */
+async function builtLeaves(sessionId: string, timeoutMs: number, what: string) {
+  return await eventually(
+    async () => {
+      const found = await leafRows(sessionId);
+      return found.length > 0 ? found : undefined;
+    },
+    timeoutMs,
+    what,
+  );
+}
+
 describe("compactor leases", () => {
   it("re-runs the job of a SIGKILLed worker on another worker within 15 s", async () => {
     const slow = await start({ OPTCHAT_SUMMARIZER: "fake:delay=120000" });
@@ -63,14 +56,7 @@ describe("compactor leases", () => {
     await start(); // the other worker is already running when the first one dies
     slow.child.kill("SIGKILL");
     const killedAt = Date.now();
-    const rows = await eventually(
-      async () => {
-        const found = await leafRows(sessionId);
-        return found.length > 0 ? found : undefined;
-      },
-      30_000,
-      "the node built by the second worker",
-    );
+    const rows = await builtLeaves(sessionId, 30_000, "the node built by the second worker");
     const seconds = (Date.now() - killedAt) / 1000;
     expect(seconds).toBeLessThan(15);
     expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
@@ -78,7 +64,7 @@ describe("compactor leases", () => {
   }, 60_000);
 
   it("does not let a worker that was paused past its lease commit (fencing)", async () => {
-    for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
+    for (const w of workers.all) if (w.child.exitCode === null) w.child.kill("SIGKILL");
     // The summary takes 8 s, so the SIGSTOP below lands inside it even on a loaded machine.
     const paused = await start({ OPTCHAT_SUMMARIZER: "fake:delay=8000" });
     const sessionId = await ingestLong("paused");
@@ -91,14 +77,7 @@ describe("compactor leases", () => {
     );
     paused.child.kill("SIGSTOP"); // no heartbeats from here on: the claim expires
     const other = await start();
-    const rows = await eventually(
-      async () => {
-        const found = await leafRows(sessionId);
-        return found.length > 0 ? found : undefined;
-      },
-      40_000,
-      "the node built by the other worker",
-    );
+    const rows = await builtLeaves(sessionId, 40_000, "the node built by the other worker");
     expect(rows).toEqual([{ revision: 0, job_id: job.id, job_attempt: job.retry_count + 1 }]);
 
     // The paused worker wakes up with its summary done and tries to commit with its stale attempt.

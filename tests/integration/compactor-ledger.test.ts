@@ -7,7 +7,7 @@ import { budgetSettingsOf } from "../../src/memory/config.js";
 import { readTodaySpend } from "../../src/memory/cost.js";
 import { inspectStoredSession } from "../../src/memory/inspect.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
-import { eventually, runCli, useTestMemory } from "../helpers.js";
+import { runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const db = useTestMemory({ failureRetrySeconds: 1, workerConcurrency: 1 });
 let server: ModelServer;
@@ -51,16 +51,7 @@ function anthropicAtServer() {
 /** Settles the session, then waits for every node job (parents outside the view too) so no work leaks into the next test. */
 async function settleAll(sessionId: string): Promise<void> {
   await db.memory.settle(sessionId, { timeoutMs: 30_000 });
-  await eventually(
-    async () => {
-      const { rows } = await db.memory.pool.query(
-        "SELECT count(*)::int AS n FROM pgboss.job WHERE name LIKE 'optchat-%' AND state IN ('created', 'retry', 'active')",
-      );
-      return rows[0].n === 0 ? true : undefined;
-    },
-    30_000,
-    "the compactor's jobs to finish",
-  );
+  await waitForIdleQueues(db.memory.pool);
 }
 
 async function ledgerOf(sessionId: string) {

@@ -1,14 +1,11 @@
-import { afterAll, describe, expect, it } from "vitest";
+import { describe, expect, it } from "vitest";
 import { auditTreeViews } from "../../src/memory/audit.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
-import { ingestEvent, startWorkerProcess, useTestMemory, type WorkerProcess } from "../helpers.js";
+import { ingestEvent, useTestMemory, useWorkerProcesses } from "../helpers.js";
 
 const VIEW_BYTES = 6000;
 const db = useTestMemory({ viewBytes: VIEW_BYTES });
-const workers: WorkerProcess[] = [];
-afterAll(async () => {
-  for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
-});
+const { all: workers, start } = useWorkerProcesses(db);
 
 const SESSIONS = 20;
 const PER_SESSION = 250;
@@ -29,7 +26,7 @@ function fullTreeNodes(leaves: number): number {
 describe("compactor: three worker processes sharing the queue", () => {
   it("build every node of 20 sessions × 250 records exactly once, leave no job behind, and reach readiness", async () => {
     const env = { OPTCHAT_VIEW_BYTES: String(VIEW_BYTES), OPTCHAT_WORKER_CONCURRENCY: "4" };
-    workers.push(...(await Promise.all([1, 2, 3].map(() => startWorkerProcess(db.url, env)))));
+    await Promise.all([1, 2, 3].map(() => start(env)));
 
     const sessions = await Promise.all(
       Array.from({ length: SESSIONS }, (_, s) =>

@@ -2,34 +2,17 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { estimateTokens } from "../../src/core/context.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { ingestEvent, useTestMemory } from "../helpers.js";
+import { MEDIUM_WINDOW, messageWriter, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ viewBytes: 4000 });
 let session: Session;
-let n = 0;
+const writeMessage = messageWriter(db, Date.UTC(2026, 10, 21, 9));
 
 async function ingest(turnId: string, kind: "user" | "assistant", text: string) {
-  n += 1;
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId,
-      kind,
-      host: "ctx",
-      messageId: `m${n}`,
-      occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, n)).toISOString(),
-      content: text,
-    }),
-  );
+  await writeMessage(session, turnId, kind, text);
 }
 
-const WINDOW = {
-  windowTokens: 100_000,
-  instructionsTokens: 3000,
-  activeTokens: 1000,
-  outputTokens: 4000,
-  reserveTokens: 1000,
-};
+const WINDOW = MEDIUM_WINDOW;
 
 beforeAll(async () => {
   session = await db.memory.openSession({ host: "test", hostSessionId: "ctx", projectId: "prj_ctx" });

@@ -1,24 +1,19 @@
 import { describe, expect, it } from "vitest";
-import { ingestEvent, runCli, useTestMemory } from "../helpers.js";
+import { runCli, sessionWithOneMessage, useTestMemory } from "../helpers.js";
 
 // `optchat forget`, `archive`, `unarchive`, `isolate` as a user runs them: a dry run first (exit 2, nothing changes),
 // then --yes with progress on stderr; OpenCode's session id accepted.
 const db = useTestMemory();
 
 async function session(hostSessionId: string, text: string) {
-  const s = await db.memory.openSession({ host: "opencode", hostSessionId, projectId: "prj_cli_forget" });
-  await db.memory.ingest(
-    ingestEvent({
-      sessionId: s.sessionId,
-      turnId: "t1",
-      kind: "user",
-      host: hostSessionId,
-      messageId: "m1",
-      occurredAt: "2026-11-20T10:00:00Z",
-      content: text,
-    }),
-  );
-  return s;
+  return await sessionWithOneMessage(db.memory, {
+    host: "opencode",
+    hostSessionId,
+    projectId: "prj_cli_forget",
+    kind: "user",
+    content: text,
+    messageId: "m1",
+  });
 }
 
 async function records(sessionId: string): Promise<number> {

@@ -6,11 +6,12 @@ import {
   collect,
   databaseDigest,
   eventually,
-  ingestEvent,
+  messageWriter,
   startScript,
   useTestMemory,
   waitForIdleQueues,
   waitForLine,
+  waitForPublications,
 } from "../helpers.js";
 
 // Issue 15 "Also": a crash in the middle of a deletion leaves either the previous state or the complete new one. The
@@ -22,24 +23,11 @@ const db = useTestMemory();
 const FIXTURE = "tests/fixtures/forget-then-stop.ts";
 let worker: RunningCompactor | undefined;
 let a: Session;
-let message = 0;
+const writeMessage = messageWriter(db, Date.UTC(2026, 10, 21, 9));
 
 async function turn(session: Session, turnId: string, texts: string[]): Promise<void> {
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0], publishes: true });
-  for (const [k, text] of texts.entries()) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind: k === 0 ? "user" : "assistant",
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, message)).toISOString(),
-        content: text,
-      }),
-    );
-  }
+  for (const [k, text] of texts.entries()) await writeMessage(session, turnId, k === 0 ? "user" : "assistant", text);
   await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
 }
 
@@ -71,14 +59,7 @@ beforeAll(async () => {
     await turn(a, `a${k}`, [`a asks about the quokka ${k}`, `the quokka ${k} answer`]);
     await turn(b, `b${k}`, [`b asks about the parser ${k}`, `b parser answer ${k}`]);
   }
-  await eventually(
-    async () => {
-      const { rows } = await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications");
-      return rows[0].n === 8 ? true : undefined;
-    },
-    30_000,
-    "8 publications",
-  );
+  await waitForPublications(db.memory.pool, 8, 30_000, "8 publications");
   await waitForIdleQueues(db.memory.pool);
   await worker.stop();
   worker = undefined;

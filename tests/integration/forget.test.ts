@@ -4,7 +4,7 @@ import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
 import type { Turn } from "../../src/store/turns.js";
-import { eventually, ingestEvent, LARGE_WINDOW, useTestMemory, waitForIdleQueues } from "../helpers.js";
+import { eventually, ingestEvent, LARGE_WINDOW, messageWriter, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 // Issue 15 item 4 at the service level: forgetting session A removes its text from every read path of the other
 // sessions (search, zoom with A's old refs, the shared block, session listings), keeps a blob another record shares,
@@ -18,9 +18,9 @@ let worker: RunningCompactor;
 let a: Session;
 let b: Session;
 let c: Session;
-let message = 0;
 
 const WINDOW = LARGE_WINDOW;
+const writeMessage = messageWriter(db, Date.UTC(2026, 10, 20, 10));
 
 async function count(sql: string, params: unknown[] = []): Promise<number> {
   const { rows } = await db.memory.pool.query(sql, params);
@@ -30,20 +30,7 @@ async function count(sql: string, params: unknown[] = []): Promise<number> {
 async function turn(session: Session, turnId: string, texts: string[]): Promise<void> {
   const before = await count("SELECT count(*) AS n FROM optchat.publications");
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0], publishes: true });
-  for (const [k, text] of texts.entries()) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind: k === 0 ? "user" : "assistant",
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, message)).toISOString(),
-        content: text,
-      }),
-    );
-  }
+  for (const [k, text] of texts.entries()) await writeMessage(session, turnId, k === 0 ? "user" : "assistant", text);
   await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
   await eventually(
     async () => ((await count("SELECT count(*) AS n FROM optchat.publications")) > before ? true : undefined),

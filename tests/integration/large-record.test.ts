@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from "vitest";
-import { EARLY_WORD, largeText } from "../../scripts/bench/large.js";
+import { EARLY_WORD, largeText, timerGaps } from "../../scripts/bench/large.js";
 import { NODE_QUEUE } from "../../src/compactor/queue.js";
 import { type CompactorEvent, type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { ingestEvent, useTestMemory } from "../helpers.js";
@@ -9,23 +9,6 @@ let worker: RunningCompactor | undefined;
 afterAll(async () => {
   await worker?.stop(5_000);
 });
-
-/** The longest gap between two runs of a 10 ms interval timer, beyond its period, until stopped. */
-function timerGaps(): { stop(): number } {
-  let last = performance.now();
-  let longest = 0;
-  const timer = setInterval(() => {
-    const now = performance.now();
-    longest = Math.max(longest, now - last - 10);
-    last = now;
-  }, 10);
-  return {
-    stop() {
-      clearInterval(timer);
-      return Math.max(longest, performance.now() - last - 10);
-    },
-  };
-}
 
 // Issue 9 item 3: the worker that took a 64 MiB record's summary stopped heartbeating (its event loop was blocked in
 // chunking), another worker took the job over after the lease and froze too. pg-boss's heartbeat and our lease

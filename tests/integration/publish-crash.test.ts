@@ -1,17 +1,8 @@
-import { afterAll, describe, expect, it } from "vitest";
-import {
-  eventually,
-  finishTurnNeedingSummary,
-  startWorkerProcess,
-  useTestMemory,
-  type WorkerProcess,
-} from "../helpers.js";
+import { describe, expect, it } from "vitest";
+import { eventually, finishTurnNeedingSummary, useTestMemory, useWorkerProcesses } from "../helpers.js";
 
 const db = useTestMemory();
-const workers: WorkerProcess[] = [];
-afterAll(async () => {
-  for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
-});
+const workers = useWorkerProcesses(db);
 
 async function state() {
   const { rows } = await db.memory.pool.query(
@@ -24,11 +15,7 @@ async function state() {
 
 describe("crash boundaries of the publish path", () => {
   it("leaves the previous state when a worker dies before the publication commit, and one complete publication after", async () => {
-    const slow = await startWorkerProcess(db.url, {
-      OPTCHAT_SUMMARIZER: "fake:delay=120000",
-      OPTCHAT_WORKER_CONCURRENCY: "2",
-    });
-    workers.push(slow);
+    const slow = await workers.start({ OPTCHAT_SUMMARIZER: "fake:delay=120000", OPTCHAT_WORKER_CONCURRENCY: "2" });
     // Three messages of 240 bytes: their session nodes are free, the publication leaf needs the summarizer.
     await finishTurnNeedingSummary(db.memory, {
       hostSessionId: "crash",
@@ -48,8 +35,7 @@ describe("crash boundaries of the publish path", () => {
     );
     expect(await state()).toEqual({ publications: 0, shared_nodes: 0, next_seq: 0 });
 
-    const healthy = await startWorkerProcess(db.url);
-    workers.push(healthy);
+    const healthy = await workers.start();
     slow.child.kill("SIGKILL");
     // Killed before its commit: nothing of the publication exists (no number taken, no leaf, no view revision).
     expect(await state()).toEqual({ publications: 0, shared_nodes: 0, next_seq: 0 });

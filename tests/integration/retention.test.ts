@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { viewAsText } from "../../src/memory/views.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { deleteSupersededRevisions } from "../../src/store/retention.js";
-import { ingestEvent, useTestMemory } from "../helpers.js";
+import { ingestEvent, MEDIUM_WINDOW, useTestMemory } from "../helpers.js";
 
 // Job retention at its floor and a fast sweep, so the test sees pg-boss's maintenance delete finished jobs.
 const db = useTestMemory({ viewBytes: 2000, jobRetentionSeconds: 1, retentionSweepSeconds: 1 });
@@ -28,13 +28,7 @@ async function count(sql: string, values: unknown[] = []): Promise<number> {
   return Number(rows[0].n);
 }
 
-const WINDOW = {
-  windowTokens: 100_000,
-  instructionsTokens: 3000,
-  activeTokens: 1000,
-  outputTokens: 4000,
-  reserveTokens: 1000,
-};
+const WINDOW = MEDIUM_WINDOW;
 
 describe("retention of derived rows (issue 9 item 8)", () => {
   it("deletes finished jobs after OPTCHAT_JOB_RETENTION_SECONDS, and superseded unpinned revisions while pinned ones read back unchanged", async () => {

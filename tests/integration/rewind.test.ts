@@ -2,32 +2,22 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, LARGE_WINDOW, useTestMemory } from "../helpers.js";
+import { eventually, LARGE_WINDOW, messageWriter, useTestMemory } from "../helpers.js";
 
 /** A rewind of a session's history as a new generation, through the service API (issue 15 item 2). */
 
 const db = useTestMemory();
 let worker: RunningCompactor;
-let message = 0;
+const writeMessage = messageWriter(db, Date.UTC(2026, 11, 1, 10));
 
 const WINDOW = LARGE_WINDOW;
 
 async function turn(session: Session, turnId: string, texts: [string, string], finish = true): Promise<void> {
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0] });
   for (const [n, text] of texts.entries()) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind: n === 0 ? "user" : "assistant",
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 11, 1, 10, 0, message)).toISOString(),
-        content: text,
-        attributes: { hostMessageId: `host-${turnId}-${n}` },
-      }),
-    );
+    await writeMessage(session, turnId, n === 0 ? "user" : "assistant", text, {
+      attributes: { hostMessageId: `host-${turnId}-${n}` },
+    });
   }
   if (finish) await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
 }

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
+import { ingestEvent, useTestMemory, waitForPublications } from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -35,14 +35,7 @@ beforeAll(async () => {
     );
     await db.memory.finishTurn({ sessionId: writer.sessionId, turnId: `w${k}` }, "completed");
   }
-  await eventually(
-    async () =>
-      (await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.publications")).rows[0].n === 3
-        ? true
-        : undefined,
-    30_000,
-    "three publications",
-  );
+  await waitForPublications(db.memory.pool, 3, 30_000, "three publications");
   await db.memory.admitTurn({ sessionId: reader.sessionId, turnId: "r1" });
   await db.memory.admitTurn({ sessionId: stranger.sessionId, turnId: "s1" });
 });

@@ -3,7 +3,15 @@ import { openMemory } from "../../src/memory/service.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, LARGE_WINDOW, runCli, useTestMemory } from "../helpers.js";
+import {
+  eventually,
+  ingestEvent,
+  LARGE_WINDOW,
+  messageWriter,
+  runCli,
+  useTestMemory,
+  waitForIdleQueues,
+} from "../helpers.js";
 
 const db = useTestMemory();
 let worker: RunningCompactor;
@@ -11,7 +19,7 @@ let a: Session;
 let b: Session;
 let other: Session;
 let isolated: Session;
-let message = 0;
+const writeMessage = messageWriter(db, Date.UTC(2026, 10, 20, 10));
 
 beforeAll(async () => {
   worker = await startWorker(db.memory, db.config, () => {});
@@ -51,20 +59,7 @@ async function turn(
     query: messages[0]?.[1],
     publishes,
   });
-  for (const [kind, text] of messages) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind,
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, message)).toISOString(),
-        content: text,
-      }),
-    );
-  }
+  for (const [kind, text] of messages) await writeMessage(session, turnId, kind, text);
   await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, outcome);
   if (admitted.publishes)
     await eventually(
@@ -197,16 +192,7 @@ describe("shared memory across sessions", () => {
       );
     }
     // Wait until the compactor has nothing left to do, so that a duplicate publication would have happened by now.
-    await eventually(
-      async () => {
-        const { rows } = await db.memory.pool.query(
-          "SELECT count(*)::int AS n FROM pgboss.job WHERE name IN ('optchat-node', 'optchat-publish') AND state IN ('created', 'retry', 'active')",
-        );
-        return rows[0].n === 0 ? true : undefined;
-      },
-      30_000,
-      "an idle compactor",
-    );
+    await waitForIdleQueues(db.memory.pool);
     expect((await db.memory.pool.query("SELECT count(*)::int AS n FROM optchat.records")).rows[0].n).toBe(records);
     expect(await publications()).toBe(published);
   });

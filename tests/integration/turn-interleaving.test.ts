@@ -3,13 +3,12 @@ import { OptchatError } from "../../src/core/errors.js";
 import type { RunningCompactor } from "../../src/memory/worker.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { eventually, ingestEvent, useTestMemory } from "../helpers.js";
+import { eventually, messageWriter, useTestMemory } from "../helpers.js";
 
 // Summaries take 150 ms, so a turn's cover is not built yet when it finishes (the case where publication used to
 // wait by rescheduling itself).
 const db = useTestMemory({ summarizer: "fake:delay=150" });
 let worker: RunningCompactor;
-let message = 0;
 
 beforeAll(async () => {
   worker = await startWorker(db.memory, db.config, () => {});
@@ -22,20 +21,7 @@ async function open(name: string): Promise<Session> {
   return await db.memory.openSession({ host: "test", hostSessionId: name, projectId: "prj_interleave" });
 }
 
-async function record(session: Session, turnId: string, kind: "user" | "assistant", content: string) {
-  message += 1;
-  return await db.memory.ingest(
-    ingestEvent({
-      sessionId: session.sessionId,
-      turnId,
-      kind,
-      host: session.hostSessionId,
-      messageId: `m${message}`,
-      occurredAt: new Date(Date.UTC(2026, 10, 21, 9, 0, message)).toISOString(),
-      content,
-    }),
-  );
-}
+const record = messageWriter(db, Date.UTC(2026, 10, 21, 9));
 
 async function publicationOf(session: Session, turnId: string) {
   const { rows } = await db.memory.pool.query<{ publication_seq: string }>(

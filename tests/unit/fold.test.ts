@@ -84,6 +84,23 @@ function sizesAt(history: History, upTo: number): NodeBytes {
   return (node) => (built.has(key(node)) ? history.bytes.get(key(node)) : undefined);
 }
 
+/** Every k where cover[k] and cover[k + 1] are siblings whose parent is built, with that parent, in order. */
+function mergeablePairs(
+  cover: readonly NodeAddress[],
+  bytesOf: NodeBytes,
+): { k: number; a: NodeAddress; b: NodeAddress; parent: NodeAddress }[] {
+  const pairs: { k: number; a: NodeAddress; b: NodeAddress; parent: NodeAddress }[] = [];
+  for (let k = 0; k + 1 < cover.length; k++) {
+    const a = cover[k] as NodeAddress;
+    const b = cover[k + 1] as NodeAddress;
+    if (a.level !== b.level || a.index % 2 !== 0 || b.index !== a.index + 1) continue;
+    const parent = { level: a.level + 1, index: a.index / 2 };
+    if (bytesOf(parent) === undefined) continue;
+    pairs.push({ k, a, b, parent });
+  }
+  return pairs;
+}
+
 /** The fold written straight from seed 002 §5.2, recomputing everything: the reference for the real one. */
 function referenceFold(history: History, upTo: number): FoldState {
   let parts: NodeAddress[] = [];
@@ -101,12 +118,7 @@ function referenceFold(history: History, upTo: number): FoldState {
     if (size() > history.params.upperBytes) shrinking = true;
     while (shrinking && size() > history.params.lowerBytes) {
       let best: { k: number; due: number; start: number } | undefined;
-      for (let k = 0; k + 1 < parts.length; k++) {
-        const a = parts[k] as NodeAddress;
-        const b = parts[k + 1] as NodeAddress;
-        if (a.level !== b.level || a.index % 2 !== 0 || b.index !== a.index + 1) continue;
-        const parent = { level: a.level + 1, index: a.index / 2 };
-        if (bytesOf(parent) === undefined) continue;
+      for (const { k, a, b, parent } of mergeablePairs(parts, bytesOf)) {
         if (line(parent) >= line(a) + line(b)) continue;
         const due = (leafCount - startOf(a)) / 2 ** (a.level + 2);
         if (!best || due > best.due || (due === best.due && startOf(a) < best.start))
@@ -252,12 +264,7 @@ function allCovers(parts: readonly NodeAddress[], bytesOf: NodeBytes): NodeAddre
   const seen = new Set(covers.map((c) => c.map(key).join(",")));
   for (let i = 0; i < covers.length; i++) {
     const cover = covers[i] as NodeAddress[];
-    for (let k = 0; k + 1 < cover.length; k++) {
-      const a = cover[k] as NodeAddress;
-      const b = cover[k + 1] as NodeAddress;
-      if (a.level !== b.level || a.index % 2 !== 0 || b.index !== a.index + 1) continue;
-      const parent = { level: a.level + 1, index: a.index / 2 };
-      if (bytesOf(parent) === undefined) continue;
+    for (const { k, parent } of mergeablePairs(cover, bytesOf)) {
       const next = [...cover.slice(0, k), parent, ...cover.slice(k + 2)];
       const coverKey = next.map(key).join(",");
       if (!seen.has(coverKey)) {

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { countLoneSurrogates, isValidUtf8, payloadAsText } from "../../src/core/payload.js";
 import { tokenize, toTsvectorLiteral } from "../../src/core/tokenize.js";
 import { preparePayload, SEARCH_INDEX_BYTES } from "../../src/memory/payload-prep.js";
+import { loopTurns } from "../helpers.js";
 
 /** What ingestion derived from a payload in one task before it was done in slices: the reference. */
 function reference(content: string | Uint8Array, toolName?: string) {
@@ -50,16 +51,9 @@ describe("payload preparation for ingestion", () => {
   it("lets the event loop turn while it encodes, hashes and tokenizes a large payload", async () => {
     // Long words, so the 1 MiB of search text stays under the 50,000-token limit and is tokenized to its end.
     const text = `${"x".repeat(60)} ${"déjà".repeat(15)}\n`.repeat(100_000); // about 10 MB
-    let turns = 0;
-    let running = true;
-    const tick = () => {
-      if (!running) return;
-      turns++;
-      setImmediate(tick);
-    };
-    setImmediate(tick);
+    const probe = loopTurns();
     await preparePayload(text);
-    running = false;
+    const turns = probe.stop();
     // 1 MiB of search text in 32 KiB slices alone is 32 turns; encoding and hashing add a few.
     expect(turns).toBeGreaterThanOrEqual(30);
   });

@@ -21,6 +21,7 @@ import {
   SIZE_TRIES,
   utf8Bytes,
 } from "../../src/core/summary.js";
+import { loopTurns } from "../helpers.js";
 
 /** A summarizer that answers from a script and records every request it got (as plain messages). */
 function scripted(
@@ -215,24 +216,6 @@ describe("leaves and parents", () => {
     expect(result.calls).toBeGreaterThanOrEqual(leaves.length);
   });
 });
-
-/** Counts turns of the event loop (setImmediate callbacks) until stopped: a task that never yields sees none. */
-function loopTurns(): { stop(): number } {
-  let turns = 0;
-  let running = true;
-  const tick = () => {
-    if (!running) return;
-    turns++;
-    setImmediate(tick);
-  };
-  setImmediate(tick);
-  return {
-    stop() {
-      running = false;
-      return turns;
-    },
-  };
-}
 
 describe("large messages (issue 9 item 3)", () => {
   const log = (bytes: number) => {

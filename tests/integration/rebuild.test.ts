@@ -6,6 +6,7 @@ import { PROMPT_VERSION } from "../../src/core/summary.js";
 import type { Config } from "../../src/memory/config.js";
 import { rebuild, rebuildDepsOf } from "../../src/memory/rebuild.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
+import { countFallbackNodes } from "../../src/store/compactor-calls.js";
 import type { Session } from "../../src/store/sessions.js";
 import type { Turn } from "../../src/store/turns.js";
 import { eventually, ingestEvent, LARGE_WINDOW, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
@@ -144,6 +145,7 @@ describe("optchat rebuild", () => {
   it("starts from labelled fallbacks in both sessions and the shared tree", async () => {
     expect(await currentFallbacks(a.sessionId)).toBeGreaterThan(0);
     expect(await currentFallbacks(b.sessionId)).toBeGreaterThan(0);
+    expect(await countFallbackNodes(db.memory.pool, new Date(0))).toBe(await currentFallbacks());
     expect(pinnedBefore.shared).toContain(FALLBACK_LABEL);
     expect((await db.memory.audit()).violations).toEqual([]);
   });
@@ -178,6 +180,8 @@ describe("optchat rebuild", () => {
     });
     expect(report.revisions).toBeGreaterThan(0);
     expect(await currentFallbacks()).toBe(0);
+    // What optchat status, optchat cost and memory_inspect count: no fallback is left to report.
+    expect(await countFallbackNodes(db.memory.pool, new Date(0))).toBe(0);
     expect((await db.memory.audit()).violations).toEqual([]);
     // The turn pinned before both rebuilds: its shared view revision and its own view revision resolve to the
     // revisions of their events, fallbacks included.

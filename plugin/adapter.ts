@@ -176,7 +176,8 @@ export class OpencodeAdapter {
         `optchat: closing after ${budgetMs} ms with ingestion still pending (setting OPTCHAT_CLOSE_FLUSH_MS); the next OpenCode process stores what is missing from OpenCode's transcript`,
       );
     }
-    for (const state of this.sessions.all()) {
+    // The live map, as before the split: a session admitted while a release is awaited gets its timers cleared too.
+    for (const state of this.sessions.live()) {
       if (flushed) await this.lease.release(state);
       // Unfinished turns keep their claim until it expires (another process may then take over), but no timer may
       // outlive the pool it renews through.

@@ -22,6 +22,8 @@ export interface Clock {
 /** An opaque timer handle of a `Clock`. */
 export interface Timer {
   readonly id: unknown;
+  /** Which clear function the runtime needs (Bun before 1.1 cancelled a timer only through its own kind's). */
+  readonly kind?: "timeout" | "interval";
 }
 
 export const systemClock: Clock = {
@@ -29,16 +31,17 @@ export const systemClock: Clock = {
   setTimeout(run, ms) {
     const id = setTimeout(run, ms);
     id.unref?.();
-    return { id };
+    return { id, kind: "timeout" };
   },
   setInterval(run, ms) {
     const id = setInterval(run, ms);
     id.unref?.();
-    return { id };
+    return { id, kind: "interval" };
   },
   clear(timer) {
-    // clearTimeout and clearInterval are interchangeable for Node's and Bun's timer objects.
-    if (timer) clearTimeout(timer.id as ReturnType<typeof setTimeout>);
+    if (!timer) return;
+    if (timer.kind === "interval") clearInterval(timer.id as ReturnType<typeof setInterval>);
+    else clearTimeout(timer.id as ReturnType<typeof setTimeout>);
   },
   sleep(ms, signal) {
     return new Promise<void>((resolve) => {

@@ -30,8 +30,14 @@ export class HostSessions {
     return state;
   }
 
+  /** A snapshot of the sessions' states. */
   all(): SessionState[] {
     return [...this.states.values()];
+  }
+
+  /** The sessions' states as they are when iterated: one added meanwhile (a prompt during a close) is visited too. */
+  live(): IterableIterator<SessionState> {
+    return this.states.values();
   }
 
   /** `session.created`. */

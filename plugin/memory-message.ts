@@ -3,6 +3,7 @@
  * Kept apart from the adapter's lifecycle code: this is the request layout that docs/caching.md describes.
  */
 import type { HostMessage, HostMessageInfo } from "./messages.js";
+import { processSharedParts, type SharedParts } from "./shared-parts.js";
 
 /**
  * The constant head: the same bytes in every request of every session, so it opens every cached prefix. It carries
@@ -22,9 +23,9 @@ export const MEMORY_CONTINUED = "optchat memory, continued:";
 
 export interface MemoryLayout {
   /**
-   * The memory message's text parts, most stable first: the head, then the shared block's opening and each of its
-   * lines (no closing tag: the next turn appends lines after the last one). Byte-identical across turns while the
-   * shared view only grew.
+   * The memory message's text parts, most stable first: the head, then the shared block's opening and its lines, in
+   * parts that end wherever an earlier rendering ended (plugin/shared-parts.ts; no closing tag: the next epoch appends
+   * lines after the last one). Byte-identical across turns, part for part, while the shared view only grew.
    */
   readonly stable: readonly string[];
   /**
@@ -45,9 +46,20 @@ export function memoryLayout(
   omitted: readonly string[],
   replaced: number,
   publicationHighWater: number,
+  sharedParts: SharedParts = processSharedParts,
 ): MemoryLayout {
   const shared = blocks.find((b) => b.name === "shared_memory");
-  const stable = [`${MEMORY_HEAD}\n\n`, ...(shared ? shared.pieces.slice(0, -1).map((piece) => `${piece}\n`) : [])];
+  const stable = [`${MEMORY_HEAD}\n\n`];
+  if (shared) {
+    const opening = `${shared.pieces[0] as string}\n`;
+    stable.push(
+      opening,
+      ...sharedParts.group(
+        opening,
+        shared.pieces.slice(1, -1).map((line) => `${line}\n`),
+      ),
+    );
+  }
   const status = [
     `${MEMORY_CONTINUED} shared memory as of publication ${publicationHighWater}`,
     ...(replaced > 0 ? [`${replaced} earlier messages of this conversation are represented by the memory`] : []),
@@ -112,7 +124,7 @@ export function withLeadingText(message: HostMessage, text: string, turnId: stri
 export function sharedUpdateText(publicationHighWater: number, lines: readonly string[]): string {
   if (lines.length === 0) return "";
   return `${[
-    `${MEMORY_CONTINUED} published to shared memory by this project's other conversations since the previous turn (as of publication ${publicationHighWater}), oldest first:`,
+    `${MEMORY_CONTINUED} published to shared memory by other conversations since the previous turn, oldest first (publication ${publicationHighWater}):`,
     "<shared_memory_update>",
     ...lines,
     "</shared_memory_update>",

@@ -31,10 +31,10 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
   return {
     memory_zoom: tool({
       description:
-        "Open a memory line by its ref (pub:24+1, 0+8, or <session>:<generation>:0+8, exactly as shown in the memory blocks): a summary opens into the two finer lines below it, a publication into its session's messages, a single message into its exact original text (paged: pass the cursor to continue).",
+        "Open a memory line by its ref, exactly as shown (pub:24+1, 0+8, <session>:<generation>:0+8): a summary opens into its two finer lines, a publication into its session's lines, a message into its exact original text (paged by cursor).",
       args: {
-        ref: z.string().max(300).describe("A ref from a memory block or a previous memory tool result"),
-        cursor: z.string().max(100).optional().describe("The cursor printed at the end of a long message, to read on"),
+        ref: z.string().max(300).describe("A ref from memory or a memory tool result"),
+        cursor: z.string().max(100).optional().describe("The cursor ending the previous page"),
       },
       async execute(args, ctx) {
         return await run("memory_zoom", async (adapter) => {
@@ -49,14 +49,14 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
     }),
     memory_search: tool({
       description:
-        "Search this project's memory (this conversation's history and other sessions' published turns, as of this turn's snapshot) for a literal detail the summaries dropped. Write the distinctive words you expect in the text (names, numbers, file paths, identifiers, error messages; a question works too): rarer words weigh more, common words little, and every word need not occur (match: all requires each one; quote \"exact phrases\"). Each hit is a distinct place, best first: a message (pointing at the best-matching one inside a matching summary) or a summary, with its ref, kind, session, time and an excerpt; open it with memory_zoom. Paged by cursor.",
+        "Find a literal detail the summaries dropped in this project's memory (this conversation and other sessions' published turns). Write the distinctive words you expect (names, numbers, paths, identifiers, errors; or a question): rarer words weigh more and not every word must occur (match all: each must; \"quote phrases\"). Hits, best first, show a ref, kind, session, time and excerpt: open one with memory_zoom. Paged by cursor.",
       args: {
-        query: z.string().min(1).max(2000).describe("Words to find (a question works); CJK text works"),
-        match: z.enum(["all", "any"]).optional().describe("any (default): rarer words weigh more; all: every word"),
-        session: z.string().max(200).optional().describe("Only this session (an id from memory_sessions)"),
-        before: z.string().max(40).optional().describe("ISO 8601 time: only older matches"),
-        after: z.string().max(40).optional().describe("ISO 8601 time: only newer matches"),
-        cursor: z.string().max(40).optional().describe("The cursor of a previous result page"),
+        query: z.string().min(1).max(2000).describe("Words to find, or a question"),
+        match: z.enum(["all", "any"]).optional().describe("any (default) or all words"),
+        session: z.string().max(200).optional().describe("Only this session id (memory_sessions)"),
+        before: z.string().max(40).optional().describe("ISO 8601: only older"),
+        after: z.string().max(40).optional().describe("ISO 8601: only newer"),
+        cursor: z.string().max(40).optional().describe("The previous page's cursor"),
         limit: z.number().int().min(1).max(50).optional().describe("Hits per page (default 10)"),
       },
       async execute(args, ctx) {
@@ -86,8 +86,8 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       },
     }),
     memory_date: tool({
-      description: "When the messages under a ref happened: the first and last timestamps (ISO 8601).",
-      args: { ref: z.string().max(300).describe("A ref from a memory block or memory tool result") },
+      description: "First and last time (ISO 8601) of the messages under a memory ref.",
+      args: { ref: z.string().max(300).describe("A ref from memory or a memory tool result") },
       async execute(args, ctx) {
         return await run("memory_date", async (adapter) => {
           const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
@@ -98,9 +98,9 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
     }),
     memory_sessions: tool({
       description:
-        "List the sessions of this project's memory visible to this turn (id, title, when, turns published), newest first, paged.",
+        "This project's sessions visible to this turn (id, title, when, turns published), newest first, paged.",
       args: {
-        cursor: z.string().max(100).optional().describe("The cursor of a previous page"),
+        cursor: z.string().max(100).optional().describe("The previous page's cursor"),
         limit: z.number().int().min(1).max(50).optional().describe("Sessions per page (default 20)"),
       },
       async execute(args, ctx) {
@@ -122,7 +122,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
     }),
     memory_inspect: tool({
       description:
-        "Health of optchat's memory for this session: the last injection (sizes, blocks, snapshot), compactor backlog and failures, the last publication, the session lease and recent errors. Use it when memory looks missing or stale.",
+        "Health of optchat memory for this session (last injection, compactor backlog and failures, last publication, lease, recent errors): use it when memory looks missing or stale.",
       args: {},
       async execute(_args, ctx) {
         return await run("memory_inspect", async (adapter) =>

@@ -24,6 +24,9 @@
  *   withinTurnKeptMedian           (extra) the same pairs, over the EARLIER request's length: 1 when a step extends
  *                                  the previous step's request exactly (the JSON's closing brackets aside)
  *   requestBytesAtTurn             bytes of the first request of turns 10/30/60 of s1 (perSession has both)
+ *   billedByPiece                  (extra) billed input tokens by what they were spent on: tools, memoryTools, system,
+ *                                  memoryHead, sharedOpening, sharedLines, memoryVolatile, sharedUpdate, prompt,
+ *                                  history (cache-breakdown.ts)
  * then one `case: "ratios"` line (optchat / native per provider, overall and per session) and an SVG plot of billed
  * input tokens per turn, whose path the ratios line names.
  * Environment:
@@ -45,6 +48,7 @@ import {
   startOpencodeServer,
 } from "../opencode-harness.js";
 import { commonPrefixLength } from "../prompt-cache.js";
+import { billedByPiece, type Piece, requestPieces, sumPieces } from "./cache-breakdown.js";
 import {
   type BenchContext,
   createDatabase,
@@ -86,6 +90,8 @@ export interface AttributedRequest {
   readonly inputTokens: number;
   readonly cacheReadTokens: number;
   readonly cacheWriteTokens: number;
+  /** Billed input tokens by piece of the request (cache-breakdown.ts). */
+  readonly billedByPiece: Record<Piece, number>;
 }
 
 /** The person's prompt of turn `turn` in session `session`: its directives drive the scripted model. */
@@ -154,6 +160,7 @@ export function attribute(request: CapturedRequest): AttributedRequest | undefin
     inputTokens: request.cache.inputTokens,
     cacheReadTokens: request.cache.cacheReadTokens,
     cacheWriteTokens: request.cache.cacheWriteTokens,
+    billedByPiece: billedByPiece(requestPieces(request.api, request.body), request.cache),
   };
 }
 
@@ -203,6 +210,7 @@ export function summarize(requests: readonly AttributedRequest[]) {
     crossTurnPrefixReuseMedian: nullableRound(median(cross)),
     withinTurnPrefixReuseMedian: nullableRound(median(within)),
     withinTurnKeptMedian: nullableRound(median(withinKept)),
+    billedByPiece: sumPieces(requests.map((r) => r.billedByPiece)),
     bytesAt,
   };
 }

@@ -166,10 +166,30 @@ export function renderPreviousExchange(
     renderBlockPieces(
       "previous_exchange",
       { session: meta.sessionId, refs: meta.refs },
-      "A detailed rendering of the last exchange, which the memory above already summarizes; it is not new evidence.",
+      "A detailed rendering of the last exchange, which the memory above summarizes (leaving out what is shown here word for word); it is not new evidence.",
       [messages.map((m) => `${m.kind}: ${escapeMemoryText(m.text)}`).join("\n")],
     ),
   );
+}
+
+/**
+ * The previous exchange's messages as the session block's free lines would show them (`seq+1|kind: text`, escaped):
+ * a session line equal to one of these holds exactly what the previous exchange repeats word for word.
+ */
+export function verbatimSessionLines(messages: readonly { seq: number; kind: string; text: string }[]): string[] {
+  return messages.map((m) => `${m.seq}+1|${escapeMemoryText(`${m.kind}: ${m.text}`)}`);
+}
+
+/**
+ * `block` (its pieces: opening, data lines, closing) without the data lines in `drop`, possibly none left (the block
+ * itself stays: its presence says the session's history is complete up to the turn). Used for the session block next
+ * to the previous exchange, so a message is not sent twice (docs/caching.md).
+ */
+export function withoutLines(block: RenderedBlock, drop: ReadonlySet<string>): RenderedBlock {
+  const body = block.pieces.slice(1, -1);
+  const kept = body.filter((piece) => !drop.has(piece));
+  if (kept.length === body.length) return block;
+  return rendered([block.pieces[0] as string, ...kept, block.pieces.at(-1) as string]);
 }
 
 /**

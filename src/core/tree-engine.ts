@@ -29,6 +29,7 @@ export interface EngineTree {
   readonly builtLeaves: number;
   readonly eventCount: number;
   readonly viewRevision: number;
+  /** The latest revision's size, mode and placeholder count, kept on the locked row. */
   readonly viewBytes: number;
   readonly viewShrinking: boolean;
   readonly viewUnbuilt: number;

@@ -9,6 +9,8 @@ import {
   renderSessionBlock,
   renderSharedBlock,
   splitBudget,
+  verbatimSessionLines,
+  withoutLines,
 } from "../core/context.js";
 import { OptchatError } from "../core/errors.js";
 import { restrictToPrefix } from "../core/fold.js";
@@ -91,6 +93,8 @@ export interface PreparedContext {
   readonly ownFullTokens: number | undefined;
   /** The previous exchange's block, when asked for and there is one. */
   readonly previous: AssembledBlock | undefined;
+  /** The session lines that would repeat the previous exchange word for word (core/context.ts verbatimSessionLines). */
+  readonly previousVerbatim: readonly string[];
 }
 
 export type PrepareOptions = Pick<AssembleOptions, "previousExchange" | "readiness" | "waitMs">;
@@ -133,7 +137,7 @@ export async function prepareContext(
     own.lines.parts.length > 0
       ? await fitTokens(deps.pool, own.lines, Number.MAX_SAFE_INTEGER, ownRenderer(turn, own.ready, publishedOwn))
       : undefined;
-  const previous = options.previousExchange !== false ? await previousExchangeBlock(deps.pool, turn) : undefined;
+  const exchange = options.previousExchange !== false ? await previousExchangeBlock(deps.pool, turn) : undefined;
   return {
     key: preparedKey(turn, options),
     turn,
@@ -145,7 +149,8 @@ export async function prepareContext(
     ownPublications,
     sharedFullTokens: sharedFull?.tokens,
     ownFullTokens: ownFull?.tokens,
-    previous,
+    previous: exchange?.block,
+    previousVerbatim: exchange?.verbatim ?? [],
   };
 }
 
@@ -165,12 +170,16 @@ export async function assembleContext(
   const available = availableMemoryTokens(options);
   const blocks: AssembledBlock[] = [];
   const fitting = { pool: deps.pool, strict: ready.strict, windowTokens: options.windowTokens, blocks, omitted };
-  const { sharedTokens, ownTokens } = await fitMemoryBlocks(fitting, ready, available);
+  const fitted = await fitMemoryBlocks(fitting, ready, available);
+  const { sharedTokens } = fitted;
+  let { ownTokens } = fitted;
   let previousTokens = 0;
   const previous = ready.previous;
   if (previous) {
     const left = available - sharedTokens - ownTokens;
     if (previous.tokens <= left) {
+      // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget.
+      ownTokens = dropRepeatedLines(blocks, new Set(ready.previousVerbatim));
       blocks.push(previous);
       previousTokens = previous.tokens;
     } else {
@@ -371,19 +380,40 @@ async function fitBlock(
   return fitted.tokens;
 }
 
+/**
+ * With the previous exchange included, the session block leaves out the lines that hold one of its messages word for
+ * word (a free leaf): the message is then sent once, not twice (docs/caching.md). Lines that summarize, and tool calls
+ * and results (the exchange holds only user and assistant messages), stay. Returns the session block's tokens.
+ */
+function dropRepeatedLines(blocks: AssembledBlock[], verbatim: ReadonlySet<string>): number {
+  const at = blocks.findIndex((b) => b.name === "session_memory");
+  const own = blocks[at];
+  if (!own) return 0;
+  // The block stays even with no line left: the plugin reads its presence as "the session's history is complete".
+  const kept = withoutLines(own, verbatim);
+  if (kept === own) return own.tokens;
+  const tokens = estimateTokens(kept.text);
+  blocks[at] = { name: own.name, text: kept.text, pieces: kept.pieces, tokens, lines: kept.pieces.length - 2 };
+  return tokens;
+}
+
 /** The previous turn's messages as a block, or undefined when there is no previous turn or it has none. */
-async function previousExchangeBlock(pool: Pool, turn: Turn): Promise<AssembledBlock | undefined> {
+async function previousExchangeBlock(
+  pool: Pool,
+  turn: Turn,
+): Promise<{ block: AssembledBlock; verbatim: string[] } | undefined> {
   const previous = await findPreviousTurn(pool, turn);
   if (!previous) return undefined;
   const messages = await readTurnMessages(pool, turn.sessionId, turn.generation, previous.turnId);
   if (messages.length === 0) return undefined;
   const first = messages[0]?.seq as number;
   const last = messages[messages.length - 1]?.seq as number;
-  const { text, pieces } = renderPreviousExchange(
-    { sessionId: turn.sessionId, refs: `${first}+1..${last}+1` },
-    messages.map((m) => ({ kind: m.kind, text: payloadAsText(m.payload) })),
-  );
-  return { name: "previous_exchange", text, pieces, tokens: estimateTokens(text), lines: messages.length };
+  const shown = messages.map((m) => ({ seq: m.seq, kind: m.kind, text: payloadAsText(m.payload) }));
+  const { text, pieces } = renderPreviousExchange({ sessionId: turn.sessionId, refs: `${first}+1..${last}+1` }, shown);
+  return {
+    block: { name: "previous_exchange", text, pieces, tokens: estimateTokens(text), lines: messages.length },
+    verbatim: verbatimSessionLines(shown),
+  };
 }
 
 function budgetError(message: string, needed: number, available: number): OptchatError {

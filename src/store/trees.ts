@@ -1,3 +1,4 @@
+import type { EngineTree } from "../core/tree-engine.js";
 import type { Queryable } from "./db.js";
 
 export type TreeKind = "session" | "shared";
@@ -17,20 +18,12 @@ export interface TreeRow {
   view_unbuilt: number;
 }
 
-export interface Tree {
-  readonly treeId: number;
+/** A tree: what it belongs to, and the counters and fold state the tree engine continues from (src/core/tree-engine.ts). */
+export interface Tree extends EngineTree {
   readonly kind: TreeKind;
   readonly sessionId: string | null;
   readonly generation: number | null;
   readonly scopeId: string | null;
-  readonly leafCount: number;
-  readonly builtLeaves: number;
-  readonly eventCount: number;
-  readonly viewRevision: number;
-  /** The latest revision's size, mode and placeholder count, kept on the locked row (see applyTreeChanges). */
-  readonly viewBytes: number;
-  readonly viewShrinking: boolean;
-  readonly viewUnbuilt: number;
 }
 
 export function toTree(row: TreeRow): Tree {

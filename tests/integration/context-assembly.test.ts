@@ -67,12 +67,21 @@ describe("context assembly", () => {
       const context = await db.memory.assembleContext(ctx, WINDOW);
       const own = context.blocks.find((b) => b.name === "session_memory");
       expect(own?.text).toContain(`<session_memory session="${session.sessionId}" generation="0" through="2">`);
-      expect(own?.text).toContain("1+1|assistant: Documented in docs/retries.md.");
+      // The long user message is summarized (a cut line): the session block keeps its line.
+      expect(own?.text).toMatch(/\n0\+1\|user: Please document the retry policy: .* \.\.\.\n/);
       // The current request is not part of the own history: it appears once, as live dialogue, from the host.
       expect(own?.text).not.toContain("what did we decide?");
       const previous = context.blocks.find((b) => b.name === "previous_exchange");
       expect(previous?.text).toContain("A detailed rendering of the last exchange");
       expect(previous?.text).toContain("assistant: Documented in docs/retries.md.");
+      // The assistant's reply is a free line, the message word for word: sent once, in the previous exchange, not
+      // again in the session block (docs/caching.md). Without the previous exchange the session block holds it.
+      expect(own?.text).not.toContain("Documented in docs/retries.md.");
+      const without = await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false });
+      expect(without.blocks.find((b) => b.name === "session_memory")?.text).toContain(
+        "1+1|assistant: Documented in docs/retries.md.",
+      );
+      expect(without.blocks.map((b) => b.name)).toEqual(["session_memory"]);
       expect(context.tokens.used).toBe(context.blocks.reduce((sum, b) => sum + estimateTokens(b.text), 0));
       expect(context.tokens.used).toBeLessThanOrEqual(context.tokens.available);
       expect(context.tokens.available).toBe(100_000 - 3000 - 1000 - 4000 - 1000);

@@ -1,10 +1,13 @@
 import { describe, expect, it } from "vitest";
 import { MEMORY_CONTINUED, MEMORY_HEAD, memoryLayout, withLeadingText } from "../../plugin/memory-message.js";
+import { SharedParts } from "../../plugin/shared-parts.js";
 import {
   coveredPrefixEnd,
   renderPreviousExchange,
   renderSessionBlock,
   renderSharedBlock,
+  verbatimSessionLines,
+  withoutLines,
 } from "../../src/core/context.js";
 
 /** The cache-stable layout of the injected memory (docs/caching.md). */
@@ -40,12 +43,15 @@ describe("memory layout", () => {
     expect(layout.volatile.indexOf("<session_memory")).toBeLessThan(layout.volatile.indexOf("<previous_exchange"));
   });
 
-  it("sends one stable part per shared line, so a grown view keeps the earlier parts byte-identical", () => {
-    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], 7, 3);
-    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], 11, 5);
-    expect(before.stable).toHaveLength(1 + 1 + 3);
+  it("keeps a grown view's earlier stable parts byte-identical and sends the lines it gained as one more part", () => {
+    const parts = new SharedParts();
+    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], 7, 3, parts);
+    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], 11, 5, parts);
+    // head, opening, the three lines as one part; then the two lines gained as one more.
+    expect(before.stable).toHaveLength(1 + 1 + 1);
     expect(after.stable.slice(0, before.stable.length)).toEqual(before.stable);
-    expect(after.stable).toHaveLength(1 + 1 + 5);
+    expect(after.stable).toHaveLength(1 + 1 + 2);
+    expect(after.stable.slice(2).join("")).toBe(`${sharedOf(5).pieces.slice(1, -1).join("\n")}\n`);
     expect(before.volatile).not.toBe(after.volatile);
   });
 
@@ -85,5 +91,39 @@ describe("memory layout", () => {
       ]),
     ).toBe(3);
     expect(coveredPrefixEnd([{ start: 2, end: 3 }])).toBe(0);
+  });
+
+  it("leaves out of the session block only the lines that repeat the previous exchange word for word", () => {
+    const exchange = [
+      { seq: 4, kind: "user", text: "use <b> & keep\nit" },
+      { seq: 7, kind: "assistant", text: "done" },
+    ];
+    const verbatim = new Set(verbatimSessionLines(exchange));
+    const block = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
+      { ref: "3+1", text: "user: earlier" },
+      { ref: "4+1", text: "user: use <b> & keep\nit" },
+      { ref: "5+1", text: "tool_call: bash ls" },
+      { ref: "6+1", text: "tool_result: a b" },
+      // A summary of the reply (not its exact text) stays, as does the same text under another ref.
+      { ref: "7+1", text: "assistant: done, and more" },
+      { ref: "2+1", text: "assistant: done" },
+    ]);
+    const kept = withoutLines(block, verbatim);
+    expect(kept?.pieces).toEqual([
+      block.pieces[0],
+      "3+1|user: earlier",
+      "5+1|tool_call: bash ls",
+      "6+1|tool_result: a b",
+      "7+1|assistant: done, and more",
+      "2+1|assistant: done",
+      "</session_memory>",
+    ]);
+    expect(kept?.text).toBe(kept?.pieces.join("\n"));
+    expect(withoutLines(block, new Set())).toBe(block);
+    const only = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
+      { ref: "7+1", text: "assistant: done" },
+    ]);
+    // With no line left the block stays, empty: its presence says the session's history is complete.
+    expect(withoutLines(only, verbatim).pieces).toEqual([only.pieces[0], "</session_memory>"]);
   });
 });

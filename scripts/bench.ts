@@ -42,7 +42,7 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
   },
   delete: {
     description:
-      "forgetting one session of a large scope (default 1,000 of 10,000 records; env for 10,000 of 100,000) and the shared rebuild after it",
+      "forgetting one session of a large scope (default 1,000 of 10,000 records; env for 10,000 of 100,000), the shared rebuild after it, and `optchat rebuild` of a session and of the scope to another model",
     run: runDeleteBench,
   },
   ingest: {

@@ -15,6 +15,11 @@
  *   rebuild  from the commit until every shared ancestor is built again and the queues are empty: time, nodes
  *            rebuilt, and the rebuilt share of the shared tree
  *   verify   the audit after the rebuild (every check, derivation and statistics included) and how long it took
+ *   revisions-session, revisions-scope
+ *            `optchat rebuild` (src/memory/rebuild.ts) to another compactor model (the fake under another identity,
+ *            answering in capitals, so every model-written node is selected and what derives from it changes): first one surviving session (its nodes and the shared lines
+ *            derived from them), then the rest of the scope; time computing the texts and committing them, new
+ *            revisions, per revision and against building a record (ratio measured in this run), and the audit after
  *
  * Environment:
  *   OPTCHAT_BENCH_DELETE_RECORDS          records of the scope (default 10000; the issue's size is 100000)
@@ -26,8 +31,11 @@
  * long part: every node is a job, a scope's publications serialize on its row); `forget` itself reports per-record
  * costs, which is what scales.
  */
-import { resolveConfig } from "../../src/memory/config.js";
+import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
+import type { Summarizer } from "../../src/compactor/summarizer.js";
+import { type Config, resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
+import { type RebuildRequest, rebuild, rebuildDepsOf } from "../../src/memory/rebuild.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
@@ -197,9 +205,69 @@ export async function runDeleteBench(context: BenchContext): Promise<void> {
       nodesWithDeletedText: rows[0]?.n ?? -1,
       auditMs: round(performance.now() - auditStarted, 1),
     });
+
+    const kept = await memory.host.findSession("bench", "delete-1");
+    if (!kept) throw new Error("delete bench: a surviving session vanished");
+    const perRecord = { buildMsPerRecord, records: built.records };
+    await benchRebuild(memory, config, "revisions-session", { sessionId: kept.sessionId }, perRecord);
+    await benchRebuild(memory, config, "revisions-scope", { scopeId: victim.scopeId }, perRecord);
   } finally {
     await worker?.stop().catch(() => {});
     await memory?.close().catch(() => {});
     await dropDatabase(context.serverUrl, name).catch(() => {});
   }
+}
+
+/**
+ * Another compactor model: the fake summarizer under another identity, answering in capitals (same sizes, other
+ * texts), so every model node is selected and everything derived from it (parents, shared lines) changes too.
+ */
+function otherModel(): Summarizer {
+  const fake = createFakeSummarizer();
+  return {
+    ...fake,
+    identity: "fake-extractive/2-bench",
+    model: "fake-extractive/2-bench",
+    async complete(prompt, options) {
+      const answer = await fake.complete(prompt, options);
+      return { ...answer, text: answer.text.toUpperCase() };
+    },
+  };
+}
+
+/** One `rebuild` (no worker running meanwhile is needed; the bench's worker is idle), then the audit. */
+async function benchRebuild(
+  memory: Memory,
+  config: Config,
+  name: string,
+  request: RebuildRequest,
+  perRecord: { buildMsPerRecord: number; records: number },
+): Promise<void> {
+  const started = performance.now();
+  let committing: number | undefined;
+  const report = await rebuild(rebuildDepsOf(memory.pool, config, otherModel()), request, {
+    onStep: () => {
+      committing ??= performance.now();
+    },
+  });
+  const ended = performance.now();
+  const ms = ended - started;
+  const auditStarted = performance.now();
+  const audit = await memory.audit();
+  emit(BENCH, name, {
+    revisions: report.revisions,
+    trees: report.trees.length,
+    sharedRevisions: report.trees.filter((t) => t.kind === "shared").reduce((n, t) => n + t.revisions, 0),
+    modelCalls: report.calls,
+    rounds: report.rounds,
+    ms: round(ms, 1),
+    computeMs: round((committing ?? ended) - started, 1),
+    commitMs: round(ended - (committing ?? ended), 1),
+    msPerRevision: round(ms / Math.max(1, report.revisions), 3),
+    // Measured in this run: rebuilding one node costs this fraction of building one record of the scope.
+    ratioToBuildPerRecord: round(ms / Math.max(1, report.revisions) / perRecord.buildMsPerRecord, 4),
+    auditOk: audit.ok,
+    violations: audit.violations.length,
+    auditMs: round(performance.now() - auditStarted, 1),
+  });
 }

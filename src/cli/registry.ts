@@ -10,6 +10,7 @@ import { forgetCommand } from "./commands/forget.js";
 import { importFileCommand } from "./commands/import.js";
 import { inspectCommand } from "./commands/inspect.js";
 import { migrateCommand } from "./commands/migrate.js";
+import { rebuildCommand } from "./commands/rebuild.js";
 import { scopesCommand } from "./commands/scopes.js";
 import { searchCommand } from "./commands/search.js";
 import { sessionsCommand } from "./commands/sessions.js";
@@ -31,6 +32,7 @@ export const COMMANDS: readonly Command[] = [
   exportCommand,
   auditCommand,
   forgetCommand,
+  rebuildCommand,
   archiveCommand,
   unarchiveCommand,
   isolateCommand,

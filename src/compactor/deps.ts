@@ -65,7 +65,10 @@ export interface CompactorDeps {
 /**
  * Whether the budget allows a model call for the tree now; a change of that answer is reported once (not per node).
  */
-export async function withinBudget(deps: CompactorDeps, tree: Pick<Tree, "treeId" | "scopeId">): Promise<boolean> {
+export async function withinBudget(
+  deps: Pick<CompactorDeps, "budget" | "report">,
+  tree: Pick<Tree, "treeId" | "scopeId">,
+): Promise<boolean> {
   if (!deps.budget?.limited) return true;
   const verdict = await deps.budget.checkTree(tree.treeId, tree.scopeId);
   const state = verdict.allowed ? "available" : "spent";

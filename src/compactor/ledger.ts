@@ -10,7 +10,8 @@ export interface CallPlace {
   readonly treeId: number;
   readonly level: number | null;
   readonly index: number | null;
-  readonly jobId: string;
+  /** null: a call made outside a job (`optchat rebuild`). */
+  readonly jobId: string | null;
 }
 
 /**

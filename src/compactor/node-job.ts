@@ -269,7 +269,12 @@ function sha256(text: string): Buffer {
  */
 const LEAF_PAGE_BYTES = PAYLOAD_READ_BYTES;
 
-async function leafInput(pool: Pool, tree: Tree, index: number): Promise<{ kind: string; text: string; hash: Buffer }> {
+/** A session leaf's source text (its record's kind and payload as the summarizer reads it) and payload hash. */
+export async function leafInput(
+  pool: Pool,
+  tree: Pick<Tree, "treeId" | "kind" | "sessionId" | "generation">,
+  index: number,
+): Promise<{ kind: string; text: string; hash: Buffer }> {
   if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
     throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
   }

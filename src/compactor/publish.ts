@@ -80,7 +80,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   try {
     leaf = await publicationLeaf(
       deps,
-      job,
+      job.id,
       { scopeId: scope.scopeId, sessionId, sharedTree },
       turn.state,
       coverText,
@@ -96,6 +96,12 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
       deps.pool,
       async (tx) => {
         if (!(await stillHeld(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
+        // The leaf is committed only over the cover texts it summarized: `optchat rebuild` may have committed new
+        // revisions of them meanwhile (src/memory/rebuild.ts), and a leaf over the old ones would derive from text
+        // that is no longer its cover's (the audit's derivation check).
+        const coverNow = await findNodes(tx, sessionTree.treeId, cover);
+        if (cover.some((node) => coverNow.get(nodeKey(node))?.text !== nodes.get(nodeKey(node))?.text))
+          return { status: "cover_changed" as const, seq: -1 };
         const publication = await insertPublication(tx, {
           scopeId: scope.scopeId,
           sessionId,
@@ -149,6 +155,13 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
     ),
   );
   if (outcome.status === "lease_lost") return outcome.status;
+  if (outcome.status === "cover_changed")
+    return await publicationFailed(
+      deps,
+      job,
+      turn.snapshot.scopeId,
+      new Error("its source cover was rebuilt (optchat rebuild) while it was summarized; it is summarized again"),
+    );
   await completeAndScheduleNext(deps, job, sessionTree.treeId, sessionId, generation);
   // Reported after the commit: the transaction may run more than once (serialization retries).
   if (outcome.status === "published") {
@@ -165,7 +178,7 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   return outcome.status;
 }
 
-interface PublicationLeaf {
+export interface PublicationLeaf {
   readonly text: string;
   readonly calls: number;
   readonly overshoot: boolean;
@@ -177,10 +190,10 @@ interface PublicationLeaf {
  * with the shared view as context (its calls go to the ledger), else, past the budget, a labelled fallback. The tag
  * always comes first, so an attempt never reads as a success. Throws when the summary fails.
  */
-async function publicationLeaf(
-  deps: CompactorDeps,
-  job: PublishJob,
-  where: { scopeId: string; sessionId: string; sharedTree: Tree },
+export async function publicationLeaf(
+  deps: Pick<CompactorDeps, "pool" | "summarizer" | "budget" | "gate" | "report">,
+  jobId: string | null,
+  where: { scopeId: string; sessionId: string; sharedTree: Pick<Tree, "treeId" | "scopeId"> },
   state: string,
   coverText: string,
   records: number,
@@ -197,7 +210,7 @@ async function publicationLeaf(
     treeId: sharedTree.treeId,
     level: 0,
     index: null,
-    jobId: job.id,
+    jobId,
   });
   const reportError = (message: string) => deps.report({ type: "error", error: message });
   // Context: the shared view as it stands (every line is a summary: shared leaves are built when published).

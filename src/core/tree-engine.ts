@@ -40,9 +40,15 @@ export interface BuiltNode extends NodeAddress {
   readonly text: string;
 }
 
+/**
+ * A leaf appended, a node built for the first time, or a new revision of a built node (`rebuilt`: `optchat rebuild`,
+ * src/memory/rebuild.ts). The fold sees a revision as a built event at a new event number (its size may differ); it
+ * changes neither the built prefix nor readiness, since the address was built already.
+ */
 export type EngineChange<N extends BuiltNode> =
   | { readonly type: "append"; readonly index: number }
-  | { readonly type: "built"; readonly node: N };
+  | { readonly type: "built"; readonly node: N }
+  | { readonly type: "rebuilt"; readonly node: N };
 
 /** What may make a ready node free: a leaf's record (its kind and rendered text) or the texts of its two children. */
 export type FreeInputs<H> =
@@ -182,7 +188,7 @@ async function applyChange<N extends BuiltNode, H>(
     run.builtHere.add(nodeKey(node));
     run.known.set(nodeKey(node), utf8Bytes(change.node.text));
     event = { type: "built", node };
-    if (node.level === 0) {
+    if (node.level === 0 && change.type === "built") {
       if (node.index !== run.builtLeaves)
         throw new Error(`tree ${tree.treeId}: leaf ${node.index} built before leaf ${run.builtLeaves}`);
       run.builtLeaves += 1;
@@ -202,7 +208,7 @@ async function applyChange<N extends BuiltNode, H>(
   // A built node's sibling decides whether their parent is ready: load it with the fold's first round.
   const sibling = event.type === "built" ? siblingOf(event.node) : undefined;
   run.state = (await foldWithLoadedSizes(run, event, params, io, sibling ? [sibling] : [])).state;
-  if (event.type === "built" && sibling) {
+  if (event.type === "built" && sibling && change.type === "built") {
     const parent = parentOf(event.node);
     const siblingBuilt = run.known.get(nodeKey(sibling)) !== undefined;
     if (endOf(parent) <= run.leafCount && parentReady(parent, siblingBuilt, run.builtLeaves)) run.ready.push(parent);

@@ -24,6 +24,8 @@ export interface OwnHistory {
   readonly generation: number;
   readonly turnId: string;
   readonly boundary: number;
+  /** The own view revision the turn pinned at its first assembly (null before it); zoom opens its lines as it shows them. */
+  readonly viewRevision: number | null;
 }
 
 /**
@@ -94,6 +96,7 @@ export function turnReader(turn: Turn): Reader {
       generation: turn.generation,
       turnId: turn.turnId,
       boundary: turn.snapshot.ownBoundary,
+      viewRevision: turn.snapshot.ownViewRevision,
     },
   };
 }

@@ -7,9 +7,11 @@ import type { Pool } from "../store/db.js";
 import { findNodes } from "../store/nodes.js";
 import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
 import { listRecords, recordTimeSpan } from "../store/records.js";
+import { findCoverTextsByHash, findInputHashesAt } from "../store/revisions.js";
 import { findSession, listScopeSessions, type Session } from "../store/sessions.js";
 import { findSessionTree, type Tree } from "../store/trees.js";
 import { type TurnOutcome, turnRecordRange } from "../store/turns.js";
+import { findViewEvent } from "../store/view-revisions.js";
 import { type ReadAs, type Reader, readerOf, type ServedSnapshot, served } from "./reader.js";
 import { childLinesOf } from "./views.js";
 
@@ -144,7 +146,10 @@ export async function zoomFor(
       ? refOf(node)
       : sessionRef(resolved.session.sessionId, resolved.tree.generation ?? 0, node);
   if (resolved.node.level > 0) {
-    const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name);
+    // The turn's own tree opens as its pinned own view shows it (docs/compactor.md "Revisions and rebuild").
+    const pinned = resolved.own && reader.own ? reader.own.viewRevision : null;
+    const atEvent = pinned === null ? undefined : await findViewEvent(deps.pool, resolved.tree.treeId, pinned);
+    const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name, atEvent);
     if (!lines) throw notFound(refText);
     return { kind: "lines", ref: name(resolved.node), lines: lines.map(refAndText), snapshot: served(reader) };
   }
@@ -157,7 +162,9 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
   const treeId = reader.scope.sharedTreeId;
   if (treeId === null || endOf(node) > reader.scope.publicationHighWater) throw notFound(refText);
   if (node.level > 0) {
-    const lines = await childLinesOf(pool, treeId, node, sharedRef);
+    const pinned = reader.scope.sharedViewRevision;
+    const atEvent = pinned === null ? undefined : await findViewEvent(pool, treeId, pinned);
+    const lines = await childLinesOf(pool, treeId, node, sharedRef, atEvent);
     if (!lines) throw notFound(refText);
     return { kind: "lines", ref: sharedRef(node), lines: lines.map(refAndText), snapshot };
   }
@@ -176,6 +183,7 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
   }
   const tree = await findSessionTree(pool, publication.sessionId, publication.generation);
   const nodes = tree ? await findNodes(pool, tree.treeId, publication.sourceCover) : new Map();
+  const pinned = tree ? await pinnedCoverTexts(pool, reader, treeId, node, tree.treeId, publication.sourceCover) : [];
   return {
     kind: "publication",
     ref: sharedRef(node),
@@ -187,12 +195,32 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
     range: formatRuns(runsOfCover(publication.sourceCover)),
     completedAt: publication.completedAt.toISOString(),
     publishedAt: publication.publishedAt.toISOString(),
-    cover: publication.sourceCover.map((cover) => ({
+    cover: publication.sourceCover.map((cover, k) => ({
       ref: sessionRef(publication.sessionId, publication.generation, cover),
-      text: nodes.get(nodeKey(cover))?.text ?? "",
+      text: pinned[k] ?? nodes.get(nodeKey(cover))?.text ?? "",
     })),
     snapshot,
   };
+}
+
+/**
+ * The cover texts the publication's leaf, as the reader's pinned shared view resolves it, was made from (by its input
+ * hashes: docs/compactor.md "Revisions and rebuild"); empty without a pinned view. A text gone since is left out.
+ */
+async function pinnedCoverTexts(
+  pool: Pool,
+  reader: Reader,
+  sharedTreeId: number,
+  leaf: NodeAddress,
+  sessionTreeId: number,
+  cover: readonly NodeAddress[],
+): Promise<(string | undefined)[]> {
+  const revision = reader.scope.sharedViewRevision;
+  const atEvent = revision === null ? undefined : await findViewEvent(pool, sharedTreeId, revision);
+  const hashes = atEvent === undefined ? undefined : await findInputHashesAt(pool, sharedTreeId, leaf, atEvent);
+  if (!hashes) return [];
+  const texts = await findCoverTextsByHash(pool, sessionTreeId, cover, hashes);
+  return cover.map((_, k) => texts.get(k));
 }
 
 /** A single message: its stored payload, paged; maxTokens bounds the page (conservatively, 3 bytes per token). */

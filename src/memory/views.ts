@@ -210,16 +210,22 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
 
 /**
  * The two lines a summary opens into (seed 002 §7.1), named by `name`; undefined when either is not built, which
- * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet).
+ * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet). With `atEvent` (the event of
+ * the view revision a snapshot pinned), each child is the revision that view resolves to, so a line of a pinned view
+ * opens into what it was made of even after a rebuild (docs/compactor.md "Revisions and rebuild"); a child built after
+ * that event (a line found by search, not in the pinned view) is read as it is now.
  */
 export async function childLinesOf(
   db: Queryable,
   treeId: number,
   node: NodeAddress,
   name: (node: NodeAddress) => string,
+  atEvent?: number,
 ): Promise<ViewLine[] | undefined> {
   const children = childrenOf(node);
-  const nodes = await findNodes(db, treeId, children);
+  const nodes = await findNodes(db, treeId, children, atEvent);
+  if (atEvent !== undefined && nodes.size < children.length)
+    for (const [key, found] of await findNodes(db, treeId, children)) if (!nodes.has(key)) nodes.set(key, found);
   const lines: ViewLine[] = [];
   for (const child of children) {
     const found = nodes.get(nodeKey(child));

@@ -169,14 +169,17 @@ export async function scopeOfTree(db: Queryable, treeId: number): Promise<string
   return result.rows[0]?.scope_id ?? undefined;
 }
 
-/** Nodes built as labelled fallbacks since a time (not summarized by a model: the budget was spent). */
+/**
+ * Nodes built as labelled fallbacks since a time (not summarized by a model: the budget was spent) and not replaced
+ * since by a rebuild (a superseded revision, migration 015).
+ */
 export async function countFallbackNodes(db: Queryable, since: Date, scopeId?: string): Promise<number> {
   const result = await db.query<{ n: number }>(
     `SELECT count(*)::int AS n
        FROM optchat.nodes n
        JOIN optchat.trees t ON t.tree_id = n.tree_id
        LEFT JOIN optchat.sessions s ON s.session_id = t.session_id
-      WHERE n.summarizer = 'fallback' AND n.built_at >= $1::timestamptz
+      WHERE n.summarizer = 'fallback' AND NOT n.superseded AND n.built_at >= $1::timestamptz
         AND ($2::text IS NULL OR coalesce(t.scope_id, s.scope_id) = $2)`,
     [since, scopeId ?? null],
   );

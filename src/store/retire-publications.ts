@@ -13,6 +13,7 @@
  */
 import { EMPTY_FOLD, type FoldParams, viewBytes } from "../core/fold.js";
 import { refoldLog } from "../core/refold.js";
+import { REMOVED_SUMMARIZER } from "../core/revisions.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
@@ -36,8 +37,8 @@ export function removedMarker(reason: RetireReason): string {
   return "[removed: this turn's session stopped sharing its memory]";
 }
 
-/** The summarizer name of a removed marker leaf (audits recognise it). */
-export const REMOVED_SUMMARIZER = "removed";
+/** The summarizer name of a removed marker leaf (audits recognise it; a rebuild never replaces it). */
+export { REMOVED_SUMMARIZER };
 
 export interface RetiredPublications {
   readonly publicationSeqs: readonly number[];
@@ -165,12 +166,13 @@ async function removeDerivedNodes(
      ), leaves AS (
        UPDATE optchat.nodes n SET text = $5::text, byte_length = octet_length($5::text), input_hashes = '{}',
                                   summarizer = '${REMOVED_SUMMARIZER}', prompt_version = NULL, attempts = 0,
-                                  overshoot = false, job_id = NULL, job_attempt = NULL, search = $6::tsvector
+                                  overshoot = false, job_id = NULL, job_attempt = NULL,
+                                  search = CASE WHEN n.superseded THEN NULL ELSE $6::tsvector END
          FROM old_leaves o WHERE n.tree_id = $1::bigint AND n.level = 0 AND n.idx = o.idx AND n.revision = o.revision
        RETURNING o.terms AS old_terms, length(n.search) AS new_terms
      ), stats AS (
        UPDATE optchat.search_tree_stats s
-          SET documents = s.documents - (SELECT count(*) FROM doomed),
+          SET documents = s.documents - (SELECT count(terms) FROM doomed),
               total_length = s.total_length - (SELECT coalesce(sum(terms), 0) FROM doomed)
                            - (SELECT coalesce(sum(old_terms), 0) FROM leaves) + (SELECT coalesce(sum(new_terms), 0) FROM leaves)
         WHERE s.scope_id = $7::text AND s.tree_id = $1::bigint

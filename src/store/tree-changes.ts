@@ -9,7 +9,13 @@ import { payloadAsText } from "../core/payload.js";
 import { type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import { childrenOf, type NodeAddress, nodeKey, parentOf } from "../core/tree.js";
-import { type EnginePlan, type FreeInputs, planTreeEvents, type TreeEngineIo } from "../core/tree-engine.js";
+import {
+  type EngineChange,
+  type EnginePlan,
+  type FreeInputs,
+  planTreeEvents,
+  type TreeEngineIo,
+} from "../core/tree-engine.js";
 import type { Queryable } from "./db.js";
 import { findNodeSizes, findNodes, type NewNode } from "./nodes.js";
 import { TREE_CHANNEL } from "./notifications.js";
@@ -24,9 +30,11 @@ import {
   type ViewRow,
 } from "./view-revisions.js";
 
-export type TreeChange =
-  | { readonly type: "append"; readonly index: number }
-  | { readonly type: "built"; readonly node: NewNode };
+/**
+ * One event for the fold: a leaf appended, a node built for the first time, or a new revision of a built node
+ * (`rebuilt`, src/memory/rebuild.ts; core/tree-engine.ts).
+ */
+export type TreeChange = EngineChange<NewNode>;
 
 export interface AppliedChanges {
   readonly tree: Tree;
@@ -376,8 +384,17 @@ function sha256(text: string): Buffer {
 
 async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
   await db.query(
-    // The tree's search statistics (migrations/007) in the same statement; the writer holds the tree row's lock.
-    `WITH node AS (
+    // The tree's search statistics (migrations/007) in the same statement; the writer holds the tree row's lock. A
+    // new revision of a built address (a rebuild) supersedes the previous one: only the newest is searched and counted
+    // (migration 015).
+    `WITH previous AS (
+       SELECT revision, length(search) AS terms FROM optchat.nodes
+        WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint AND NOT superseded
+     ), superseded AS (
+       UPDATE optchat.nodes n SET superseded = true, search = NULL FROM previous p
+        WHERE n.tree_id = $1::bigint AND n.level = $2::int AND n.idx = $3::bigint AND n.revision = p.revision
+       RETURNING p.terms
+     ), node AS (
        INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
                                   attempts, overshoot, tree_event, job_id, job_attempt, search)
        VALUES ($1::bigint, $2::int, $3::bigint,
@@ -391,7 +408,10 @@ async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo:
        FROM node JOIN optchat.trees t ON t.tree_id = node.tree_id
        LEFT JOIN optchat.sessions ss ON ss.session_id = t.session_id
      ON CONFLICT (scope_id, tree_id)
-     DO UPDATE SET documents = s.documents + excluded.documents, total_length = s.total_length + excluded.total_length`,
+     -- A superseded revision leaves the counts here: the row exists then (its revision was counted), and the
+     -- inserted values alone are checked against the constraints.
+     DO UPDATE SET documents = s.documents + excluded.documents - (SELECT count(terms) FROM superseded),
+                   total_length = s.total_length + excluded.total_length - (SELECT coalesce(sum(terms), 0) FROM superseded)`,
     [
       treeId,
       node.level,

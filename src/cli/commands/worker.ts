@@ -28,7 +28,7 @@ export const workerCommand: Command = {
       usage,
     );
     const { output } = ctx;
-    const config = withSummarizerFlags(ctx.config, values);
+    const config = withSummarizerFlags(ctx.config, values, usage);
     const concurrency = integerFlag(values.concurrency, "concurrency", 1, 64) ?? config.workerConcurrency;
     // Not withMemory: the worker keeps memory open until a signal, then stops the jobs before closing it.
     const memory = await openMemory(config, { applicationName: "optchat-worker" });
@@ -55,8 +55,12 @@ export const workerCommand: Command = {
   },
 };
 
-/** The settings with the command's summarizer flags applied, checked like the environment's. */
-function withSummarizerFlags(config: Config, flags: { summarizer?: string; model?: string; url?: string }): Config {
+/** The settings with the command's summarizer flags applied, checked like the environment's (worker, rebuild). */
+export function withSummarizerFlags(
+  config: Config,
+  flags: { summarizer?: string; model?: string; url?: string },
+  usage: string,
+): Config {
   if (flags.summarizer === undefined && flags.model === undefined && flags.url === undefined) return config;
   const next: Config = Object.freeze({
     ...config,
@@ -66,7 +70,7 @@ function withSummarizerFlags(config: Config, flags: { summarizer?: string; model
   });
   const problems = summarizerProblems(summarizerSettingsOf(next));
   if (problems.length > 0)
-    throw new OptchatError("INPUT_INVALID", `optchat worker: ${problems.join("; ")}\nUsage: ${usage}`);
+    throw new OptchatError("INPUT_INVALID", `${usage.split(" [")[0]}: ${problems.join("; ")}\nUsage: ${usage}`);
   return next;
 }
 

@@ -64,7 +64,7 @@ export const RETENTION_CHECKS: readonly { audit: "retention" | "derivation"; pro
             JOIN optchat.trees t ON t.kind = 'shared' AND t.scope_id = p.scope_id
             JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level = 0 AND n.idx = p.publication_seq
             JOIN optchat.trees st ON st.kind = 'session' AND st.session_id = p.session_id AND st.generation = p.generation
-           -- The newest revision of the leaf (migration 015): an older one hashes the cover's texts before a rebuild.
+           -- The newest revision of the leaf (migration 013): an older one hashes the cover's texts before a rebuild.
            WHERE p.retired_at IS NULL AND NOT n.superseded AND n.input_hashes IS DISTINCT FROM ARRAY(
              SELECT sha256(convert_to(coalesce((SELECT c.text FROM optchat.nodes c
                       WHERE c.tree_id = st.tree_id AND c.level = cv.level AND c.idx = cv.idx

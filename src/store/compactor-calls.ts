@@ -171,7 +171,7 @@ export async function scopeOfTree(db: Queryable, treeId: number): Promise<string
 
 /**
  * Nodes built as labelled fallbacks since a time (not summarized by a model: the budget was spent) and not replaced
- * since by a rebuild (a superseded revision, migration 015).
+ * since by a rebuild (a superseded revision, migration 013).
  */
 export async function countFallbackNodes(db: Queryable, since: Date, scopeId?: string): Promise<number> {
   const result = await db.query<{ n: number }>(

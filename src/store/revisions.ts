@@ -2,7 +2,7 @@
  * The SQL of rebuilding nodes as new revisions (issue 15 item 1; src/memory/rebuild.ts): which trees a rebuild
  * covers, the current revision of every node of a tree, the live publications a shared tree's leaves stand for, and
  * the locks the commit takes. The revisions themselves are written through the fold (tree-changes.ts, change type
- * `rebuilt`), which supersedes the previous revision of each address (migration 015).
+ * `rebuilt`), which supersedes the previous revision of each address (migration 013).
  */
 import type { Queryable } from "./db.js";
 import { TREE_COLUMNS, type Tree, type TreeKind, type TreeRow, toTree } from "./trees.js";

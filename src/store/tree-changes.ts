@@ -386,7 +386,7 @@ async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo:
   await db.query(
     // The tree's search statistics (migrations/007) in the same statement; the writer holds the tree row's lock. A
     // new revision of a built address (a rebuild) supersedes the previous one: only the newest is searched and counted
-    // (migration 015).
+    // (migration 013).
     `WITH previous AS (
        SELECT revision, length(search) AS terms FROM optchat.nodes
         WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint AND NOT superseded

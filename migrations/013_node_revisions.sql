@@ -14,7 +14,7 @@
 ALTER TABLE optchat.nodes ADD COLUMN superseded boolean NOT NULL DEFAULT false;
 
 -- Rows written before this migration: every revision below the newest of its address (none exist in practice: no
--- code path wrote a second revision before 015, except the marker leaves of retired publications, which were updated
+-- code path wrote a second revision before this migration, except the marker leaves of retired publications, which were updated
 -- in place).
 WITH older AS (
   SELECT n.tree_id, n.level, n.idx, n.revision, length(n.search) AS terms FROM optchat.nodes n

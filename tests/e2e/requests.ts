@@ -93,6 +93,11 @@ export function block(text: string | undefined, name: string): string | undefine
   return start >= 0 && end > start ? text.slice(start, end + name.length + 3) : undefined;
 }
 
+/** The session's own history in a memory text: its session block and its previous exchange. */
+export function ownMemory(text: string | undefined): string {
+  return `${block(text, "session_memory") ?? ""}${block(text, "previous_exchange") ?? ""}`;
+}
+
 /** Every text a request carries outside optchat's memory (system prompt excluded). */
 export function textOutsideMemory(request: CapturedRequest): string {
   return messagesOf(request)

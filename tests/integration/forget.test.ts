@@ -298,7 +298,9 @@ describe("revoke (isolate) and archive", () => {
     const own = await db.memory.admitTurn({ sessionId: c.sessionId, turnId: "c1", publishes: true });
     expect(own.publishes).toBe(false);
     const mine = await db.memory.assembleContext(own, WINDOW);
-    expect(mine.blocks.find((x) => x.name === "session_memory")?.text).toContain("kettle");
+    // Its own history: the session block and the previous exchange (which holds what it shows word for word).
+    const ownHistory = mine.blocks.filter((x) => x.name === "session_memory" || x.name === "previous_exchange");
+    expect(ownHistory.map((x) => x.text).join("\n")).toContain("kettle");
     const { stored, recount } = await recountedStatistics(b.scopeId);
     expect(stored).toBe(recount);
     expect((await db.memory.audit()).violations).toEqual([]);

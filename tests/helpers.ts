@@ -3,7 +3,7 @@ import { randomBytes } from "node:crypto";
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { afterAll, beforeAll, inject } from "vitest";
+import { afterAll, beforeAll, expect, inject, it } from "vitest";
 import type { Clock, Timer } from "../plugin/clock.js";
 import { withDatabase } from "../scripts/bench/common.js";
 import { type ModelServer, startModelServer } from "../scripts/model-server.js";
@@ -134,6 +134,60 @@ export function messageWriter(
       }),
     );
   };
+}
+
+/**
+ * One publishing turn per call: admitted with its first text as the query, its texts written as alternating user and
+ * assistant messages (through `messageWriter`), then finished as completed.
+ */
+export function turnWriter(
+  db: { readonly memory: Memory },
+  start: number,
+): (session: Pick<Session, "sessionId" | "hostSessionId">, turnId: string, texts: readonly string[]) => Promise<void> {
+  const writeMessage = messageWriter(db, start);
+  return async (session, turnId, texts) => {
+    await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0], publishes: true });
+    for (const [k, text] of texts.entries()) await writeMessage(session, turnId, k === 0 ? "user" : "assistant", text);
+    await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
+  };
+}
+
+/** Waits until no backend of the pool's database is left idle in a transaction (a killed one rolled back). */
+export async function noOpenTransaction(db: Pick<pg.Pool, "query">): Promise<void> {
+  await eventually(
+    async () => {
+      const { rows } = await db.query(
+        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
+      );
+      return rows[0].n === 0 ? true : undefined;
+    },
+    10_000,
+    "the killed transaction to be rolled back",
+  );
+}
+
+/**
+ * One test per step a fixture stops at (it prints `STOPPED <step>` there): the process is SIGKILLed at that step, and
+ * once its transaction is rolled back `digest()` is what it was before (a crash leaves the previous state).
+ */
+export function itLeavesThePreviousStateWhenKilled(
+  db: { readonly memory: Memory },
+  steps: readonly string[],
+  start: (step: string) => ChildProcess,
+  digest: () => Promise<Record<string, string>>,
+): void {
+  for (const step of steps) {
+    it(`leaves the previous state when killed at ${step}`, async () => {
+      const before = await digest();
+      const child = start(step);
+      const finished = collect(child);
+      await waitForLine(child, /^STOPPED /);
+      child.kill("SIGKILL");
+      expect((await finished).signal).toBe("SIGKILL");
+      await noOpenTransaction(db.memory.pool);
+      expect(await digest()).toEqual(before);
+    }, 60_000);
+  }
 }
 
 /** A new session holding one message of turn t1 (not admitted), at 2026-11-20T10:00:00Z. */

@@ -5,12 +5,11 @@ import type { Session } from "../../src/store/sessions.js";
 import {
   collect,
   databaseDigest,
-  eventually,
-  messageWriter,
+  itLeavesThePreviousStateWhenKilled,
   startScript,
+  turnWriter,
   useTestMemory,
   waitForIdleQueues,
-  waitForLine,
   waitForPublications,
 } from "../helpers.js";
 
@@ -23,31 +22,12 @@ const db = useTestMemory();
 const FIXTURE = "tests/fixtures/forget-then-stop.ts";
 let worker: RunningCompactor | undefined;
 let a: Session;
-const writeMessage = messageWriter(db, Date.UTC(2026, 10, 21, 9));
-
-async function turn(session: Session, turnId: string, texts: string[]): Promise<void> {
-  await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: texts[0], publishes: true });
-  for (const [k, text] of texts.entries()) await writeMessage(session, turnId, k === 0 ? "user" : "assistant", text);
-  await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
-}
+const turn = turnWriter(db, Date.UTC(2026, 10, 21, 9));
 
 /** The optchat schema's digest (pg-boss's own bookkeeping may move on its own timers). */
 async function digest(): Promise<Record<string, string>> {
   return Object.fromEntries(
     Object.entries(await databaseDigest(db.memory.pool)).filter(([k]) => k.startsWith("optchat.")),
-  );
-}
-
-async function noOpenTransaction(): Promise<void> {
-  await eventually(
-    async () => {
-      const { rows } = await db.memory.pool.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-      );
-      return rows[0].n === 0 ? true : undefined;
-    },
-    10_000,
-    "the killed transaction to be rolled back",
   );
 }
 
@@ -70,18 +50,12 @@ afterAll(async () => {
 });
 
 describe("a process killed while forgetting a session", () => {
-  for (const step of ["progress:1", "progress:2", "progress:3", "commit"]) {
-    it(`leaves the previous state when killed at ${step}`, async () => {
-      const before = await digest();
-      const child = startScript(FIXTURE, [db.url, a.sessionId, step]);
-      const finished = collect(child);
-      await waitForLine(child, /^STOPPED /);
-      child.kill("SIGKILL");
-      expect((await finished).signal).toBe("SIGKILL");
-      await noOpenTransaction();
-      expect(await digest()).toEqual(before);
-    }, 60_000);
-  }
+  itLeavesThePreviousStateWhenKilled(
+    db,
+    ["progress:1", "progress:2", "progress:3", "commit"],
+    (step) => startScript(FIXTURE, [db.url, a.sessionId, step]),
+    digest,
+  );
 
   it("leaves the complete new state when it commits", async () => {
     const child = startScript(FIXTURE, [db.url, a.sessionId, "none"]);

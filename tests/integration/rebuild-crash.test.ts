@@ -7,11 +7,11 @@ import {
   collect,
   databaseDigest,
   eventually,
-  ingestEvent,
+  itLeavesThePreviousStateWhenKilled,
   startScript,
+  turnWriter,
   useTestMemory,
   waitForIdleQueues,
-  waitForLine,
 } from "../helpers.js";
 
 // Issue 15 "Also": a crash in the middle of a rebuild leaves either the previous state or the complete new one. The
@@ -23,26 +23,13 @@ import {
 const db = useTestMemory();
 const FIXTURE = "tests/fixtures/rebuild-then-stop.ts";
 let a: Session;
-let message = 0;
-
-async function turn(session: Session, turnId: string, words: string): Promise<void> {
-  await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: words, publishes: true });
-  for (let k = 0; k < 2; k++) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind: k === 0 ? "user" : "assistant",
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 23, 9, 0, message)).toISOString(),
-        content: `${words} ${"the importer moves to the durable broker queue; ".repeat(12)}`,
-      }),
-    );
-  }
-  await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
-}
+const writeTurn = turnWriter(db, Date.UTC(2026, 10, 23, 9));
+const turn = (session: Session, turnId: string, words: string) =>
+  writeTurn(
+    session,
+    turnId,
+    [0, 1].map(() => `${words} ${"the importer moves to the durable broker queue; ".repeat(12)}`),
+  );
 
 /** The optchat schema's digest without the cost ledger (pg-boss's own bookkeeping moves on its own timers). */
 async function digest(): Promise<Record<string, string>> {
@@ -50,19 +37,6 @@ async function digest(): Promise<Record<string, string>> {
     Object.entries(await databaseDigest(db.memory.pool)).filter(
       ([k]) => k.startsWith("optchat.") && k !== "optchat.compactor_calls",
     ),
-  );
-}
-
-async function noOpenTransaction(): Promise<void> {
-  await eventually(
-    async () => {
-      const { rows } = await db.memory.pool.query(
-        "SELECT count(*)::int AS n FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'",
-      );
-      return rows[0].n === 0 ? true : undefined;
-    },
-    10_000,
-    "the killed transaction to be rolled back",
   );
 }
 
@@ -109,18 +83,12 @@ afterAll(async () => {
 
 describe("a process killed while rebuilding a scope", () => {
   // Steps of the commit: the first line (planned), then one per tree written (two sessions, the shared tree).
-  for (const step of ["compute:3", "step:1", "step:2", "step:3", "step:4", "commit"]) {
-    it(`leaves the previous state when killed at ${step}`, async () => {
-      const before = await digest();
-      const child = startScript(FIXTURE, [db.url, a.scopeId, step]);
-      const finished = collect(child);
-      await waitForLine(child, /^STOPPED /);
-      child.kill("SIGKILL");
-      expect((await finished).signal).toBe("SIGKILL");
-      await noOpenTransaction();
-      expect(await digest()).toEqual(before);
-    }, 60_000);
-  }
+  itLeavesThePreviousStateWhenKilled(
+    db,
+    ["compute:3", "step:1", "step:2", "step:3", "step:4", "commit"],
+    (step) => startScript(FIXTURE, [db.url, a.scopeId, step]),
+    digest,
+  );
 
   it("leaves the complete new state when it commits", async () => {
     const child = startScript(FIXTURE, [db.url, a.scopeId, "none"]);

@@ -9,7 +9,7 @@ import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { countFallbackNodes } from "../../src/store/compactor-calls.js";
 import type { Session } from "../../src/store/sessions.js";
 import type { Turn } from "../../src/store/turns.js";
-import { eventually, ingestEvent, LARGE_WINDOW, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
+import { eventually, LARGE_WINDOW, runCli, turnWriter, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 // Issue 15 item 1: a node is rebuilt as a new revision (another model or prompt version, or a labelled fallback);
 // views and publications move to the new revisions; a snapshot pinned before keeps resolving exactly what it pinned;
@@ -20,7 +20,6 @@ const db = useTestMemory();
 const WINDOW = LARGE_WINDOW;
 let a: Session;
 let b: Session;
-let message = 0;
 
 /** A different compactor model: the fake's answers in capitals (same sizes), under its own identity. */
 function betterModel(delayMs = 0): Summarizer {
@@ -72,25 +71,13 @@ async function summarizersOf(sessionId: string): Promise<Record<string, number>>
   return Object.fromEntries(rows.map((r) => [r.summarizer, r.n]));
 }
 
+const writeTurn = turnWriter(db, Date.UTC(2026, 10, 22, 9));
+
 async function turn(session: Session, turnId: string, words: string): Promise<void> {
   const before = await count("SELECT count(*) AS n FROM optchat.publications");
-  await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: words, publishes: true });
-  for (let k = 0; k < 2; k++) {
-    message += 1;
-    await db.memory.ingest(
-      ingestEvent({
-        sessionId: session.sessionId,
-        turnId,
-        kind: k === 0 ? "user" : "assistant",
-        host: session.hostSessionId,
-        messageId: `m${message}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 22, 9, 0, message)).toISOString(),
-        // Over 512 bytes: no message is its own free line, so each needs the model (or a fallback).
-        content: `${k === 0 ? "please" : "done:"} ${words} ${"the importer moves to the durable broker queue; ".repeat(12)}`,
-      }),
-    );
-  }
-  await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
+  // Over 512 bytes: no message is its own free line, so each needs the model (or a fallback).
+  const long = "the importer moves to the durable broker queue; ".repeat(12);
+  await writeTurn(session, turnId, [`please ${words} ${long}`, `done: ${words} ${long}`]);
   await eventually(
     async () => ((await count("SELECT count(*) AS n FROM optchat.publications")) > before ? true : undefined),
     30_000,

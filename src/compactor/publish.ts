@@ -3,7 +3,7 @@ import { FALLBACK_SUMMARIZER, fallbackTurnText } from "../core/fallback.js";
 import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
-import { withTransaction } from "../store/db.js";
+import { type PoolClient, withTransaction } from "../store/db.js";
 import { findNodes, type NodeRecord } from "../store/nodes.js";
 import { clearPublicationFailure, insertPublication, recordPublicationFailure } from "../store/publications.js";
 import { findScope } from "../store/sessions.js";
@@ -89,67 +89,12 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   } catch (error) {
     return await publicationFailed(deps, job, turn.snapshot.scopeId, error);
   }
-  const { text, calls, overshoot, fallback } = leaf;
+  const { calls, overshoot, fallback } = leaf;
 
   const outcome = await oneCommitAtATime(() =>
     withTransaction(
       deps.pool,
-      async (tx) => {
-        if (!(await stillHeld(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
-        // The leaf is committed only over the cover texts it summarized: `optchat rebuild` may have committed new
-        // revisions of them meanwhile (src/memory/rebuild.ts), and a leaf over the old ones would derive from text
-        // that is no longer its cover's (the audit's derivation check).
-        const coverNow = await findNodes(tx, sessionTree.treeId, cover);
-        if (cover.some((node) => coverNow.get(nodeKey(node))?.text !== nodes.get(nodeKey(node))?.text))
-          return { status: "cover_changed" as const, seq: -1 };
-        const publication = await insertPublication(tx, {
-          scopeId: scope.scopeId,
-          sessionId,
-          generation,
-          turnId,
-          startSeq: (runs[0] as RecordRun).start,
-          endSeqExclusive: lastRun.end,
-          outcome: turn.state as "completed" | "interrupted" | "failed",
-          completedAt: turn.finishedAt ?? new Date(),
-          sourceCover: cover,
-        });
-        if (!publication) return { status: "duplicate" as const, seq: -1 };
-        await setPublicationState(tx, turn, "published");
-        const locked = await lockTree(tx, { treeId: sharedTree.treeId });
-        if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
-        const leaf: NodeAddress = { level: 0, index: publication.publicationSeq };
-        const applied = await applyTreeChanges(
-          tx,
-          locked,
-          [
-            { type: "append", index: publication.publicationSeq },
-            {
-              type: "built",
-              node: {
-                ...leaf,
-                text: text as string,
-                inputHashes: cover.map((node) =>
-                  createHash("sha256")
-                    .update(nodes.get(nodeKey(node))?.text ?? "")
-                    .digest(),
-                ),
-                summarizer: calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
-                promptVersion: calls === 0 ? null : PROMPT_VERSION,
-                attempts: calls,
-                overshoot,
-                jobId: job.id,
-                jobAttempt: job.retryCount,
-                chunks: [],
-              },
-            },
-          ],
-          deps.fold,
-          { buildFreeInline: true },
-        );
-        await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
-        await clearPublicationFailure(tx, job.data);
-        return { status: "published" as const, seq: publication.publicationSeq };
-      },
+      (tx) => commitPublication(tx, deps, job, { turn, scope, sharedTree, sessionTree, runs, cover, nodes, leaf }),
       // Publications of one scope conflict on the scope row; each conflict retries the whole transaction.
       { isolation: "serializable", attempts: 30 },
     ),
@@ -178,7 +123,89 @@ export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Prom
   return outcome.status;
 }
 
-export interface PublicationLeaf {
+export /** What the publication's commit needs: the turn, where it goes, its source cover and the leaf computed for it. */
+interface PublicationCommit {
+  readonly turn: NonNullable<Awaited<ReturnType<typeof findTurnInGeneration>>>;
+  readonly scope: { readonly scopeId: string };
+  readonly sharedTree: Tree;
+  readonly sessionTree: Tree;
+  readonly runs: readonly RecordRun[];
+  readonly cover: readonly NodeAddress[];
+  readonly nodes: ReadonlyMap<number, { readonly text: string }>;
+  readonly leaf: PublicationLeaf;
+}
+
+/**
+ * The publication's one transaction: still this worker's job, its cover unchanged, the publication row and its turn's
+ * state, and the shared tree's new leaf (its fold, and the jobs of what became ready).
+ */
+async function commitPublication(
+  tx: PoolClient,
+  deps: CompactorDeps,
+  job: PublishJob,
+  commit: PublicationCommit,
+): Promise<{ status: "lease_lost" | "cover_changed" | "duplicate" | "published"; seq: number }> {
+  const { turn, scope, sharedTree, sessionTree, runs, cover, nodes } = commit;
+  const { text, calls, overshoot, fallback } = commit.leaf;
+  const { sessionId, generation, turnId } = job.data;
+  const lastRun = runs[runs.length - 1] as RecordRun;
+  if (!(await stillHeld(deps.boss, tx, job, PUBLISH_QUEUE))) return { status: "lease_lost" as const, seq: -1 };
+  // The leaf is committed only over the cover texts it summarized: `optchat rebuild` may have committed new
+  // revisions of them meanwhile (src/memory/rebuild.ts), and a leaf over the old ones would derive from text
+  // that is no longer its cover's (the audit's derivation check).
+  const coverNow = await findNodes(tx, sessionTree.treeId, cover);
+  if (cover.some((node) => coverNow.get(nodeKey(node))?.text !== nodes.get(nodeKey(node))?.text))
+    return { status: "cover_changed" as const, seq: -1 };
+  const publication = await insertPublication(tx, {
+    scopeId: scope.scopeId,
+    sessionId,
+    generation,
+    turnId,
+    startSeq: (runs[0] as RecordRun).start,
+    endSeqExclusive: lastRun.end,
+    outcome: turn.state as "completed" | "interrupted" | "failed",
+    completedAt: turn.finishedAt ?? new Date(),
+    sourceCover: cover,
+  });
+  if (!publication) return { status: "duplicate" as const, seq: -1 };
+  await setPublicationState(tx, turn, "published");
+  const locked = await lockTree(tx, { treeId: sharedTree.treeId });
+  if (!locked) throw new Error(`shared tree of ${scope.scopeId} disappeared`);
+  const address: NodeAddress = { level: 0, index: publication.publicationSeq };
+  const applied = await applyTreeChanges(
+    tx,
+    locked,
+    [
+      { type: "append", index: publication.publicationSeq },
+      {
+        type: "built",
+        node: {
+          ...address,
+          text: text as string,
+          inputHashes: cover.map((node) =>
+            createHash("sha256")
+              .update(nodes.get(nodeKey(node))?.text ?? "")
+              .digest(),
+          ),
+          summarizer: calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
+          promptVersion: calls === 0 ? null : PROMPT_VERSION,
+          attempts: calls,
+          overshoot,
+          jobId: job.id,
+          jobAttempt: job.retryCount,
+          chunks: [],
+        },
+      },
+    ],
+    deps.fold,
+    { buildFreeInline: true },
+  );
+  await enqueueNodeJobs(deps.boss, tx, sharedTree.treeId, applied.ready);
+  await clearPublicationFailure(tx, job.data);
+  return { status: "published" as const, seq: publication.publicationSeq };
+}
+
+interface PublicationLeaf {
   readonly text: string;
   readonly calls: number;
   readonly overshoot: boolean;

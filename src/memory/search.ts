@@ -7,7 +7,15 @@ import { excerptAround } from "../core/context.js";
 import { InputInvalidError } from "../core/errors.js";
 import { sessionRef, sharedRef } from "../core/refs.js";
 import { distinctPlaces } from "../core/search-places.js";
-import { BM25_B, BM25_K1, planRanking, queryUnits } from "../core/search-query.js";
+import {
+  BM25_B,
+  BM25_K1,
+  candidateTsquery,
+  PREFIX_EXPANSION_TERMS,
+  planRanking,
+  preferredCandidates,
+  queryUnits,
+} from "../core/search-query.js";
 import { termsTsquery, toTsqueryLiteral } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
@@ -56,7 +64,14 @@ const MAX_FETCH = 400;
  * records than this scores the first rows the index returns, not all of them (a query of only common words ranks
  * weakly anyway; scoring every row cost about 8 µs each).
  */
-const CANDIDATE_CAP = 2_000;
+const CANDIDATE_CAP = 500;
+/**
+ * Most of the caller's own records after its last publication tested one by one against the query with its prefixes
+ * (they are not in the statistics yet, so the prefix expansion may miss their word forms): the turns still being
+ * published are a few; a session that never publishes (isolated) has its older records found by exact terms and the
+ * expansion only.
+ */
+const OWN_TAIL_RECORDS = 1_000;
 
 function parseDate(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
@@ -94,9 +109,14 @@ export async function searchPlaces(
     turn.snapshot.scopeId,
     units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
     units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
+    PREFIX_EXPANSION_TERMS,
   );
   const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
-  const generators = ranked.filter((unit) => unit.generates).map((unit) => termsTsquery(unit.terms, unit.prefix));
+  const generating = ranked.filter((unit) => unit.generates);
+  const matches = generating.map((unit) => termsTsquery(unit.terms, unit.prefix)).join(" | ");
+  const expansionOf = (stem: string) => statistics.expansions.get(stem);
+  const candidates = generating.map((unit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string))).join(" | ");
+  const preferred = required ?? preferredCandidates(ranked, expansionOf, CANDIDATE_CAP) ?? candidates;
   const hits = await searchRanked(
     db,
     {
@@ -108,7 +128,10 @@ export async function searchPlaces(
       ownBoundary: turn.snapshot.ownBoundary,
     },
     {
-      candidates: required ?? generators.join(" | "),
+      matches: required ?? matches,
+      candidates: required ?? candidates,
+      preferred,
+      ownTail: OWN_TAIL_RECORDS,
       units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
       recordAverageLength: statistics.records.averageLength,
       nodeAverageLength: statistics.nodes.averageLength,

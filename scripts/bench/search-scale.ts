@@ -34,7 +34,9 @@
 import { resolveConfig } from "../../src/memory/config.js";
 import { migrateAll } from "../../src/memory/migrate.js";
 import type { TurnContext } from "../../src/memory/reader.js";
+import { CANDIDATE_CAP } from "../../src/memory/search.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
+import { searchFor } from "../../src/memory/shared.js";
 import {
   type BenchContext,
   dropDatabase,
@@ -162,6 +164,59 @@ async function measure(
   }
 }
 
+/** Queries per kind compared with scoring every candidate (after ANALYZE). */
+const COMPARED_QUERIES = 40;
+
+/**
+ * The effect of the candidate cap (src/memory/search.ts CANDIDATE_CAP) on the answer: the same queries answered with
+ * every candidate scored, and how much of the capped answer's first page agrees (same first hit; share of the
+ * exhaustive first page's places also in the capped one), with both latencies, each query timed both ways in turn.
+ */
+async function compareWithExhaustive(
+  memory: Memory,
+  readers: readonly Reader[],
+  load: LoadResult,
+  settings: ScaleSettings,
+  signal: AbortSignal,
+): Promise<void> {
+  const random = seededRandom(settings.seed * 31 + 11);
+  for (const kind of KINDS) {
+    let sameFirst = 0;
+    let overlap = 0;
+    const ms: number[] = [];
+    const cappedMs: number[] = [];
+    for (let i = 0; i < COMPARED_QUERIES && !signal.aborted; i++) {
+      const reader = readers[Math.floor(random() * readers.length)] as Reader;
+      const query = queryOf(kind, load.vocabulary, load, settings, reader.scope, random);
+      let start = performance.now();
+      const capped = await memory.search(reader.ctx, { query });
+      cappedMs.push(performance.now() - start);
+      start = performance.now();
+      const exhaustive = await searchFor(memory, reader.ctx, { query }, { candidateCap: 1_000_000_000 });
+      ms.push(performance.now() - start);
+      const refs = new Set(capped.hits.map((hit) => hit.ref));
+      if (capped.hits[0]?.ref === exhaustive.hits[0]?.ref) sameFirst += 1;
+      const wanted = exhaustive.hits.map((hit) => hit.ref);
+      overlap += wanted.length === 0 ? 1 : wanted.filter((ref) => refs.has(ref)).length / wanted.length;
+    }
+    const exhaustiveMs = summarizeLatencies(ms);
+    const capped = summarizeLatencies(cappedMs);
+    emit(BENCH, "search-scale-candidates", {
+      kind,
+      records: load.records,
+      scopes: load.scopes.length,
+      queries: ms.length,
+      candidateCap: CANDIDATE_CAP,
+      sameFirstHit: round(sameFirst / Math.max(1, ms.length), 3),
+      firstPageOverlap: round(overlap / Math.max(1, ms.length), 3),
+      cappedP50Ms: capped.p50Ms,
+      cappedP99Ms: capped.p99Ms,
+      exhaustiveP50Ms: exhaustiveMs.p50Ms,
+      exhaustiveP99Ms: exhaustiveMs.p99Ms,
+    });
+  }
+}
+
 async function analyzedTables(memory: Memory): Promise<string[]> {
   const result = await memory.pool.query<{ relname: string }>(
     `SELECT relname FROM pg_stat_user_tables
@@ -236,6 +291,8 @@ export async function runSearchScaleBench(context: BenchContext): Promise<void> 
     if (context.signal.aborted) return;
     await memory.pool.query("ANALYZE");
     await measure(memory, readers, load, settings, "after ANALYZE", context.signal);
+    if (context.signal.aborted) return;
+    await compareWithExhaustive(memory, readers, load, settings, context.signal);
   } finally {
     await memory?.close().catch(() => {});
     if (process.env.OPTCHAT_BENCH_SEARCH_KEEP !== "1" && !reuse)

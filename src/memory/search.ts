@@ -60,11 +60,18 @@ const HITS_PER_PLACE = 4;
 /** Most rows one page reads, whatever its offset. */
 const MAX_FETCH = 400;
 /**
- * Most candidate rows scored per source (records, session nodes, shared nodes): a query whose rarest unit is in more
- * records than this scores the first rows the index returns, not all of them (a query of only common words ranks
- * weakly anyway; scoring every row cost about 8 µs each).
+ * Most candidate rows scored per source (records, session nodes, shared nodes). Reading and scoring a row costs
+ * 5-35 µs (its search vector is read from TOAST when long; more under load), so 2,000 candidates of a query of common
+ * words cost 40-110 ms at 1M records (`npm run bench -- search-scale`). When the candidates may be more, the records
+ * that score best are read first (src/core/search-query.ts preferredCandidates); the effect on the answer is measured
+ * against scoring every candidate in the same bench (case `search-scale-candidates`).
  */
-const CANDIDATE_CAP = 500;
+export const CANDIDATE_CAP = 500;
+
+/** Limits a test or benchmark may change: the defaults are the product's. */
+export interface SearchLimits {
+  readonly candidateCap?: number;
+}
 /**
  * Most of the caller's own records after its last publication tested one by one against the query with its prefixes
  * (they are not in the statistics yet, so the prefix expansion may miss their word forms): the turns still being
@@ -94,7 +101,9 @@ export async function searchPlaces(
   db: Queryable,
   turn: Searcher,
   options: SearchOptions,
+  limits: SearchLimits = {},
 ): Promise<{ hits: SearchAnswerHit[]; nextCursor: string | null }> {
+  const candidateCap = limits.candidateCap ?? CANDIDATE_CAP;
   const units = queryUnits(options.query);
   const required = options.match === "all" ? toTsqueryLiteral(options.query, "all") : undefined;
   if (units.length === 0)
@@ -116,7 +125,7 @@ export async function searchPlaces(
   const matches = generating.map((unit) => termsTsquery(unit.terms, unit.prefix)).join(" | ");
   const expansionOf = (stem: string) => statistics.expansions.get(stem);
   const candidates = generating.map((unit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string))).join(" | ");
-  const preferred = required ?? preferredCandidates(ranked, expansionOf, CANDIDATE_CAP) ?? candidates;
+  const preferred = required ?? preferredCandidates(ranked, expansionOf, candidateCap) ?? candidates;
   const hits = await searchRanked(
     db,
     {
@@ -137,7 +146,7 @@ export async function searchPlaces(
       nodeAverageLength: statistics.nodes.averageLength,
       k1: BM25_K1,
       b: BM25_B,
-      candidateCap: CANDIDATE_CAP,
+      candidateCap,
     },
     {
       ...(options.sessionId ? { sessionId: options.sessionId } : {}),

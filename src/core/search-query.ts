@@ -209,10 +209,11 @@ export function candidateTsquery(
 /**
  * The candidates to read first when there may be more than `cap` of them (only the first `cap` are scored): a query
  * whose generating units are in more than `cap` records in all. When the rarest unit is in at most `cap` records,
- * its records come first (a record holding it outscores every record holding only more common units, unless much
- * longer); otherwise every unit is common and the records holding all of them come first: they have the largest sum
- * of idf, so the best-ranked records are among them unless those are much longer (max-score's bound, without reading
- * each record's length). Returns undefined when the candidates need no order: they all fit.
+ * the records of the rarest generating units whose frequencies sum to at most `cap` come first: a record holding one
+ * of them outscores every record holding only more common units, unless much longer. Otherwise every unit is common
+ * and the records holding all of them come first: they have the largest sum of idf, so the best-ranked records are
+ * among them unless those are much longer (max-score's bound, without reading each record's length). Undefined when
+ * the candidates need no order: they all fit, or no subset of them is better.
  */
 export function preferredCandidates(
   ranked: readonly RankedUnit[],
@@ -223,7 +224,13 @@ export function preferredCandidates(
   const total = generating.reduce((sum, unit) => sum + unit.documents, 0);
   if (total <= cap || ranked.length === 0) return undefined;
   const candidate = (unit: RankedUnit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string));
-  const rarest = ranked[0] as RankedUnit;
-  if (rarest.documents <= cap) return generating.length > 1 ? candidate(rarest) : undefined;
+  if ((ranked[0] as RankedUnit).documents <= cap) {
+    let sum = 0;
+    const first = generating.filter((unit) => {
+      sum += unit.documents;
+      return sum <= cap;
+    });
+    return first.length < generating.length ? first.map(candidate).join(" | ") : undefined;
+  }
   return ranked.length > 1 ? ranked.map(candidate).join(" & ") : undefined;
 }

@@ -68,6 +68,12 @@ const MAX_FETCH = 400;
  */
 export const CANDIDATE_CAP = 500;
 
+/**
+ * Most candidate summaries of each kind scored, in index order (summaries are not in the synthetic 1M load; LoCoMo's
+ * scopes have a few hundred each, so this rarely binds).
+ */
+const NODE_CANDIDATE_CAP = 2_000;
+
 /** Limits a test or benchmark may change: the defaults are the product's. */
 export interface SearchLimits {
   readonly candidateCap?: number;
@@ -147,6 +153,7 @@ export async function searchPlaces(
       k1: BM25_K1,
       b: BM25_B,
       candidateCap,
+      nodeCandidateCap: NODE_CANDIDATE_CAP,
     },
     {
       ...(options.sessionId ? { sessionId: options.sessionId } : {}),

@@ -144,11 +144,13 @@ export interface RankedSearch {
   readonly nodeAverageLength: number;
   readonly k1: number;
   readonly b: number;
-  /** Most candidate rows of each source that are scored (a query of only very common words). */
+  /** Most candidate records that are scored (a query of common words: see `preferred`). */
   readonly candidateCap: number;
+  /** Most candidate summaries of each kind (session, shared) that are scored, in index order. */
+  readonly nodeCandidateCap: number;
 }
 
-const FIXED_PARAMS = 20;
+const FIXED_PARAMS = 21;
 
 /** The BM25 score of alias `x` (presence of each unit, length in distinct terms), over numbered parameters. */
 function scoreExpression(alias: string, units: number, averageParam: string): string {
@@ -164,22 +166,20 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
 /**
  * The visible records of the caller's scope matching tsquery parameter `match` and the condition `and`, through the
  * (scope, terms) index (migrations/011), which intersects exact terms with the scope's postings inside the index: the
- * caller's own records before its tail, and other sessions' records in their visible turns.
+ * caller's own records before its tail, and other sessions' records in their visible turns. One index scan for both
+ * (two cost twice the index work: 2-10 ms each for a common word at 1M records).
  */
 function indexedRecords(match: string, and: string): string {
-  const times = `($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
-           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)`;
   return `SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
           FROM optchat.records r
+          LEFT JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation
+           AND v.turn_id = r.turn_id AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
          WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and}
-           AND r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
-           AND ($8::text IS NULL OR $8::text = $4::text) AND ${times}
-        UNION ALL
-        SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
-          FROM optchat.records r
-          JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation AND v.turn_id = r.turn_id
-           AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
-         WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and} AND ${times}`;
+           AND (v.session_id IS NOT NULL
+                OR (r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
+                    AND ($8::text IS NULL OR $8::text = $4::text)))
+           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
+           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)`;
 }
 
 /**
@@ -283,13 +283,13 @@ export async function searchRanked(
          JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0
           AND n.idx * (1::bigint << n.level) >= v.start_seq AND (n.idx + 1) * (1::bigint << n.level) <= v.end_seq
         WHERE n.search @@ q.query AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
-        LIMIT $16::int
+        LIMIT $21::int
      ),
      shared_candidates AS (
        SELECT n.level, n.idx, n.text, n.search
          FROM q JOIN optchat.nodes n ON n.tree_id = $7::bigint AND (n.idx + 1) * (1::bigint << n.level) <= $3::bigint
         WHERE n.search @@ q.query AND $8::text IS NULL AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
-        LIMIT $16::int
+        LIMIT $21::int
      ),
      hits AS (
        SELECT 'record'::text AS source, c.session_id, c.generation, 0 AS level, c.seq AS idx, c.kind, c.occurred_at,
@@ -343,6 +343,7 @@ export async function searchRanked(
       search.ownTail,
       search.preferred,
       search.preferred !== search.candidates,
+      search.nodeCandidateCap,
       ...unitParams,
     ],
   );

@@ -157,8 +157,11 @@ describe("candidate queries", () => {
     const none = () => undefined;
     // Few candidates: no order needed.
     expect(preferredCandidates(plan({ lgbtq: 2, conference: 3 }, "lgbtq conference"), none, 500)).toBeUndefined();
-    // A rare word next to a generating common one: the rare word's records first.
+    // Rare words next to a generating common one: the rarer words' records first, as many as fit the cap.
     expect(preferredCandidates(plan({ lgbtq: 2, bake: 900 }, "lgbtq bake"), none, 500)).toBe("'lgbtq'");
+    expect(preferredCandidates(plan({ lgbtq: 2, cake: 300, bake: 900 }, "lgbtq cake bake"), none, 500)).toBe(
+      "'lgbtq' | 'cake'",
+    );
     // Only common words: the records holding all of them first, each prefix through its expansion.
     const common = plan({ test: 4_000, error: 3_000 }, "test error");
     expect(preferredCandidates(common, (stem) => (stem === "test" ? ["tests"] : undefined), 500)).toBe(

@@ -15,7 +15,9 @@
  *   mixed   a mid-rank word, a snake_case identifier and a CJK word
  * Twice: as loaded (no planner statistics for the new rows: the development server runs with autovacuum off, and a
  * fresh load on any server is queried before autovacuum gets to it), then after ANALYZE. Nearest-rank p50/p99 per
- * kind over CALLS calls after a warm-up; target p99 <= 50 ms for every kind.
+ * kind over CALLS calls after a warm-up; target p99 <= 50 ms for every kind. Then (case `search-scale-candidates`)
+ * 40 further queries per kind answered both as the product does and with every candidate scored (no candidate cap):
+ * how often the first hit is the same, how much of the exhaustive first page the product's holds, both latencies.
  *
  * Measured (1M records, 100 scopes, 2-core machine shared with other agents; docs/shared-memory.md "Retrieval"):
  * load 26 min at load average ~20 (records 1,539 s, statistics 198 s; 11 min at load average ~8), 3.5 GB; p50/p99

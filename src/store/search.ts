@@ -167,7 +167,9 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
  * The visible records of the caller's scope matching tsquery parameter `match` and the condition `and`, through the
  * (scope, terms) index (migrations/011), which intersects exact terms with the scope's postings inside the index: the
  * caller's own records before its tail, and other sessions' records in their visible turns. One index scan for both
- * (two cost twice the index work: 2-10 ms each for a common word at 1M records).
+ * (two cost twice the index work: 2-10 ms each for a common word at 1M records). The search vector is copied once
+ * (`|| ''`): scoring tests it once per unit, and a long one, kept in TOAST, was fetched again for every test (a common
+ * query read 2.3 times the buffers).
  */
 function indexedRecords(match: string, and: string): string {
   return `SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
@@ -264,7 +266,7 @@ export async function searchRanked(
         -- scope's postings of the stems).
         SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
           FROM optchat.records r
-         WHERE r.session_id = $4::text AND r.generation = $5::int
+         WHERE r.session_id = $4::text AND r.generation = $5::int AND r.scope_id = $1::text
            AND r.seq >= (SELECT start_seq FROM own_tail) AND r.seq < $6::bigint
            AND ts_match_vq(r.search, $17::tsquery)
            AND ($8::text IS NULL OR $8::text = $4::text)

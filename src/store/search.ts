@@ -166,20 +166,28 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
 /**
  * The visible records of the caller's scope matching tsquery parameter `match` and the condition `and`, through the
  * (scope, terms) index (migrations/011), which intersects exact terms with the scope's postings inside the index: the
- * caller's own records before its tail, and other sessions' records in their visible turns. One index scan for both
- * (two cost twice the index work: 2-10 ms each for a common word at 1M records). The search vector is copied once
+ * caller's own records before its tail, and other sessions' records in their visible turns: a record of one is
+ * visible when it lies in the range of its turn's publication, which is exactly the records under its source cover
+ * (the turn_visibility audit, src/store/audits.ts). One index scan for both (two cost twice the index work: 2-10 ms
+ * each for a common word at 1M records). The publication is probed per row through its unique (scope, session,
+ * generation, turn) index, so rows stream and the candidate LIMIT stops the scan: joined to the visible turns, the
+ * planner sorted every matching row for a merge join first (1,244 rows read for 171 wanted), or, inlined, joined the
+ * sessions last in a nested loop over every candidate (160 ms at 1M records, bench search-scale). The search vector is copied once
  * (`|| ''`): scoring tests it once per unit, and a long one, kept in TOAST, was fetched again for every test (a common
  * query read 2.3 times the buffers).
  */
 function indexedRecords(match: string, and: string): string {
   return `SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
           FROM optchat.records r
-          LEFT JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation
-           AND v.turn_id = r.turn_id AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
          WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and}
-           AND (v.session_id IS NOT NULL
-                OR (r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
-                    AND ($8::text IS NULL OR $8::text = $4::text)))
+           AND ((r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
+                 AND ($8::text IS NULL OR $8::text = $4::text))
+                OR EXISTS (SELECT 1 FROM optchat.publications p
+                             JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+                            WHERE p.scope_id = $1::text AND p.session_id = r.session_id AND p.generation = r.generation
+                              AND p.turn_id = r.turn_id AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+                              AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
+                              AND ($8::text IS NULL OR p.session_id = $8::text)))
            AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
            AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)`;
 }
@@ -238,18 +246,6 @@ export async function searchRanked(
          CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
           AND p.retired_at IS NULL AND ($8::text IS NULL OR p.session_id = $8::text)
-     ),
-     -- Other sessions' visible turns: a record of one is visible when it lies in the publication's range, which is
-     -- exactly the records under its source cover (the turn_visibility audit, src/store/audits.ts); joined by turn,
-     -- a hash of a few thousand publications at most, instead of every cover range of the scope. Materialized: the
-     -- planner underestimates the records joined to it (a rarest word in a fifth of the scope's records) and, inlined,
-     -- joined the sessions last, in a nested loop over every candidate (160 ms at 1M records, bench search-scale).
-     visible_turns AS MATERIALIZED (
-       SELECT p.session_id, p.generation, p.turn_id, p.start_seq, p.end_seq_exclusive
-         FROM optchat.publications p
-         JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
-        WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
-          AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
      -- The caller's own records from own_tail on are not counted in the statistics yet (published turns are; those
      -- after the last publication of the session are not): at most $18 of them, tested one by one.

@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { searchFor } from "../../src/memory/shared.js";
 import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
+import { readSearchStatistics } from "../../src/store/search.js";
 import { eventually, useTestMemory } from "../helpers.js";
 
 // How search finds its candidates at scale (src/memory/search.ts, src/store/search.ts): a prefix unit through the
@@ -86,6 +87,17 @@ describe("search candidates", () => {
     expect(new Set(messages.map((hit) => hit.ref))).toEqual(new Set(expected.rows.map((row) => row.ref)));
     expect(answer.hits.map((hit) => hit.ref)).toContain("0+1");
     expect(answer.hits.map((hit) => hit.excerpt).join(" ")).not.toContain("pain in the neck");
+  });
+
+  it("expands a prefix into its scope's most frequent counted terms only, never another scope's", async () => {
+    const own = await readSearchStatistics(db.memory.pool, "project:prj_cand", [], ["paint", "repo"], 2);
+    // One published record each: ties go to term order. "report" is in 12 records.
+    expect(own.expansions.get("paint")).toEqual(["painted", "painter"]);
+    expect(own.expansions.get("repo")).toEqual(["report"]);
+    expect(own.documentFrequency.get("paint:*")).toBe(4);
+    await db.memory.openSession({ host: "test", hostSessionId: "empty", projectId: "prj_cand_other" });
+    const other = await readSearchStatistics(db.memory.pool, "project:prj_cand_other", [], ["paint"], 16);
+    expect(other.expansions.get("paint")).toEqual([]);
   });
 
   it("reads a common-word query's best records first: the best-ranked record survives a small candidate cap", async () => {

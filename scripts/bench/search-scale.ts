@@ -22,8 +22,9 @@
  * Measured (1M records, 100 scopes, 2-core machine shared with other agents; docs/shared-memory.md "Retrieval"):
  * load 7-15 min (records 280-800 s, statistics 130-200 s, load average 6-16), 3.5 GB; p50/p99 after ANALYZE latin
  * 5/12, cjk 4/7, rare 3/4, common 13/19, mixed 5/9 ms at load average 4.5 (the scope index alone, just before on the
- * same database: 16/130, 5/18, 4/10, 89/222, 12/42). Common queries: the same first hit as scoring every candidate
- * in 90% of them, 94.5% of the exhaustive first page kept.
+ * same database: 16/130, 5/18, 4/10, 89/222, 12/42); as loaded, from a fresh load, 5/13, 4/32, 3/5, 13/18, 6/33.
+ * Common queries: the same first hit as scoring every candidate in 90% of them, 94.5% of the exhaustive first page
+ * kept.
  *
  * Environment:
  *   OPTCHAT_BENCH_SEARCH_DATABASE  measure a database an earlier run kept instead of loading (its statistics as they are)

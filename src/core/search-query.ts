@@ -17,7 +17,7 @@
  * unchanged (no stemming at write time), so the choice can be revisited without re-indexing. Measured on LoCoMo with
  * `npm run bench -- locomo` against whole words only (docs/shared-memory.md "Retrieval").
  */
-import { queryGroups } from "./tokenize.js";
+import { queryGroups, termsTsquery } from "./tokenize.js";
 
 /**
  * English stop words: the Snowball stop list (snowballstem.org/algorithms/english/stop.txt) in the form our tokenizer
@@ -134,6 +134,8 @@ export interface RankedUnit {
   readonly weight: number;
   /** Whether the unit's postings are read to find candidates (the rarest units, see {@link planRanking}). */
   readonly generates: boolean;
+  /** The unit's document frequency in the scope's statistics (its rarest term's, for a phrase). */
+  readonly documents: number;
 }
 
 /** Robertson–Spärck Jones idf as Lucene computes it (never negative): ln(1 + (N - df + 0.5) / (df + 0.5)). */
@@ -170,7 +172,7 @@ export function planRanking(
     const weight = unit.compound
       ? unit.terms.reduce((total, term) => total + idf(records.documents, frequencyOf(term)), 0)
       : single;
-    return { terms: unit.terms, prefix: unit.prefix ?? false, weight, generates };
+    return { terms: unit.terms, prefix: unit.prefix ?? false, weight, generates, documents: df };
   });
 }
 
@@ -178,4 +180,57 @@ export function planRanking(
 export function lengthFactor(length: number, averageLength: number): number {
   const ratio = averageLength > 0 ? length / averageLength : 1;
   return (BM25_K1 + 1) / (1 + BM25_K1 * (1 - BM25_B + BM25_B * ratio));
+}
+
+/**
+ * Most of the scope's terms a prefix unit's candidates are read for (the most frequent first). A prefix is evaluated
+ * by GIN as the union of every indexed term that starts with it, over every scope of the server, before the scope is
+ * intersected (docs/shared-memory.md "Search at scale"); the scope's own terms with their counts are in its statistics.
+ * A record holding only rarer forms than these is not a candidate through this unit (it still scores it, through
+ * another unit's candidates); LoCoMo's stems have far fewer forms, so its results are unchanged
+ * (`npm run bench -- locomo`).
+ */
+export const PREFIX_EXPANSION_TERMS = 16;
+
+/**
+ * The tsquery a unit's candidates are read through: the unit itself, or for a prefix unit its stem and the expansion
+ * (the scope's counted terms starting with the stem) as exact terms OR-ed.
+ */
+export function candidateTsquery(
+  unit: { readonly terms: readonly string[]; readonly prefix?: boolean },
+  expansion: readonly string[] = [],
+): string {
+  if (!unit.prefix) return termsTsquery(unit.terms);
+  const stem = unit.terms[0] as string;
+  const terms = [...new Set([stem, ...expansion.slice(0, PREFIX_EXPANSION_TERMS)])];
+  return terms.length === 1 ? termsTsquery(terms) : `(${terms.map((term) => termsTsquery([term])).join(" | ")})`;
+}
+
+/**
+ * The candidates to read first when there may be more than `cap` of them (only the first `cap` are scored): a query
+ * whose generating units are in more than `cap` records in all. When the rarest unit is in at most `cap` records,
+ * the records of the rarest generating units whose frequencies sum to at most `cap` come first: a record holding one
+ * of them outscores every record holding only more common units, unless much longer. Otherwise every unit is common
+ * and the records holding all of them come first: they have the largest sum of idf, so the best-ranked records are
+ * among them unless those are much longer (max-score's bound, without reading each record's length). Undefined when
+ * the candidates need no order: they all fit, or no subset of them is better.
+ */
+export function preferredCandidates(
+  ranked: readonly RankedUnit[],
+  expansionOf: (stem: string) => readonly string[] | undefined,
+  cap: number,
+): string | undefined {
+  const generating = ranked.filter((unit) => unit.generates);
+  const total = generating.reduce((sum, unit) => sum + unit.documents, 0);
+  if (total <= cap || ranked.length === 0) return undefined;
+  const candidate = (unit: RankedUnit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string));
+  if ((ranked[0] as RankedUnit).documents <= cap) {
+    let sum = 0;
+    const first = generating.filter((unit) => {
+      sum += unit.documents;
+      return sum <= cap;
+    });
+    return first.length < generating.length ? first.map(candidate).join(" | ") : undefined;
+  }
+  return ranked.length > 1 ? ranked.map(candidate).join(" & ") : undefined;
 }

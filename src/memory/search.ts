@@ -7,7 +7,15 @@ import { excerptAround } from "../core/context.js";
 import { InputInvalidError } from "../core/errors.js";
 import { sessionRef, sharedRef } from "../core/refs.js";
 import { distinctPlaces } from "../core/search-places.js";
-import { BM25_B, BM25_K1, planRanking, queryUnits } from "../core/search-query.js";
+import {
+  BM25_B,
+  BM25_K1,
+  candidateTsquery,
+  PREFIX_EXPANSION_TERMS,
+  planRanking,
+  preferredCandidates,
+  queryUnits,
+} from "../core/search-query.js";
 import { termsTsquery, toTsqueryLiteral } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
@@ -52,11 +60,31 @@ const HITS_PER_PLACE = 4;
 /** Most rows one page reads, whatever its offset. */
 const MAX_FETCH = 400;
 /**
- * Most candidate rows scored per source (records, session nodes, shared nodes): a query whose rarest unit is in more
- * records than this scores the first rows the index returns, not all of them (a query of only common words ranks
- * weakly anyway; scoring every row cost about 8 µs each).
+ * Most candidate records scored. Reading and scoring one costs 5-35 µs (its search vector is read from TOAST when
+ * long; more under load): at 1M records over 100 scopes, common-word queries (1,000-2,500 candidates) took p99
+ * 21.6 ms scoring every candidate and 14.4 ms under this cap, with the same first hit in 90% of them and 94.5% of
+ * the first page (`npm run bench -- search-scale`, case `search-scale-candidates`, load average 4.5). When the
+ * candidates may be more, the records that score best are read first (src/core/search-query.ts preferredCandidates).
  */
-const CANDIDATE_CAP = 2_000;
+export const CANDIDATE_CAP = 500;
+
+/**
+ * Most candidate summaries of each kind scored, in index order (summaries are not in the synthetic 1M load; LoCoMo's
+ * scopes have a few hundred each, so this rarely binds).
+ */
+const NODE_CANDIDATE_CAP = 2_000;
+
+/** Limits a test or benchmark may change: the defaults are the product's. */
+export interface SearchLimits {
+  readonly candidateCap?: number;
+}
+/**
+ * Most of the caller's own records after its last publication tested one by one against the query with its prefixes
+ * (they are not in the statistics yet, so the prefix expansion may miss their word forms): the turns still being
+ * published are a few; a session that never publishes (isolated) has its older records found by exact terms and the
+ * expansion only.
+ */
+const OWN_TAIL_RECORDS = 1_000;
 
 function parseDate(value: string | undefined, field: string): Date | undefined {
   if (value === undefined) return undefined;
@@ -79,7 +107,9 @@ export async function searchPlaces(
   db: Queryable,
   turn: Searcher,
   options: SearchOptions,
+  limits: SearchLimits = {},
 ): Promise<{ hits: SearchAnswerHit[]; nextCursor: string | null }> {
+  const candidateCap = limits.candidateCap ?? CANDIDATE_CAP;
   const units = queryUnits(options.query);
   const required = options.match === "all" ? toTsqueryLiteral(options.query, "all") : undefined;
   if (units.length === 0)
@@ -94,9 +124,14 @@ export async function searchPlaces(
     turn.snapshot.scopeId,
     units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
     units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
+    PREFIX_EXPANSION_TERMS,
   );
   const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
-  const generators = ranked.filter((unit) => unit.generates).map((unit) => termsTsquery(unit.terms, unit.prefix));
+  const generating = ranked.filter((unit) => unit.generates);
+  const matches = generating.map((unit) => termsTsquery(unit.terms, unit.prefix)).join(" | ");
+  const expansionOf = (stem: string) => statistics.expansions.get(stem);
+  const candidates = generating.map((unit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string))).join(" | ");
+  const preferred = required ?? preferredCandidates(ranked, expansionOf, candidateCap) ?? candidates;
   const hits = await searchRanked(
     db,
     {
@@ -108,13 +143,17 @@ export async function searchPlaces(
       ownBoundary: turn.snapshot.ownBoundary,
     },
     {
-      candidates: required ?? generators.join(" | "),
+      matches: required ?? matches,
+      candidates: required ?? candidates,
+      preferred,
+      ownTail: OWN_TAIL_RECORDS,
       units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
       recordAverageLength: statistics.records.averageLength,
       nodeAverageLength: statistics.nodes.averageLength,
       k1: BM25_K1,
       b: BM25_B,
-      candidateCap: CANDIDATE_CAP,
+      candidateCap,
+      nodeCandidateCap: NODE_CANDIDATE_CAP,
     },
     {
       ...(options.sessionId ? { sessionId: options.sessionId } : {}),

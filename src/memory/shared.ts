@@ -1,6 +1,6 @@
 import type { Pool } from "../store/db.js";
 import { type ReadAs, readerOf, type ServedSnapshot, served } from "./reader.js";
-import { type SearchAnswerHit, type SearchOptions, searchPlaces } from "./search.js";
+import { type SearchAnswerHit, type SearchLimits, type SearchOptions, searchPlaces } from "./search.js";
 
 // The service's search entry point (seed 000 §8); the ranking is in search.ts. Turns, retrieval and assembly have
 // their own modules (turns.ts, retrieval.ts, assembly.ts).
@@ -18,6 +18,7 @@ export async function searchFor(
   deps: { readonly pool: Pool },
   ctx: ReadAs,
   options: SearchOptions,
+  limits: SearchLimits = {},
 ): Promise<SearchAnswer> {
   const reader = await readerOf(deps.pool, ctx);
   // A scope reader has no own session: no session ID is empty, so "" matches none (and boundary 0 shows no history).
@@ -26,7 +27,7 @@ export async function searchFor(
     generation: reader.own?.generation ?? 0,
     snapshot: { ...reader.scope, ownBoundary: reader.own?.boundary ?? 0 },
   };
-  return { ...(await searchPlaces(deps.pool, searcher, options)), snapshot: served(reader) };
+  return { ...(await searchPlaces(deps.pool, searcher, options, limits)), snapshot: served(reader) };
 }
 
 // src/cli/render.ts imports these from here; they live in reader.ts and retrieval.ts.

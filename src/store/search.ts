@@ -51,66 +51,106 @@ export interface SearchStatistics {
    * with it (a record holding two of them counts twice: an overcount, capped at the record count by the idf).
    */
   readonly documentFrequency: ReadonlyMap<string, number>;
+  /**
+   * For a prefix `stem`: the scope's counted terms that start with it, most frequent first, at most the number asked
+   * for (the candidates of a prefix unit, see {@link RankedSearch.candidates}).
+   */
+  readonly expansions: ReadonlyMap<string, readonly string[]>;
 }
 
 /**
  * Reads the scope's statistics for the given terms and prefixes: a primary-key range per term or prefix and two
- * small sums.
+ * small sums; for each prefix also its `expansionLimit` most frequent terms.
  */
 export async function readSearchStatistics(
   db: Queryable,
   scopeId: string,
   terms: readonly string[],
   prefixes: readonly string[] = [],
+  expansionLimit = 0,
 ): Promise<SearchStatistics> {
-  const result = await db.query<{ what: string; term: string | null; documents: number; total: number }>(
-    `SELECT 'term' AS what, c.term, sum(c.documents)::float8 AS documents, 0::float8 AS total
+  const result = await db.query<{
+    what: string;
+    term: string | null;
+    documents: number;
+    total: number;
+    expansion: string[] | null;
+  }>(
+    `SELECT 'term' AS what, c.term, sum(c.documents)::float8 AS documents, 0::float8 AS total, NULL::text[] AS expansion
        FROM optchat.search_term_counts c WHERE c.scope_id = $1::text AND c.term = ANY($2::text[]) GROUP BY c.term
      UNION ALL
      -- chr(1114111) is U+10FFFF, the largest code point: in the terms' C collation (UTF-8 byte order) every term that
      -- starts with the prefix lies in [prefix, prefix || U+10FFFF).
-     SELECT 'prefix', p.prefix || ':*',
-            coalesce((SELECT sum(c.documents) FROM optchat.search_term_counts c
-                       WHERE c.scope_id = $1::text AND c.term >= p.prefix COLLATE "C"
-                         AND c.term < (p.prefix || chr(1114111)) COLLATE "C" AND starts_with(c.term, p.prefix)), 0)::float8,
-            0::float8
+     SELECT 'prefix', p.prefix || ':*', coalesce(sum(m.documents), 0)::float8, 0::float8,
+            (array_agg(m.term ORDER BY m.documents DESC, m.term))[1:$4::int]
        FROM unnest($3::text[]) AS p(prefix)
+       LEFT JOIN optchat.search_term_counts m ON m.scope_id = $1::text AND m.term >= p.prefix COLLATE "C"
+        AND m.term < (p.prefix || chr(1114111)) COLLATE "C" AND starts_with(m.term, p.prefix)
+      GROUP BY p.prefix
      UNION ALL
-     SELECT 'records', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
+     SELECT 'records', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8, NULL
        FROM optchat.search_scope_stats WHERE scope_id = $1::text
      UNION ALL
-     SELECT 'nodes', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8
+     SELECT 'nodes', NULL, coalesce(sum(documents), 0)::float8, coalesce(sum(total_length), 0)::float8, NULL
        FROM optchat.search_tree_stats WHERE scope_id = $1::text`,
-    [scopeId, [...new Set(terms)], [...new Set(prefixes)]],
+    [scopeId, [...new Set(terms)], [...new Set(prefixes)], expansionLimit],
   );
   const documentFrequency = new Map<string, number>();
+  const expansions = new Map<string, readonly string[]>();
   const collection = { records: { documents: 0, averageLength: 0 }, nodes: { documents: 0, averageLength: 0 } };
   for (const row of result.rows) {
-    if (row.what === "term" || row.what === "prefix") documentFrequency.set(row.term as string, row.documents);
-    else
+    if (row.what === "term") documentFrequency.set(row.term as string, row.documents);
+    else if (row.what === "prefix") {
+      documentFrequency.set(row.term as string, row.documents);
+      expansions.set(
+        (row.term as string).slice(0, -2),
+        (row.expansion ?? []).filter((t) => t !== null),
+      );
+    } else
       collection[row.what as "records" | "nodes"] = {
         documents: row.documents,
         averageLength: row.documents > 0 ? row.total / row.documents : 0,
       };
   }
-  return { ...collection, documentFrequency };
+  return { ...collection, documentFrequency, expansions };
 }
 
 /** A ranked query as src/core/search-query.ts plans it, in tsquery literals (src/core/tokenize.ts). */
 export interface RankedSearch {
-  /** Finds the candidates: the generating units OR-ed, or every word AND-ed in the all-words mode. */
+  /**
+   * What a candidate matches: the generating units OR-ed, or every word AND-ed in the all-words mode. Read through the
+   * summaries' index, and tested row by row on the caller's own newest records (see {@link ownTail}).
+   */
+  readonly matches: string;
+  /**
+   * The same with every prefix unit replaced by its expansion into exact terms (the scope's counted terms that start
+   * with the stem, src/core/search-query.ts): read through the records' (scope, terms) index, which intersects exact
+   * terms with the scope inside the index, where a prefix collects the postings of every scope first.
+   */
   readonly candidates: string;
+  /**
+   * Most of the caller's own records after its last publication that are tested against `matches` one by one: they
+   * are not counted in the statistics yet, so a word form only they hold is in no expansion.
+   */
+  readonly ownTail: number;
+  /**
+   * The candidates read first, in `candidates`' form: the rows that score best when the candidates are more than
+   * `candidateCap` (src/core/search-query.ts preferredCandidates); equal to `candidates` when there is no such order.
+   */
+  readonly preferred: string;
   /** Each unit's tsquery and what a document containing it scores before length normalisation. */
   readonly units: readonly { readonly tsquery: string; readonly weight: number }[];
   readonly recordAverageLength: number;
   readonly nodeAverageLength: number;
   readonly k1: number;
   readonly b: number;
-  /** Most candidate rows of each source that are scored (a query of only very common words). */
+  /** Most candidate records that are scored (a query of common words: see `preferred`). */
   readonly candidateCap: number;
+  /** Most candidate summaries of each kind (session, shared) that are scored, in index order. */
+  readonly nodeCandidateCap: number;
 }
 
-const FIXED_PARAMS = 16;
+const FIXED_PARAMS = 21;
 
 /** The BM25 score of alias `x` (presence of each unit, length in distinct terms), over numbered parameters. */
 function scoreExpression(alias: string, units: number, averageParam: string): string {
@@ -121,6 +161,35 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
   }
   const sum = terms.length > 0 ? terms.join(" + ") : "0";
   return `((${sum}) * ($14::float8 + 1) / (1 + $14::float8 * (1 - $15::float8 + $15::float8 * length(${alias}.search) / greatest(${averageParam}::float8, 1))))`;
+}
+
+/**
+ * The visible records of the caller's scope matching tsquery parameter `match` and the condition `and`, through the
+ * (scope, terms) index (migrations/011), which intersects exact terms with the scope's postings inside the index: the
+ * caller's own records before its tail, and other sessions' records in their visible turns: a record of one is
+ * visible when it lies in the range of its turn's publication, which is exactly the records under its source cover
+ * (the turn_visibility audit, src/store/audits.ts). One index scan for both (two cost twice the index work: 2-10 ms
+ * each for a common word at 1M records). The publication is probed per row through its unique (scope, session,
+ * generation, turn) index, so rows stream and the candidate LIMIT stops the scan: joined to the visible turns, the
+ * planner sorted every matching row for a merge join first (1,244 rows read for 171 wanted), or, inlined, joined the
+ * sessions last in a nested loop over every candidate (160 ms at 1M records, bench search-scale). The search vector is copied once
+ * (`|| ''`): scoring tests it once per unit, and a long one, kept in TOAST, was fetched again for every test (a common
+ * query read 2.3 times the buffers).
+ */
+function indexedRecords(match: string, and: string): string {
+  return `SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
+          FROM optchat.records r
+         WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and}
+           AND ((r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
+                 AND ($8::text IS NULL OR $8::text = $4::text))
+                OR EXISTS (SELECT 1 FROM optchat.publications p
+                             JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+                            WHERE p.scope_id = $1::text AND p.session_id = r.session_id AND p.generation = r.generation
+                              AND p.turn_id = r.turn_id AND r.seq >= p.start_seq AND r.seq < p.end_seq_exclusive
+                              AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
+                              AND ($8::text IS NULL OR p.session_id = $8::text)))
+           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
+           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)`;
 }
 
 /**
@@ -160,7 +229,7 @@ export async function searchRanked(
     span_starts: string[] | null;
     span_ends: string[] | null;
   }>(
-    `WITH q AS (SELECT $2::tsquery AS query),
+    `WITH q AS (SELECT $17::tsquery AS query),
      -- The record ranges the snapshot may see: the caller's own history before its boundary, and exactly the ranges
      -- of other sessions' publications below the high-water mark (not everything before the last one: an unpublished
      -- or later-published turn in between stays invisible).
@@ -178,33 +247,31 @@ export async function searchRanked(
         WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
           AND p.retired_at IS NULL AND ($8::text IS NULL OR p.session_id = $8::text)
      ),
-     -- Other sessions' visible turns: a record of one is visible when it lies in the publication's range, which is
-     -- exactly the records under its source cover (the turn_visibility audit, src/store/audits.ts); joined by turn,
-     -- a hash of a few thousand publications at most, instead of every cover range of the scope.
-     visible_turns AS (
-       SELECT p.session_id, p.generation, p.turn_id, p.start_seq, p.end_seq_exclusive
+     -- The caller's own records from own_tail on are not counted in the statistics yet (published turns are; those
+     -- after the last publication of the session are not): at most $18 of them, tested one by one.
+     own_tail AS (
+       SELECT greatest(least($6::bigint, coalesce(max(p.end_seq_exclusive), 0)), $6::bigint - $18::bigint) AS start_seq
          FROM optchat.publications p
-         JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
-        WHERE p.scope_id = $1::text AND p.publication_seq < $3::bigint AND p.session_id <> $4::text
-          AND ($8::text IS NULL OR p.session_id = $8::text)
+        WHERE p.session_id = $4::text AND p.generation = $5::int AND p.retired_at IS NULL
      ),
-     -- Candidates come from the (scope, terms) index (migrations/011): the scope's postings of the query's words only.
+     -- Candidates in order, at most $16: the caller's own newest records (own_tail), then the rows matching the
+     -- preferred query ($19, the best-scoring candidates: see RankedSearch.preferred), then the other candidates.
      record_candidates AS (
-       (SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
+       (-- ts_match_vq is the @@ operator's function: called by name it is not matched to the index, so the tail is
+        -- read by its primary-key range and each row tested (the prefixes of $17 through the index would read every
+        -- scope's postings of the stems).
+        SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
           FROM optchat.records r
-         WHERE r.scope_id = $1::text AND r.search @@ $2::tsquery
-           AND r.session_id = $4::text AND r.generation = $5::int AND r.seq < $6::bigint
+         WHERE r.session_id = $4::text AND r.generation = $5::int AND r.scope_id = $1::text
+           AND r.seq >= (SELECT start_seq FROM own_tail) AND r.seq < $6::bigint
+           AND ts_match_vq(r.search, $17::tsquery)
            AND ($8::text IS NULL OR $8::text = $4::text)
            AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
            AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)
         UNION ALL
-        SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search
-          FROM optchat.records r
-          JOIN visible_turns v ON v.session_id = r.session_id AND v.generation = r.generation AND v.turn_id = r.turn_id
-           AND r.seq >= v.start_seq AND r.seq < v.end_seq_exclusive
-         WHERE r.scope_id = $1::text AND r.search @@ $2::tsquery
-           AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
-           AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz))
+        ${indexedRecords("$19", "true")}
+        UNION ALL
+        ${indexedRecords("$2", "$20::boolean AND NOT ts_match_vq(r.search, $19::tsquery)")})
         LIMIT $16::int
      ),
      session_candidates AS (
@@ -214,13 +281,13 @@ export async function searchRanked(
          JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0
           AND n.idx * (1::bigint << n.level) >= v.start_seq AND (n.idx + 1) * (1::bigint << n.level) <= v.end_seq
         WHERE n.search @@ q.query AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
-        LIMIT $16::int
+        LIMIT $21::int
      ),
      shared_candidates AS (
        SELECT n.level, n.idx, n.text, n.search
          FROM q JOIN optchat.nodes n ON n.tree_id = $7::bigint AND (n.idx + 1) * (1::bigint << n.level) <= $3::bigint
         WHERE n.search @@ q.query AND $8::text IS NULL AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
-        LIMIT $16::int
+        LIMIT $21::int
      ),
      hits AS (
        SELECT 'record'::text AS source, c.session_id, c.generation, 0 AS level, c.seq AS idx, c.kind, c.occurred_at,
@@ -270,6 +337,11 @@ export async function searchRanked(
       search.k1,
       search.b,
       search.candidateCap,
+      search.matches,
+      search.ownTail,
+      search.preferred,
+      search.preferred !== search.candidates,
+      search.nodeCandidateCap,
       ...unitParams,
     ],
   );

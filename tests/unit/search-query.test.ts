@@ -3,12 +3,15 @@ import { describe, expect, it } from "vitest";
 import { distinctPlaces, type PlaceHit, type Span } from "../../src/core/search-places.js";
 import {
   CANDIDATE_TARGET,
+  candidateTsquery,
   idf,
   lengthFactor,
   lightStem,
   MAX_QUERY_UNITS,
   MIN_PREFIX_LETTERS,
+  PREFIX_EXPANSION_TERMS,
   planRanking,
+  preferredCandidates,
   queryUnits,
   STOP_WORDS,
 } from "../../src/core/search-query.js";
@@ -132,6 +135,40 @@ describe("planRanking", () => {
     const compound = plan.find((u) => u.terms.length > 1);
     const part = plan.find((u) => u.terms.length === 1);
     expect(compound?.weight).toBeCloseTo(4 * (part?.weight ?? 0));
+  });
+});
+
+describe("candidate queries", () => {
+  const stats = { documents: 10_000, averageLength: 20 };
+
+  it("reads a prefix unit as its stem and the scope's expansion, exact terms only, at most PREFIX_EXPANSION_TERMS", () => {
+    const unit = { terms: ["paint"], prefix: true };
+    expect(candidateTsquery(unit, ["painting", "paint", "painted"])).toBe("('paint' | 'painting' | 'painted')");
+    expect(candidateTsquery(unit)).toBe("'paint'");
+    const many = Array.from({ length: 40 }, (_, i) => `paint${i}`);
+    expect(candidateTsquery(unit, many).split(" | ")).toHaveLength(PREFIX_EXPANSION_TERMS + 1);
+    expect(candidateTsquery(unit, many)).not.toContain(":*");
+    expect(candidateTsquery({ terms: ["src", "store"] }, ["ignored"])).toBe("('src' <-> 'store')");
+  });
+
+  it("orders candidates only when they may be more than the cap: rarest unit first, else records with every unit", () => {
+    const plan = (df: Record<string, number>, query: string) =>
+      planRanking(queryUnits(query), (t) => df[t.replace(/:\*$/, "")] ?? 0, stats);
+    const none = () => undefined;
+    // Few candidates: no order needed.
+    expect(preferredCandidates(plan({ lgbtq: 2, conference: 3 }, "lgbtq conference"), none, 500)).toBeUndefined();
+    // Rare words next to a generating common one: the rarer words' records first, as many as fit the cap.
+    expect(preferredCandidates(plan({ lgbtq: 2, bake: 900 }, "lgbtq bake"), none, 500)).toBe("'lgbtq'");
+    expect(preferredCandidates(plan({ lgbtq: 2, cake: 300, bake: 900 }, "lgbtq cake bake"), none, 500)).toBe(
+      "'lgbtq' | 'cake'",
+    );
+    // Only common words: the records holding all of them first, each prefix through its expansion.
+    const common = plan({ test: 4_000, error: 3_000 }, "test error");
+    expect(preferredCandidates(common, (stem) => (stem === "test" ? ["tests"] : undefined), 500)).toBe(
+      "'error' & ('test' | 'tests')",
+    );
+    // A single common word has no better subset.
+    expect(preferredCandidates(plan({ test: 4_000 }, "test"), none, 500)).toBeUndefined();
   });
 });
 

@@ -361,8 +361,8 @@ export class OpencodeAdapter {
 
   /** `session.deleted`: the policy acts on memory (plugin/session-deleted.ts) once the session's pending work ran. */
   private onSessionDeleted(hostSessionId: string): void {
-    const pending = this.sessions.get(hostSessionId)?.queue ?? Promise.resolve();
     const state = this.sessions.get(hostSessionId);
+    const pending = state?.queue ?? Promise.resolve();
     if (state) {
       // The process state goes in the session's order of work: a job queued before the delete still finds it.
       this.jobs.enqueue(state, "lifecycle", async () => {

@@ -7,7 +7,7 @@
  */
 import { endOf } from "../core/tree.js";
 import type { Queryable } from "./db.js";
-import type { NewNode, NodeChunk } from "./nodes.js";
+import type { NewNode, NodeChunk, NodeRevisionRow } from "./nodes.js";
 
 /**
  * Locks the child generation's row and its tree's row in one statement, in the order the ingest takes them
@@ -187,17 +187,7 @@ export async function writeInheritedRecords(
  * order the fold accepts as built events: by the leaf that completes them, then by level (children first).
  */
 export async function listInheritedNodes(db: Queryable, parentTreeId: number, leafCount: number): Promise<NewNode[]> {
-  const nodes = await db.query<{
-    level: number;
-    idx: string;
-    revision: number;
-    text: string;
-    input_hashes: Buffer[];
-    summarizer: string;
-    prompt_version: string | null;
-    attempts: number;
-    overshoot: boolean;
-  }>(
+  const nodes = await db.query<NodeRevisionRow & { attempts: number; overshoot: boolean }>(
     `SELECT DISTINCT ON (level, idx) level, idx, revision, text, input_hashes, summarizer, prompt_version, attempts,
             overshoot
        FROM optchat.nodes

@@ -19,6 +19,17 @@ export interface NodeRecord {
   readonly builtAt: Date;
 }
 
+/** The columns of a node revision that copying or rebuilding it reads (store/inherit.ts, store/revisions.ts). */
+export interface NodeRevisionRow {
+  level: number;
+  idx: string;
+  revision: number;
+  text: string;
+  input_hashes: Buffer[];
+  summarizer: string;
+  prompt_version: string | null;
+}
+
 interface NodeRow {
   level: number;
   idx: number;

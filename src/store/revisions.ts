@@ -5,6 +5,7 @@
  * `rebuilt`), which supersedes the previous revision of each address (migration 013).
  */
 import type { Queryable } from "./db.js";
+import type { NodeRevisionRow } from "./nodes.js";
 import { TREE_COLUMNS, type Tree, type TreeKind, type TreeRow, toTree } from "./trees.js";
 
 /** Which memory a rebuild covers: a scope, one session, or (neither) every scope. */
@@ -49,15 +50,7 @@ export interface CurrentNode {
 
 /** Every node's newest revision in a tree, children before parents (by level, then index). */
 export async function listCurrentNodes(db: Queryable, treeId: number): Promise<CurrentNode[]> {
-  const result = await db.query<{
-    level: number;
-    idx: string;
-    revision: number;
-    text: string;
-    input_hashes: Buffer[];
-    summarizer: string;
-    prompt_version: string | null;
-  }>(
+  const result = await db.query<NodeRevisionRow>(
     `SELECT level, idx, revision, text, input_hashes, summarizer, prompt_version FROM optchat.nodes
       WHERE tree_id = $1::bigint AND NOT superseded ORDER BY level, idx`,
     [treeId],

@@ -2,8 +2,15 @@ import type { PgBoss } from "pg-boss";
 import { enqueueNodeJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
-import { isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
-import { sealAndAppend } from "../store/ingest-commit.js";
+import { databaseFailureOf, isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
+import {
+  finishSeal,
+  planSeal,
+  type SealedAndAppended,
+  sealAndAppend,
+  unlockedWriteAllowed,
+  writeSeal,
+} from "../store/ingest-commit.js";
 import {
   EVENT_KEY_CONSTRAINT,
   type RecordToSeal,
@@ -11,7 +18,9 @@ import {
   type StageOutcome,
   stageItem,
 } from "../store/records.js";
+import { NeedsTreeLock } from "../store/tree-changes.js";
 import { prepareEvents } from "./ingest-prep.js";
+import { IngestRouting } from "./ingest-routing.js";
 import type { IngestEvent, ValidIngestEvent } from "./schemas.js";
 
 export type IngestResult =
@@ -33,6 +42,8 @@ export interface IngestDeps {
   /** The producer's job queue, started when first needed (src/memory/service.ts); awaited before the transaction. */
   readonly jobQueue: () => Promise<PgBoss>;
   readonly fold: FoldParams;
+  /** Which sessions' ingests try the unlocked way first (see ingestUnlocked); one per service. */
+  readonly routing?: IngestRouting;
 }
 
 /**
@@ -47,8 +58,18 @@ export async function ingestMany(
 ): Promise<IngestResult[]> {
   const { valid, prepared } = await prepareEvents(events, where);
   const boss = await deps.jobQueue();
-  return await retryOnTwinInsert(() =>
-    withTransaction(deps.pool, async (client) => {
+  const unlocked =
+    options.beforeCommit === undefined &&
+    prepared.length > 0 &&
+    valid.every((event) => event.final) &&
+    (deps.routing ?? DEFAULT_ROUTING).tryUnlocked(prepared.map((item) => item.sessionId));
+  return await retryOnTwinInsert(async () => {
+    if (unlocked) {
+      const sealed = await ingestUnlocked(deps, boss, prepared, options);
+      if (sealed) return sealed.outcomes;
+      (deps.routing ?? DEFAULT_ROUTING).neededLock(prepared.map((item) => item.sessionId));
+    }
+    return await withTransaction(deps.pool, async (client) => {
       const results: (IngestResult | undefined)[] = new Array(prepared.length);
       const finals: { index: number; record: RecordToSeal }[] = [];
       for (const [index, item] of prepared.entries()) {
@@ -84,8 +105,60 @@ export async function ingestMany(
       }
       await options.beforeCommit?.();
       return results as IngestResult[];
-    }),
-  );
+    });
+  });
+}
+
+const DEFAULT_ROUTING = new IngestRouting();
+
+/**
+ * The unlocked way (store/ingest-commit.ts): the lookup takes no lock, the fold is planned from what it read, and the
+ * guarded write checks that nothing changed meanwhile. A batch that writes nothing but that statement (plain appends:
+ * no node built inline, no node job, no conflict to record) costs two statements and one commit instead of BEGIN,
+ * the locking lookup, the write and COMMIT; one that only re-delivers sealed records costs the lookup alone. A batch
+ * whose leaves became ready writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's
+ * insert, COMMIT: the same five statements as the locked way). Returns undefined, having written nothing, when the
+ * batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or write a large
+ * payload on its own, the guard found a target changed, or the write met a lock conflict (deadlock).
+ */
+async function ingestUnlocked(
+  deps: IngestDeps,
+  boss: PgBoss,
+  prepared: readonly RecordToSeal[],
+  options: IngestOptions,
+): Promise<SealedAndAppended | undefined> {
+  try {
+    const plan = await planSeal(deps.pool, prepared, deps.fold, {
+      buildFreeInline: options.buildFreeInline ?? false,
+      lock: false,
+    });
+    if (!unlockedWriteAllowed(plan)) return undefined;
+    const ready = plan.plans.filter((p) => p.ready.length > 0);
+    if (ready.length === 0) return (await writeSeal(deps.pool, plan)) ? await finishSeal(deps.pool, plan) : undefined;
+    const client = await deps.pool.connect();
+    let broken = false;
+    try {
+      await client.query("BEGIN");
+      if (!(await writeSeal(client, plan))) {
+        await client.query("ROLLBACK");
+        return undefined;
+      }
+      for (const p of ready) await enqueueNodeJobs(boss, client, p.treeId, p.ready);
+      const sealed = await finishSeal(client, plan);
+      await client.query("COMMIT");
+      return sealed;
+    } catch (error) {
+      await client.query("ROLLBACK").catch(() => {
+        broken = true;
+      });
+      throw error;
+    } finally {
+      client.release(broken);
+    }
+  } catch (error) {
+    if (error instanceof NeedsTreeLock || databaseFailureOf(error) === "conflict") return undefined;
+    throw error;
+  }
 }
 
 export async function ingest(deps: IngestDeps, event: IngestEvent): Promise<IngestResult> {

@@ -31,6 +31,7 @@ import {
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { IngestRouting } from "./ingest-routing.js";
 import { type InheritResult, inheritHistory, type RewindResult, rewindSession } from "./inherit.js";
 import { openSession } from "./open-session.js";
 import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
@@ -242,7 +243,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     });
     return bossStarted;
   };
-  const ingestion = { pool, jobQueue, fold };
+  const ingestion = { pool, jobQueue, fold, routing: new IngestRouting() };
 
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");

@@ -1,14 +1,21 @@
 /**
- * Sealing final records and appending them to their trees, in the caller's transaction (READ COMMITTED), in as few
- * round trips as the work allows: one statement locks the generation and tree rows the batch writes to and looks its
- * keys up; the fold of the appends is planned in memory (it reads the view only when an append can merge, see
- * planTreeChanges); one statement writes the blobs, the records, the generations' counters, the staged copies the
- * records replace, and every touched tree's fold. With BEGIN and COMMIT that is four statements per ingest of any
- * size (issue 9 item 6: nine per record before, then six; each costs a round trip while the rows stay locked).
+ * Sealing final records and appending them to their trees (READ COMMITTED), in as few round trips as the work allows:
+ * one statement looks up the generation and tree rows the batch writes to and the batch's keys already sealed; the
+ * fold of the appends is planned in memory (it reads the view only when an append can merge, see planTreeChanges);
+ * one statement (store/ingest-write.ts) writes the blobs, the records, the generations' counters, the staged copies the
+ * records replace, and every touched tree's fold, guarded by a check that those rows are still as looked up.
+ *
+ * Two ways to run it (memory/ingest.ts chooses):
+ * - unlocked (planSeal with `lock: false`, then writeSealed on its own): the lookup takes no lock and the guarded
+ *   write is a transaction by itself, two statements per ingest; when the guard finds a row changed, nothing is
+ *   written and the ingest runs again the locked way. Only for plans whose other writes (node jobs) can follow the
+ *   guarded statement in its transaction (see unlockedWriteAllowed).
+ * - locked (sealAndAppend, in the caller's transaction): the lookup locks the rows (FOR UPDATE), so the guard holds;
+ *   with BEGIN and COMMIT four statements per ingest of any size (issue 9 item 6: nine per record at first).
  *
  * The lookup sees the snapshot taken before the statement waited for the locks, so a twin of the same key sealed by
  * the writer we waited for is not seen; inserting it again then fails on records.event_key, and the caller runs the
- * transaction again (retryOnTwinInsert in src/memory/service.ts), which sees the twin and reports a duplicate. That
+ * transaction again (retryOnTwinInsert in src/memory/ingest.ts), which sees the twin and reports a duplicate. That
  * race is rare (two deliveries of one finalization at the same moment); a separate lookup after the lock would cost
  * every ingest a round trip. The generation and tree rows themselves are locked rows of the statement, so they are
  * re-read at their newest version after a wait (the fold state a writer continues from is on the tree row: see
@@ -19,16 +26,9 @@ import type { FoldParams } from "../core/fold.js";
 import { NODE_BYTES } from "../core/summary.js";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
+import { groupKey, INLINE_BLOB_BYTES, writeSealed } from "./ingest-write.js";
 import type { RecordToSeal, SealOutcome } from "./records.js";
-import {
-  type LeafSource,
-  planTreeChanges,
-  TREE_WRITE_PARAMS,
-  type TreeChangePlan,
-  treesWritten,
-  treeWriteCtes,
-  treeWriteValues,
-} from "./tree-changes.js";
+import { type LeafSource, planTreeChanges, type TreeChangePlan } from "./tree-changes.js";
 import { type Tree, type TreeRow, toTree } from "./trees.js";
 
 export interface SealAndAppendOptions {
@@ -42,17 +42,32 @@ export interface SealedAndAppended {
   readonly ready: readonly { readonly treeId: number; readonly nodes: readonly NodeAddress[] }[];
 }
 
-export async function sealAndAppend(
+/** What a batch will write, planned from one lookup (locked or not). */
+export interface SealPlan {
+  readonly items: readonly RecordToSeal[];
+  readonly targets: LockedTargets;
+  readonly fresh: readonly FreshRecord[];
+  readonly plans: readonly TreeChangePlan[];
+  /** Outcomes of the fresh records (sealed) and of re-deliveries (duplicates); conflicts are left undefined. */
+  readonly outcomes: readonly (SealOutcome | undefined)[];
+  /** Re-deliveries under a key sealed with other content: recorded by recordConflicts. */
+  readonly conflicts: readonly { readonly index: number; readonly row: ExistingRow }[];
+}
+
+/**
+ * Looks the batch's targets up (locking them when `lock`), allocates seqs and plans each touched tree's fold. Without
+ * the lock, planning only reads, and throws NeedsTreeLock (store/tree-changes.ts) where it would build a node.
+ */
+export async function planSeal(
   db: Queryable,
   items: readonly RecordToSeal[],
   fold: FoldParams,
-  options: SealAndAppendOptions = {},
-): Promise<SealedAndAppended> {
+  options: SealAndAppendOptions & { readonly lock: boolean },
+): Promise<SealPlan> {
+  const targets = await lookUpTargets(db, items, options.lock);
+  const fresh = allocate(items, targets);
+  const plans = fresh.length > 0 ? await planAppends(db, fresh, targets, fold, options) : [];
   const outcomes: (SealOutcome | undefined)[] = new Array(items.length);
-  const locked = await lockTargets(db, items);
-  const fresh = allocate(items, locked);
-  const plans = fresh.length > 0 ? await planAppends(db, fresh, locked, fold, options) : [];
-  if (fresh.length > 0) await writeSealed(db, fresh, locked, plans);
   for (const e of fresh) {
     outcomes[e.index] = {
       status: "sealed",
@@ -62,14 +77,50 @@ export async function sealAndAppend(
       seq: e.seq,
     };
   }
-  await resolveRedeliveries(db, items, locked.sealed, outcomes);
+  const conflicts = classifyRedeliveries(items, targets.sealed, outcomes);
+  return { items, targets, fresh, plans, outcomes, conflicts };
+}
+
+/**
+ * Whether the plan may be written without the lookup's locks: its records and trees are the guarded statement's, and
+ * what else it writes is not a statement that would commit before the guard is checked: no conflict to record, no
+ * payload large enough for a statement of its own. (Node jobs are enqueued after the guarded statement, in its
+ * transaction: memory/ingest.ts.) Anything else runs the locked way.
+ */
+export function unlockedWriteAllowed(plan: SealPlan): boolean {
+  return plan.conflicts.length === 0 && plan.fresh.every((e) => e.item.payload.length <= INLINE_BLOB_BYTES);
+}
+
+/** Writes the plan (see store/ingest-write.ts); false: a target changed since the lookup and nothing was written. */
+export async function writeSeal(db: Queryable, plan: SealPlan): Promise<boolean> {
+  if (plan.fresh.length === 0) return true;
+  return await writeSealed(db, plan.fresh, plan.targets, plan.plans);
+}
+
+/** The outcomes of a written plan, its conflicts recorded (in the caller's transaction, or on their own). */
+export async function finishSeal(db: Queryable, plan: SealPlan): Promise<SealedAndAppended> {
+  const outcomes = [...plan.outcomes];
+  await recordConflicts(db, plan.items, plan.conflicts, outcomes);
   return {
     outcomes: outcomes as SealOutcome[],
-    ready: plans.filter((plan) => plan.ready.length > 0).map((plan) => ({ treeId: plan.treeId, nodes: plan.ready })),
+    ready: plan.plans.filter((p) => p.ready.length > 0).map((p) => ({ treeId: p.treeId, nodes: p.ready })),
   };
 }
 
-interface ExistingRow {
+/** The locked way, in the caller's transaction: lookup with locks, plan, write, outcomes. */
+export async function sealAndAppend(
+  db: Queryable,
+  items: readonly RecordToSeal[],
+  fold: FoldParams,
+  options: SealAndAppendOptions = {},
+): Promise<SealedAndAppended> {
+  const plan = await planSeal(db, items, fold, { ...options, lock: true });
+  if (!(await writeSeal(db, plan)))
+    throw new Error("sealAndAppend: the guard failed under the locks (integrity error)");
+  return await finishSeal(db, plan);
+}
+
+export interface ExistingRow {
   event_key: string;
   session_id: string;
   generation: number;
@@ -91,13 +142,11 @@ function sameContent(row: ExistingRow, item: RecordToSeal): boolean {
   );
 }
 
-function groupKey(sessionId: string, generation: number): string {
-  return `${sessionId}\u0000${generation}`;
-}
-
-interface LockedTargets {
+export interface LockedTargets {
   /** Next free seq per (session, generation) group key; advanced as seqs are allocated. */
   readonly nextSeq: Map<string, number>;
+  /** next_seq as the lookup read it, per group key (the guard's expected value). */
+  readonly readSeq: ReadonlyMap<string, number>;
   readonly currentGeneration: ReadonlyMap<string, number>;
   /** The session tree of each locked (session, generation), by group key. */
   readonly trees: ReadonlyMap<string, Tree>;
@@ -117,12 +166,13 @@ interface SealedJson {
 }
 
 /**
- * Locks, in one statement and sorted order, the generation row and the session tree row of every (session,
- * generation) the batch writes to: the explicit generations and each session's current one (so concurrent batches
- * cannot deadlock on them; a tree's other writers lock it alone, after any generation row); the same statement returns
- * the batch's keys that are already sealed.
+ * Reads and, with `lock`, locks in one statement and sorted order, the generation row and the session tree row of
+ * every (session, generation) the batch writes to: the explicit generations and each session's current one (so
+ * concurrent batches cannot deadlock on them; a tree's other writers lock it alone, after any generation row; the
+ * unlocked way's guard locks the same rows in the same order); the same statement returns the batch's keys that are
+ * already sealed.
  */
-async function lockTargets(db: Queryable, items: readonly RecordToSeal[]): Promise<LockedTargets> {
+async function lookUpTargets(db: Queryable, items: readonly RecordToSeal[], lock: boolean): Promise<LockedTargets> {
   const explicit = items.filter((item) => item.generation !== undefined);
   const result = await db.query<{
     session_id: string;
@@ -133,7 +183,7 @@ async function lockTargets(db: Queryable, items: readonly RecordToSeal[]): Promi
     sealed: SealedJson[] | null;
   }>({
     // Prepared once per connection (named): the hot path of every ingest, planned once instead of per call.
-    name: "optchat.ingest.lock_targets",
+    name: lock ? "optchat.ingest.lock_targets" : "optchat.ingest.read_targets",
     text: `SELECT s.session_id, s.current_generation, g.generation, g.next_seq, to_json(t) AS tree,
             (SELECT json_agg(json_build_object('event_key', r.event_key, 'session_id', r.session_id,
                                                'generation', r.generation, 'seq', r.seq,
@@ -147,7 +197,7 @@ async function lockTargets(db: Queryable, items: readonly RecordToSeal[]): Promi
         AND (g.generation = s.current_generation
              OR (g.session_id, g.generation) IN (SELECT * FROM unnest($2::text[], $3::int[])))
       ORDER BY g.session_id, g.generation
-        FOR UPDATE OF g, t`,
+        ${lock ? "FOR UPDATE OF g, t" : ""}`,
     values: [
       [...new Set(items.map((item) => item.sessionId))],
       explicit.map((item) => item.sessionId),
@@ -186,10 +236,10 @@ async function lockTargets(db: Queryable, items: readonly RecordToSeal[]): Promi
       });
     }
   }
-  return { nextSeq, currentGeneration, trees, sealed };
+  return { nextSeq, readSeq: new Map(nextSeq), currentGeneration, trees, sealed };
 }
 
-interface FreshRecord {
+export interface FreshRecord {
   readonly index: number;
   readonly item: RecordToSeal;
   readonly generation: number;
@@ -221,7 +271,7 @@ async function planAppends(
   fresh: readonly FreshRecord[],
   { trees }: LockedTargets,
   fold: FoldParams,
-  options: SealAndAppendOptions,
+  options: SealAndAppendOptions & { readonly lock: boolean },
 ): Promise<TreeChangePlan[]> {
   const byTree = new Map<string, FreshRecord[]>();
   for (const e of fresh) {
@@ -248,127 +298,22 @@ async function planAppends(
         { tree },
         records.map((e) => ({ type: "append" as const, index: e.seq })),
         fold,
-        { buildFreeInline: options.buildFreeInline ?? false, leafSource },
+        { buildFreeInline: options.buildFreeInline ?? false, leafSource, readOnly: !options.lock },
       ),
     );
   }
   return plans;
 }
 
-/** Payloads up to this size are written in the batch's one statement; larger ones in their own (see writeSealed). */
-const INLINE_BLOB_BYTES = 256 * 1024;
-
-/** The number of parameters of the sealing CTEs in writeSealed; the trees' write follows them. */
-const SEAL_PARAMS = 26;
-
-async function writeSealed(
-  db: Queryable,
-  fresh: readonly FreshRecord[],
-  { nextSeq }: LockedTargets,
-  plans: readonly TreeChangePlan[],
-): Promise<void> {
-  // Blobs in hash order: two batches sharing payloads (common tool outputs) then lock the same keys in the same order
-  // and cannot deadlock on the blobs primary key (reproduced: 25 deadlocks in 200 rounds of reversed batches).
-  const blobs = new Map<string, RecordToSeal>();
-  for (const { item } of fresh) blobs.set(item.payloadHash.toString("hex"), item);
-  const sortedBlobs = [...blobs.entries()].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([, item]) => item);
-  // Large payloads go first, one statement each, as a plain bytea parameter (sent in binary): inside the bytea[]
-  // array below a payload travels as hex text built in one task (a 64 MiB record stalled the host's event loop for
-  // seconds, issue 9 item 3). Size decides the order once per hash, so (large first, then by hash) is one total order
-  // for every batch and the deadlock argument above still holds.
-  const blobItems: RecordToSeal[] = [];
-  for (const blob of sortedBlobs) {
-    if (blob.payload.length <= INLINE_BLOB_BYTES) {
-      blobItems.push(blob);
-      continue;
-    }
-    await db.query(
-      `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
-       VALUES ($1::bytea, $2::bigint, $3::boolean, $4::bytea) ON CONFLICT (hash) DO NOTHING`,
-      [blob.payloadHash, blob.payload.length, blob.validUtf8, blob.payload],
-    );
-  }
-  const touched = new Map<string, { sessionId: string; generation: number }>();
-  for (const e of fresh)
-    touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
-  const counters = [...touched.entries()];
-  const column = <T>(pick: (entry: FreshRecord) => T): T[] => fresh.map(pick);
-
-  const sealValues = [
-    blobItems.map((b) => b.payloadHash),
-    blobItems.map((b) => b.payload.length),
-    blobItems.map((b) => b.validUtf8),
-    blobItems.map((b) => b.payload),
-    column((e) => e.item.sessionId),
-    column((e) => e.generation),
-    column((e) => e.seq),
-    column((e) => e.item.eventKey),
-    column((e) => e.item.stageKey),
-    column((e) => e.item.turnId),
-    column((e) => e.item.kind),
-    column((e) => e.item.occurredAt),
-    column((e) => e.item.payloadHash),
-    column((e) => e.item.payload.length),
-    column((e) => e.item.toolCallId),
-    column((e) => e.item.toolName),
-    column((e) => e.item.hostTruncated),
-    column((e) => e.item.hostOriginalBytes),
-    column((e) => e.item.projectId),
-    column((e) => e.item.worktreeId),
-    column((e) => e.item.commitId),
-    column((e) => JSON.stringify(e.item.attributes)),
-    counters.map(([, v]) => v.sessionId),
-    counters.map(([, v]) => v.generation),
-    counters.map(([key]) => nextSeq.get(key) as number),
-    column((e) => e.item.search),
-  ];
-  if (sealValues.length !== SEAL_PARAMS) throw new Error("writeSealed: parameter count drifted from SEAL_PARAMS");
-  const treeValues = treeWriteValues(plans);
-  if (treeValues.length !== TREE_WRITE_PARAMS) throw new Error("writeSealed: tree parameter count drifted");
-
-  // One statement: blobs, records, the generations' counters, the staged copies the records replace, and the trees.
-  const result = await db.query<TreeRow>({
-    name: "optchat.ingest.seal_and_append",
-    text: `WITH new_blobs AS (
-       INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
-       SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[])
-       ON CONFLICT (hash) DO NOTHING
-     ), new_records AS (
-       INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
-                                    payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
-                                    scope_id)
-       -- scope_id: the session's (migrations/011; a session never changes scope), for the search index.
-       SELECT u.*, s.scope_id
-         FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],
-                     $12::timestamptz[], $13::bytea[], $14::bigint[], $15::text[], $16::text[], $17::boolean[],
-                     $18::bigint[], $19::text[], $20::text[], $21::text[], $22::jsonb[], $26::tsvector[])
-              AS u(session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at, payload_hash,
-                   payload_bytes, tool_call_id, tool_name, host_truncated, host_original_bytes, project_id,
-                   worktree_id, commit_id, attributes, search)
-         JOIN optchat.sessions s ON s.session_id = u.session_id
-     ), unstaged AS (
-       DELETE FROM optchat.staged_items WHERE stage_key = ANY($9::text[])
-     ), counters AS (
-       UPDATE optchat.generations g SET next_seq = u.next_seq
-         FROM unnest($23::text[], $24::int[], $25::bigint[]) AS u(session_id, generation, next_seq)
-        WHERE g.session_id = u.session_id AND g.generation = u.generation
-     ), ${treeWriteCtes(SEAL_PARAMS + 1)}
-     SELECT * FROM tree_updates`,
-    values: [...sealValues, ...treeValues],
-  });
-  const written = treesWritten(result.rows);
-  for (const plan of plans)
-    if (!written.has(plan.treeId)) throw new Error(`tree ${plan.treeId}: the ingest updated no tree row`);
-}
-
-/** Keys that were sealed before (or earlier in this batch): a re-delivery is a duplicate, other content a conflict. */
-async function resolveRedeliveries(
-  db: Queryable,
+/**
+ * Keys that were sealed before (or earlier in this batch): a re-delivery is a duplicate (its outcome set here), other
+ * content a conflict (returned, for recordConflicts).
+ */
+function classifyRedeliveries(
   items: readonly RecordToSeal[],
   sealed: ReadonlyMap<string, ExistingRow>,
   outcomes: (SealOutcome | undefined)[],
-): Promise<void> {
+): { index: number; row: ExistingRow }[] {
   const conflicts: { index: number; row: ExistingRow }[] = [];
   items.forEach((item, index) => {
     if (outcomes[index]) return;
@@ -386,6 +331,16 @@ async function resolveRedeliveries(
       conflicts.push({ index, row });
     }
   });
+  return conflicts;
+}
+
+/** Records each conflict (optchat.ingest_conflicts) and sets its outcome. */
+async function recordConflicts(
+  db: Queryable,
+  items: readonly RecordToSeal[],
+  conflicts: readonly { index: number; row: ExistingRow }[],
+  outcomes: (SealOutcome | undefined)[],
+): Promise<void> {
   if (conflicts.length === 0) return;
   const recorded = await db.query<{ conflict_id: number }>(
     `INSERT INTO optchat.ingest_conflicts (event_key, session_id, existing_hash, offered_hash, offered_bytes)

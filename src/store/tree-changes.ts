@@ -52,6 +52,19 @@ export interface PlanOptions {
    * yet (they are written by the same statement as the fold), so a free leaf among them is read from here.
    */
   readonly leafSource?: (index: number) => LeafSource | undefined;
+  /**
+   * Plan without holding the tree's lock (the ingest's unlocked plan, memory/ingest.ts): reads only. Building a node
+   * would write before the plan is known to hold, so it throws NeedsTreeLock and the caller plans again under the lock.
+   */
+  readonly readOnly?: boolean;
+}
+
+/** An unlocked plan would build a node (see PlanOptions.readOnly): plan again with the tree locked. */
+export class NeedsTreeLock extends Error {
+  constructor(treeId: number) {
+    super(`tree ${treeId}: building a node needs the tree's lock`);
+    this.name = "NeedsTreeLock";
+  }
 }
 
 /** What a free leaf is built from. */
@@ -155,7 +168,13 @@ export async function planTreeChanges(
   params: FoldParams,
   options: PlanOptions = {},
 ): Promise<TreeChangePlan> {
-  const plan = await planTreeEvents(tree, changes, params, treeEngineIo(db, tree, options.leafSource), {
+  const io = treeEngineIo(db, tree, options.leafSource);
+  if (options.readOnly) {
+    io.storeNode = () => {
+      throw new NeedsTreeLock(tree.treeId);
+    };
+  }
+  const plan = await planTreeEvents(tree, changes, params, io, {
     buildFreeInline: options.buildFreeInline ?? false,
   });
   const { built, ...decided } = plan;
@@ -198,22 +217,23 @@ export const TREE_WRITE_PARAMS = 26;
  * The data-modifying CTEs that write any number of plans (parameters $first .. $first+25, values from
  * treeWriteValues): view parts closed and opened, new view revisions, the trees' counters and fold state. The last,
  * `tree_updates`, returns the updated tree rows. One statement for a whole batch: a batch over many sessions costs
- * the same round trips as one session.
+ * the same round trips as one session. `gate`, an SQL condition, writes nothing unless it holds (the ingest's check
+ * that the trees are still as planned, store/ingest-write.ts).
  */
-export function treeWriteCtes(first: number): string {
+export function treeWriteCtes(first: number, gate = "true"): string {
   const p = (k: number) => `$${first + k}`;
   return `tree_parts_closed AS (
        UPDATE optchat.view_parts p SET until_revision = c.revision
          FROM unnest(${p(0)}::bigint[], ${p(1)}::int[], ${p(2)}::bigint[], ${p(3)}::int[]) AS c(tree_id, level, idx, revision)
-        WHERE p.tree_id = c.tree_id AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL
+        WHERE p.tree_id = c.tree_id AND p.level = c.level AND p.idx = c.idx AND p.until_revision IS NULL AND ${gate}
      ), tree_parts_opened AS (
        INSERT INTO optchat.view_parts (tree_id, level, idx, from_revision)
-       SELECT * FROM unnest(${p(4)}::bigint[], ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::int[])
+       SELECT * FROM unnest(${p(4)}::bigint[], ${p(5)}::int[], ${p(6)}::bigint[], ${p(7)}::int[]) WHERE ${gate}
      ), tree_revisions AS (
        INSERT INTO optchat.view_revisions (tree_id, revision, event_no, leaf_count, bytes, shrinking, unbuilt, upper_bytes,
                                            lower_bytes)
        SELECT * FROM unnest(${p(8)}::bigint[], ${p(9)}::int[], ${p(10)}::bigint[], ${p(11)}::bigint[], ${p(12)}::int[],
-                            ${p(13)}::boolean[], ${p(14)}::int[], ${p(15)}::int[], ${p(16)}::int[])
+                            ${p(13)}::boolean[], ${p(14)}::int[], ${p(15)}::int[], ${p(16)}::int[]) WHERE ${gate}
      ), tree_updates AS (
        UPDATE optchat.trees t SET leaf_count = u.leaf_count, built_leaves = u.built_leaves, event_count = u.event_count,
                                   view_revision = u.view_revision, view_bytes = u.view_bytes,
@@ -222,7 +242,7 @@ export function treeWriteCtes(first: number): string {
                      ${p(22)}::int[], ${p(23)}::boolean[], ${p(24)}::int[], ${p(25)}::boolean[])
               AS u(tree_id, leaf_count, built_leaves, event_count, view_revision, view_bytes, view_shrinking, view_unbuilt,
                    notify)
-        WHERE t.tree_id = u.tree_id
+        WHERE t.tree_id = u.tree_id AND ${gate}
        RETURNING ${TREE_COLUMNS.split(", ")
          .map((c) => `t.${c}`)
          .join(", ")}, CASE WHEN u.notify THEN pg_notify('${TREE_CHANNEL}', t.tree_id::text) END AS notified

@@ -1,0 +1,184 @@
+/**
+ * The ingest's unlocked way (src/memory/ingest.ts, store/ingest-commit.ts, store/ingest-write.ts): a plain append is
+ * looked up without locks and written by one guarded statement that writes nothing when the generation or tree changed
+ * since the lookup; everything else runs the locked way.
+ */
+import pg from "pg";
+import { afterAll, describe, expect, it } from "vitest";
+import { auditAll } from "../../src/memory/audit.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import { prepareEvents } from "../../src/memory/ingest-prep.js";
+import type { IngestEvent } from "../../src/memory/schemas.js";
+import { type Memory, openMemory } from "../../src/memory/service.js";
+import { planSeal, writeSeal } from "../../src/store/ingest-commit.js";
+import { collect, ingestEvent, startScript, useTestMemory, waitForLine } from "../helpers.js";
+
+const db = useTestMemory();
+const extra: Memory[] = [];
+afterAll(async () => {
+  await Promise.all(extra.map((m) => m.close()));
+});
+
+function event(sessionId: string, host: string, n: number, content = `message ${n} of ${host}`): IngestEvent {
+  return ingestEvent({
+    sessionId,
+    turnId: "t1",
+    kind: "assistant",
+    host,
+    messageId: `m${n}`,
+    occurredAt: new Date(Date.UTC(2026, 10, 20, 10, 0, n)).toISOString(),
+    content,
+  });
+}
+
+/** The SQL statements `run` sends through every pg client of this process, in order (first 40 characters or name). */
+async function statementsOf(run: () => Promise<unknown>): Promise<string[]> {
+  const proto = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
+  const original = proto.query;
+  const seen: string[] = [];
+  proto.query = function (this: unknown, ...args: unknown[]) {
+    const q = args[0] as string | { name?: string; text: string };
+    seen.push(typeof q === "string" ? q.slice(0, 40) : (q.name ?? q.text.slice(0, 40)));
+    return original.apply(this, args);
+  };
+  try {
+    await run();
+  } finally {
+    proto.query = original;
+  }
+  return seen;
+}
+
+/** The session's records, its generation counter and its tree's counters. */
+async function stored(sessionId: string) {
+  const { rows } = await db.memory.pool.query(
+    `SELECT (SELECT count(*) FROM optchat.records WHERE session_id = $1)::int AS records,
+            (SELECT coalesce(max(seq) + 1, 0) FROM optchat.records WHERE session_id = $1)::int AS span,
+            (SELECT next_seq FROM optchat.generations WHERE session_id = $1)::int AS next_seq,
+            t.leaf_count::int, t.event_count::int, t.view_revision,
+            (SELECT count(*) FROM optchat.view_parts p WHERE p.tree_id = t.tree_id)::int AS parts
+       FROM optchat.trees t WHERE t.kind = 'session' AND t.session_id = $1`,
+    [sessionId],
+  );
+  return rows[0];
+}
+
+describe("the unlocked way", () => {
+  it("seals a plain append in two statements, with no BEGIN and no COMMIT", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "two", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "two", 0)); // the first leaf's job: the locked way
+    const seen = await statementsOf(() => db.memory.ingest(event(session.sessionId, "two", 1)));
+    expect(seen).toEqual(["optchat.ingest.read_targets", "optchat.ingest.seal_and_append"]);
+    expect(await stored(session.sessionId)).toMatchObject({ records: 2, next_seq: 2, leaf_count: 2, event_count: 2 });
+  });
+
+  it("answers a re-delivery with one statement and writes nothing", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "redo", projectId: "prj_unlocked" });
+    for (let n = 0; n < 3; n++) await db.memory.ingest(event(session.sessionId, "redo", n));
+    const before = await stored(session.sessionId);
+    let result: unknown;
+    const seen = await statementsOf(async () => {
+      result = await db.memory.ingest(event(session.sessionId, "redo", 1));
+    });
+    expect(result).toMatchObject({ status: "duplicate", seq: 1 });
+    expect(seen).toEqual(["optchat.ingest.read_targets"]);
+    expect(await stored(session.sessionId)).toEqual(before);
+  });
+
+  it("records a conflict the locked way", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "clash", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "clash", 0));
+    await expect(db.memory.ingest(event(session.sessionId, "clash", 0, "other content"))).rejects.toMatchObject({
+      code: "INGEST_CONFLICT",
+    });
+    const { rows } = await db.memory.pool.query(
+      "SELECT count(*)::int AS n FROM optchat.ingest_conflicts WHERE session_id = $1",
+      [session.sessionId],
+    );
+    expect(rows[0].n).toBe(1);
+  });
+
+  it("writes nothing when the tree changed after the lookup (the guard), and the ingest seals the locked way", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "guard", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "guard", 0));
+    const { prepared } = await prepareEvents([event(session.sessionId, "guard", 1)], "ingest");
+    const fold = { upperBytes: db.config.viewBytes, lowerBytes: db.config.viewLowerBytes };
+    const plan = await planSeal(db.memory.pool, prepared, fold, { lock: false });
+    expect(plan.fresh.map((e) => e.seq)).toEqual([1]);
+
+    // Another writer seals seq 1 in between: the plan's seq and fold are stale.
+    await db.memory.ingest(event(session.sessionId, "guard", 2));
+    const between = await stored(session.sessionId);
+    expect(await writeSeal(db.memory.pool, plan)).toBe(false);
+    expect(await stored(session.sessionId)).toEqual(between);
+
+    expect(await db.memory.ingest(event(session.sessionId, "guard", 1))).toMatchObject({ status: "sealed", seq: 2 });
+    expect(await stored(session.sessionId)).toMatchObject({ records: 3, span: 3, next_seq: 3, leaf_count: 3 });
+    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
+  });
+
+  it("builds a free leaf inline the locked way, then keeps that session on the locked way for a while", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "free", projectId: "prj_unlocked" });
+    await db.memory.ingestMany([event(session.sessionId, "free", 0, "ok")], { buildFreeInline: true });
+    const { rows } = await db.memory.pool.query(
+      `SELECT n.level, n.idx::int, n.summarizer FROM optchat.nodes n JOIN optchat.trees t USING (tree_id)
+        WHERE t.kind = 'session' AND t.session_id = $1`,
+      [session.sessionId],
+    );
+    expect(rows).toEqual([{ level: 0, idx: 0, summarizer: "free" }]);
+    const seen = await statementsOf(() =>
+      db.memory.ingestMany([event(session.sessionId, "free", 1, "ok too")], { buildFreeInline: true }),
+    );
+    expect(seen[0]).toBe("BEGIN");
+    expect(seen).not.toContain("optchat.ingest.read_targets");
+  });
+
+  it("keeps 8 connections writing one session gapless, every revision equal to a refold", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "hot8", projectId: "prj_unlocked" });
+    const writers: Memory[] = [];
+    for (let w = 0; w < 8; w++) {
+      const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 2 } }));
+      extra.push(memory);
+      writers.push(memory);
+    }
+    const perWriter = 25;
+    const results = await Promise.all(
+      writers.map(async (memory, w) => {
+        const seqs: number[] = [];
+        for (let n = 0; n < perWriter; n++) {
+          const result = await memory.ingest(event(session.sessionId, "hot8", w * 1000 + n));
+          if (result.status === "sealed") seqs.push(result.seq);
+        }
+        return seqs;
+      }),
+    );
+    const seqs = results.flat().sort((a, b) => a - b);
+    expect(seqs).toEqual(Array.from({ length: 8 * perWriter }, (_, k) => k));
+    expect(await stored(session.sessionId)).toMatchObject({
+      records: 8 * perWriter,
+      span: 8 * perWriter,
+      next_seq: 8 * perWriter,
+      leaf_count: 8 * perWriter,
+    });
+    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
+  });
+
+  it("leaves nothing torn when a writer of plain appends is SIGKILLed mid-stream", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "kill", projectId: "prj_unlocked" });
+    const writer = startScript("tests/fixtures/ingest-loop.ts", [db.url, session.sessionId, "kill"]);
+    const finished = collect(writer);
+    await waitForLine(writer, /^SEALED 40$/);
+    writer.kill("SIGKILL");
+    const { stdout, signal } = await finished;
+    expect(signal).toBe("SIGKILL");
+    const reported = [...stdout.matchAll(/^SEALED (\d+)$/gm)].map((m) => Number(m[1]));
+
+    // The server rolls the killed statement back (or had committed it): either way whole records, no gap.
+    const after = await stored(session.sessionId);
+    expect(after.records).toBeGreaterThanOrEqual(Math.max(...reported) + 1);
+    expect(after).toMatchObject({ span: after.records, next_seq: after.records, leaf_count: after.records });
+    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
+    const next = await db.memory.ingest(event(session.sessionId, "kill-after", 0));
+    expect(next).toMatchObject({ status: "sealed", seq: after.records });
+  });
+});

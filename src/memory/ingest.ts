@@ -5,8 +5,10 @@ import type { FoldParams } from "../core/fold.js";
 import { databaseFailureOf, isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
 import {
   finishSeal,
+  GuardFailed,
   planSeal,
   type SealedAndAppended,
+  type SessionState,
   sealAndAppend,
   unlockedWriteAllowed,
   writeSeal,
@@ -58,18 +60,37 @@ export async function ingestMany(
 ): Promise<IngestResult[]> {
   const { valid, prepared } = await prepareEvents(events, where);
   const boss = await deps.jobQueue();
+  const routing = deps.routing ?? DEFAULT_ROUTING;
+  const sessionIds = prepared.map((item) => item.sessionId);
   const unlocked =
     options.beforeCommit === undefined &&
     prepared.length > 0 &&
     valid.every((event) => event.final) &&
-    (deps.routing ?? DEFAULT_ROUTING).tryUnlocked(prepared.map((item) => item.sessionId));
+    routing.tryUnlocked(sessionIds);
   return await retryOnTwinInsert(async () => {
-    if (unlocked) {
-      const sealed = await ingestUnlocked(deps, boss, prepared, options);
-      if (sealed) return sealed.outcomes;
-      (deps.routing ?? DEFAULT_ROUTING).neededLock(prepared.map((item) => item.sessionId));
+    try {
+      return await ingestOnce();
+    } catch (error) {
+      routing.forget(sessionIds); // a rerun (a twin) looks everything up again
+      throw error;
     }
-    return await withTransaction(deps.pool, async (client) => {
+  });
+
+  async function ingestOnce(): Promise<IngestResult[]> {
+    if (unlocked) {
+      // The state the session's last write left, when this process knows it: nothing to look up. Stale (the
+      // compactor committed a node, another writer sealed a record): the guard says so, and a lookup follows.
+      const known = routing.known(sessionIds);
+      let sealed = known ? await ingestUnlocked(deps, boss, prepared, options, known) : "stale";
+      if (sealed === "stale") sealed = await ingestUnlocked(deps, boss, prepared, options, undefined);
+      if (sealed !== "stale" && sealed !== undefined) {
+        routing.remember(sealed.states);
+        return sealed.outcomes;
+      }
+      routing.neededLock(sessionIds);
+    }
+    let states: readonly SessionState[] = [];
+    const results = await withTransaction(deps.pool, async (client) => {
       const results: (IngestResult | undefined)[] = new Array(prepared.length);
       const finals: { index: number; record: RecordToSeal }[] = [];
       for (const [index, item] of prepared.entries()) {
@@ -102,51 +123,63 @@ export async function ingestMany(
           results[f.index] = sealed.outcomes[n];
         });
         for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
+        states = sealed.states;
       }
       await options.beforeCommit?.();
       return results as IngestResult[];
     });
-  });
+    routing.remember(states);
+    return results;
+  }
 }
 
 const DEFAULT_ROUTING = new IngestRouting();
 
+type Unlocked = SealedAndAppended & { readonly states: readonly SessionState[] };
+
 /**
- * The unlocked way (store/ingest-commit.ts): the lookup takes no lock, the fold is planned from what it read, and the
- * guarded write checks that nothing changed meanwhile. A batch that writes nothing but that statement (plain appends:
- * no node built inline, no node job, no conflict to record) costs two statements and one commit instead of BEGIN,
- * the locking lookup, the write and COMMIT; one that only re-delivers sealed records costs the lookup alone. A batch
- * whose leaves became ready writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's
- * insert, COMMIT: the same five statements as the locked way). Returns undefined, having written nothing, when the
- * batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or write a large
- * payload on its own, the guard found a target changed, or the write met a lock conflict (deadlock).
+ * The unlocked way (store/ingest-commit.ts): the fold is planned from the session's state as this process's last write
+ * of it left it (`known`), or else from a lookup that takes no lock, and the guarded write checks that nothing changed
+ * meanwhile. A batch that writes nothing but that statement (plain appends: no node built inline, no node job, no
+ * conflict to record) costs that one statement, or two with the lookup, instead of BEGIN, the locking lookup, the
+ * write and COMMIT; one that only re-delivers sealed records costs the lookup alone. A batch whose leaves became ready
+ * writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's insert, COMMIT). Returns
+ * "stale", having written nothing, when the guard found a target changed (or a key sealed); undefined, having written
+ * nothing, when the batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or
+ * write a large payload on its own, or the write met a lock conflict (deadlock).
  */
 async function ingestUnlocked(
   deps: IngestDeps,
   boss: PgBoss,
   prepared: readonly RecordToSeal[],
   options: IngestOptions,
-): Promise<SealedAndAppended | undefined> {
+  known: ReadonlyMap<string, SessionState> | undefined,
+): Promise<Unlocked | "stale" | undefined> {
   try {
     const plan = await planSeal(deps.pool, prepared, deps.fold, {
       buildFreeInline: options.buildFreeInline ?? false,
       lock: false,
+      known,
     });
     if (!unlockedWriteAllowed(plan)) return undefined;
     const ready = plan.plans.filter((p) => p.ready.length > 0);
-    if (ready.length === 0) return (await writeSeal(deps.pool, plan)) ? await finishSeal(deps.pool, plan) : undefined;
+    if (ready.length === 0) {
+      const states = await writeSeal(deps.pool, plan);
+      return states ? { ...(await finishSeal(deps.pool, plan)), states } : "stale";
+    }
     const client = await deps.pool.connect();
     let broken = false;
     try {
       await client.query("BEGIN");
-      if (!(await writeSeal(client, plan))) {
+      const states = await writeSeal(client, plan);
+      if (!states) {
         await client.query("ROLLBACK");
-        return undefined;
+        return "stale";
       }
       for (const p of ready) await enqueueNodeJobs(boss, client, p.treeId, p.ready);
       const sealed = await finishSeal(client, plan);
       await client.query("COMMIT");
-      return sealed;
+      return { ...sealed, states };
     } catch (error) {
       await client.query("ROLLBACK").catch(() => {
         broken = true;
@@ -176,14 +209,15 @@ export async function ingest(deps: IngestDeps, event: IngestEvent): Promise<Inge
 
 /**
  * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
- * unique_violation on records.event_key (its named constraint). Running the transaction again then sees the winner's record and reports a
- * duplicate or a conflict, as a sequential delivery would.
+ * unique_violation on records.event_key (its named constraint); the locked way's guard fails (GuardFailed) when the
+ * winner committed while the lookup waited for its locks. Running the transaction again then sees the winner's record
+ * and reports a duplicate or a conflict, as a sequential delivery would.
  */
 async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
   try {
     return await run();
   } catch (error) {
-    if (isUniqueViolationOf(error, EVENT_KEY_CONSTRAINT)) return await run();
+    if (isUniqueViolationOf(error, EVENT_KEY_CONSTRAINT) || error instanceof GuardFailed) return await run();
     throw error;
   }
 }

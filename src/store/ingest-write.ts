@@ -24,7 +24,7 @@ import {
   treeWriteCtes,
   treeWriteValues,
 } from "./tree-changes.js";
-import type { TreeRow } from "./trees.js";
+import type { Tree, TreeRow } from "./trees.js";
 
 /** A (session, generation)'s key in the maps of a batch's lookup. */
 export function groupKey(sessionId: string, generation: number): string {
@@ -37,11 +37,12 @@ export const INLINE_BLOB_BYTES = 256 * 1024;
 /** The number of parameters of the sealing CTEs in writeSealed; the trees' write and the guard follow them. */
 const SEAL_PARAMS = 26;
 /** The guard's parameters, after the trees' write. */
-const GUARD_PARAMS = 8;
+const GUARD_PARAMS = 9;
 
 /**
- * Writes a plan in one statement. Returns false, having written nothing, when a touched generation or tree changed
- * since the plan's lookup (never when the caller holds their locks). Large payloads are written first, one statement
+ * Writes a plan in one statement. Returns the updated trees by id, or undefined, having written nothing, when a
+ * touched generation or tree changed since the plan's lookup, a generation the batch took as its session's current
+ * one no longer is, or one of the batch's keys was sealed meanwhile. Large payloads are written first, one statement
  * each: only in a transaction (unlockedWriteAllowed leaves such batches to the locked way), since on their own they
  * would commit before the guard is checked.
  */
@@ -50,7 +51,7 @@ export async function writeSealed(
   fresh: readonly FreshRecord[],
   targets: LockedTargets,
   plans: readonly TreeChangePlan[],
-): Promise<boolean> {
+): Promise<Map<number, Tree> | undefined> {
   // Blobs in hash order: two batches sharing payloads (common tool outputs) then lock the same keys in the same order
   // and cannot deadlock on the blobs primary key (reproduced: 25 deadlocks in 200 rounds of reversed batches).
   const blobs = new Map<string, RecordToSeal>();
@@ -72,9 +73,13 @@ export async function writeSealed(
       [blob.payloadHash, blob.payload.length, blob.validUtf8, blob.payload],
     );
   }
-  const touched = new Map<string, { sessionId: string; generation: number }>();
-  for (const e of fresh)
-    touched.set(groupKey(e.item.sessionId, e.generation), { sessionId: e.item.sessionId, generation: e.generation });
+  // implicit: some record of the group named no generation, so the group must still be its session's current one.
+  const touched = new Map<string, { sessionId: string; generation: number; implicit: boolean }>();
+  for (const e of fresh) {
+    const key = groupKey(e.item.sessionId, e.generation);
+    const implicit = e.item.generation === undefined || touched.get(key)?.implicit === true;
+    touched.set(key, { sessionId: e.item.sessionId, generation: e.generation, implicit });
+  }
   const counters = [...touched.entries()];
   const column = <T>(pick: (entry: FreshRecord) => T): T[] => fresh.map(pick);
 
@@ -125,6 +130,7 @@ export async function writeSealed(
     planned.map((p) => p.tree.builtLeaves),
     planned.map((p) => p.tree.eventCount),
     planned.map((p) => p.tree.viewRevision),
+    counters.map(([, v]) => v.implicit),
   ];
   if (guardValues.length !== GUARD_PARAMS) throw new Error("writeSealed: guard parameter count drifted");
   const g = (k: number) => `$${SEAL_PARAMS + TREE_WRITE_PARAMS + 1 + k}`;
@@ -139,15 +145,22 @@ export async function writeSealed(
          FROM optchat.generations g
          JOIN optchat.trees t ON t.kind = 'session' AND t.session_id = g.session_id AND t.generation = g.generation
          JOIN unnest(${g(0)}::text[], ${g(1)}::int[], ${g(2)}::bigint[], ${g(3)}::bigint[], ${g(4)}::bigint[],
-                     ${g(5)}::bigint[], ${g(6)}::bigint[], ${g(7)}::int[])
-              AS v(session_id, generation, next_seq, tree_id, leaf_count, built_leaves, event_count, view_revision)
+                     ${g(5)}::bigint[], ${g(6)}::bigint[], ${g(7)}::int[], ${g(8)}::boolean[])
+              AS v(session_id, generation, next_seq, tree_id, leaf_count, built_leaves, event_count, view_revision,
+                   implicit)
            ON v.session_id = g.session_id AND v.generation = g.generation
         WHERE g.next_seq = v.next_seq AND t.tree_id = v.tree_id AND t.leaf_count = v.leaf_count
           AND t.built_leaves = v.built_leaves AND t.event_count = v.event_count AND t.view_revision = v.view_revision
+          AND (NOT v.implicit OR EXISTS (SELECT 1 FROM optchat.sessions s
+                                          WHERE s.session_id = g.session_id AND s.current_generation = g.generation))
         ORDER BY g.session_id, g.generation
           FOR UPDATE OF g, t
      ), guard_held AS (
-       SELECT count(*) = cardinality(${g(0)}::text[]) AS held FROM guard
+       -- Every touched generation as planned, and none of the batch's keys sealed meanwhile (a twin committed before
+       -- this statement began; one committing later fails on records.event_key, as in the locked way).
+       SELECT count(*) = cardinality(${g(0)}::text[])
+              AND NOT EXISTS (SELECT 1 FROM optchat.records r WHERE r.event_key = ANY($8::text[])) AS held
+         FROM guard
      ), new_blobs AS (
        INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
        SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[]) WHERE ${gate}
@@ -178,8 +191,8 @@ export async function writeSealed(
     values: [...sealValues, ...treeValues, ...guardValues],
   });
   const written = treesWritten(result.rows);
-  if (written.size === 0) return false;
+  if (written.size === 0) return undefined;
   for (const plan of plans)
     if (!written.has(plan.treeId)) throw new Error(`tree ${plan.treeId}: the ingest updated no tree row`);
-  return true;
+  return written;
 }

@@ -85,6 +85,7 @@ export async function ingestMany(
       if (sealed === "stale") sealed = await ingestUnlocked(deps, boss, prepared, options, undefined);
       if (sealed !== "stale" && sealed !== undefined) {
         routing.remember(sealed.states);
+        routing.succeeded(sessionIds);
         return sealed.outcomes;
       }
       routing.neededLock(sessionIds);

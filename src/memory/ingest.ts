@@ -22,7 +22,7 @@ import {
 } from "../store/records.js";
 import { NeedsTreeLock } from "../store/tree-changes.js";
 import { prepareEvents } from "./ingest-prep.js";
-import { IngestRouting } from "./ingest-routing.js";
+import type { IngestRouting } from "./ingest-routing.js";
 import type { IngestEvent, ValidIngestEvent } from "./schemas.js";
 
 export type IngestResult =
@@ -44,8 +44,8 @@ export interface IngestDeps {
   /** The producer's job queue, started when first needed (src/memory/service.ts); awaited before the transaction. */
   readonly jobQueue: () => Promise<PgBoss>;
   readonly fold: FoldParams;
-  /** Which sessions' ingests try the unlocked way first (see ingestUnlocked); one per service. */
-  readonly routing?: IngestRouting;
+  /** What the service remembers per session to spend fewer statements (see ingestUnlocked); one per service. */
+  readonly routing: IngestRouting;
 }
 
 /**
@@ -60,7 +60,7 @@ export async function ingestMany(
 ): Promise<IngestResult[]> {
   const { valid, prepared } = await prepareEvents(events, where);
   const boss = await deps.jobQueue();
-  const routing = deps.routing ?? DEFAULT_ROUTING;
+  const { routing } = deps;
   const sessionIds = prepared.map((item) => item.sessionId);
   const unlocked =
     options.beforeCommit === undefined &&
@@ -133,8 +133,6 @@ export async function ingestMany(
     return results;
   }
 }
-
-const DEFAULT_ROUTING = new IngestRouting();
 
 type Unlocked = SealedAndAppended & { readonly states: readonly SessionState[] };
 

@@ -49,8 +49,9 @@ export interface IngestDeps {
 }
 
 /**
- * Ingests a batch in one transaction: non-final events are staged; final ones are sealed, appended as leaves of
- * their generation's tree (the view folds) and their ready leaf jobs enqueued, all before one commit.
+ * Ingests a batch: non-final events are staged; final ones are sealed, appended as leaves of their generation's tree
+ * (the view folds) and their ready leaf jobs enqueued, all in one transaction. A batch of final events only tries the
+ * unlocked way first (ingestUnlocked), the locked way otherwise or after it.
  */
 export async function ingestMany(
   deps: IngestDeps,
@@ -69,69 +70,92 @@ export async function ingestMany(
     routing.tryUnlocked(sessionIds);
   return await retryOnTwinInsert(async () => {
     try {
-      return await ingestOnce();
+      if (unlocked) {
+        const sealed = await ingestRouted(deps, boss, prepared, options);
+        if (sealed) return sealed;
+      }
+      const { results, states } = await ingestLocked(deps, boss, valid, prepared, options);
+      routing.remember(states);
+      return results;
     } catch (error) {
       routing.forget(sessionIds); // a rerun (a twin) looks everything up again
       throw error;
     }
   });
+}
 
-  async function ingestOnce(): Promise<IngestResult[]> {
-    if (unlocked) {
-      // The state the session's last write left, when this process knows it: nothing to look up. Stale (the
-      // compactor committed a node, another writer sealed a record): the guard says so, and a lookup follows.
-      const known = routing.known(sessionIds);
-      let sealed = known ? await ingestUnlocked(deps, boss, prepared, options, known) : "stale";
-      if (sealed === "stale") sealed = await ingestUnlocked(deps, boss, prepared, options, undefined);
-      if (sealed !== "stale" && sealed !== undefined) {
-        routing.remember(sealed.states);
-        routing.succeeded(sessionIds);
-        return sealed.outcomes;
+/**
+ * The unlocked way, from the state this service's last write of the sessions left when it knows it (nothing to look
+ * up), else, or when that state is stale (the compactor committed a node, another writer sealed a record), from a
+ * lookup. Undefined: the batch runs the locked way, and the sessions keep to it for a streak (ingest-routing.ts).
+ */
+async function ingestRouted(
+  deps: IngestDeps,
+  boss: PgBoss,
+  prepared: readonly RecordToSeal[],
+  options: IngestOptions,
+): Promise<IngestResult[] | undefined> {
+  const { routing } = deps;
+  const sessionIds = prepared.map((item) => item.sessionId);
+  const known = routing.known(sessionIds);
+  let sealed = known ? await ingestUnlocked(deps, boss, prepared, options, known) : "stale";
+  if (sealed === "stale") sealed = await ingestUnlocked(deps, boss, prepared, options, undefined);
+  if (sealed === "stale" || sealed === undefined) {
+    routing.neededLock(sessionIds);
+    return undefined;
+  }
+  routing.remember(sealed.states);
+  routing.succeeded(sessionIds);
+  return sealed.outcomes;
+}
+
+/** The locked way: one transaction that stages, seals under the lookup's locks, and enqueues. */
+async function ingestLocked(
+  deps: IngestDeps,
+  boss: PgBoss,
+  valid: readonly ValidIngestEvent[],
+  prepared: readonly RecordToSeal[],
+  options: IngestOptions,
+): Promise<{ results: IngestResult[]; states: readonly SessionState[] }> {
+  return await withTransaction(deps.pool, async (client) => {
+    const results: (IngestResult | undefined)[] = new Array(prepared.length);
+    const finals: { index: number; record: RecordToSeal }[] = [];
+    for (const [index, item] of prepared.entries()) {
+      const event = valid[index] as ValidIngestEvent;
+      if (event.final) {
+        finals.push({ index, record: item });
+      } else {
+        const status = await stageItem(client, {
+          stageKey: item.stageKey,
+          sessionId: item.sessionId,
+          generation: item.generation,
+          turnId: item.turnId,
+          kind: item.kind,
+          revision: event.finalization.revision,
+          payload: item.payload,
+        });
+        results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
       }
-      routing.neededLock(sessionIds);
     }
     let states: readonly SessionState[] = [];
-    const results = await withTransaction(deps.pool, async (client) => {
-      const results: (IngestResult | undefined)[] = new Array(prepared.length);
-      const finals: { index: number; record: RecordToSeal }[] = [];
-      for (const [index, item] of prepared.entries()) {
-        const event = valid[index] as ValidIngestEvent;
-        if (event.final) {
-          finals.push({ index, record: item });
-        } else {
-          const status = await stageItem(client, {
-            stageKey: item.stageKey,
-            sessionId: item.sessionId,
-            generation: item.generation,
-            turnId: item.turnId,
-            kind: item.kind,
-            revision: event.finalization.revision,
-            payload: item.payload,
-          });
-          results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
-        }
-      }
-      if (finals.length > 0) {
-        // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
-        // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
-        const sealed = await sealAndAppend(
-          client,
-          finals.map((f) => f.record),
-          deps.fold,
-          { buildFreeInline: options.buildFreeInline ?? false },
-        );
-        finals.forEach((f, n) => {
-          results[f.index] = sealed.outcomes[n];
-        });
-        for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
-        states = sealed.states;
-      }
-      await options.beforeCommit?.();
-      return results as IngestResult[];
-    });
-    routing.remember(states);
-    return results;
-  }
+    if (finals.length > 0) {
+      // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
+      // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
+      const sealed = await sealAndAppend(
+        client,
+        finals.map((f) => f.record),
+        deps.fold,
+        { buildFreeInline: options.buildFreeInline ?? false },
+      );
+      finals.forEach((f, n) => {
+        results[f.index] = sealed.outcomes[n];
+      });
+      for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
+      states = sealed.states;
+    }
+    await options.beforeCommit?.();
+    return { results: results as IngestResult[], states };
+  });
 }
 
 type Unlocked = SealedAndAppended & { readonly states: readonly SessionState[] };

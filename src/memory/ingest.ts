@@ -8,7 +8,6 @@ import {
   GuardFailed,
   planSeal,
   type SealedAndAppended,
-  type SessionState,
   sealAndAppend,
   unlockedWriteAllowed,
   writeSeal,
@@ -44,14 +43,15 @@ export interface IngestDeps {
   /** The producer's job queue, started when first needed (src/memory/service.ts); awaited before the transaction. */
   readonly jobQueue: () => Promise<PgBoss>;
   readonly fold: FoldParams;
-  /** What the service remembers per session to spend fewer statements (see ingestUnlocked); one per service. */
+  /** Which sessions' ingests try the unlocked way first (see ingestUnlocked); one per service. */
   readonly routing: IngestRouting;
 }
 
 /**
  * Ingests a batch: non-final events are staged; final ones are sealed, appended as leaves of their generation's tree
  * (the view folds) and their ready leaf jobs enqueued, all in one transaction. A batch of final events only tries the
- * unlocked way first (ingestUnlocked), the locked way otherwise or after it.
+ * unlocked way first (ingestUnlocked), the locked way otherwise or after it (a session that needed the locks keeps
+ * to them for a streak: ingest-routing.ts).
  */
 export async function ingestMany(
   deps: IngestDeps,
@@ -69,44 +69,16 @@ export async function ingestMany(
     valid.every((event) => event.final) &&
     routing.tryUnlocked(sessionIds);
   return await retryOnTwinInsert(async () => {
-    try {
-      if (unlocked) {
-        const sealed = await ingestRouted(deps, boss, prepared, options);
-        if (sealed) return sealed;
+    if (unlocked) {
+      const sealed = await ingestUnlocked(deps, boss, prepared, options);
+      if (sealed) {
+        routing.succeeded(sessionIds);
+        return sealed.outcomes;
       }
-      const { results, states } = await ingestLocked(deps, boss, valid, prepared, options);
-      routing.remember(states);
-      return results;
-    } catch (error) {
-      routing.forget(sessionIds); // a rerun (a twin) looks everything up again
-      throw error;
+      routing.neededLock(sessionIds);
     }
+    return await ingestLocked(deps, boss, valid, prepared, options);
   });
-}
-
-/**
- * The unlocked way, from the state this service's last write of the sessions left when it knows it (nothing to look
- * up), else, or when that state is stale (the compactor committed a node, another writer sealed a record), from a
- * lookup. Undefined: the batch runs the locked way, and the sessions keep to it for a streak (ingest-routing.ts).
- */
-async function ingestRouted(
-  deps: IngestDeps,
-  boss: PgBoss,
-  prepared: readonly RecordToSeal[],
-  options: IngestOptions,
-): Promise<IngestResult[] | undefined> {
-  const { routing } = deps;
-  const sessionIds = prepared.map((item) => item.sessionId);
-  const known = routing.known(sessionIds);
-  let sealed = known ? await ingestUnlocked(deps, boss, prepared, options, known) : "stale";
-  if (sealed === "stale") sealed = await ingestUnlocked(deps, boss, prepared, options, undefined);
-  if (sealed === "stale" || sealed === undefined) {
-    routing.neededLock(sessionIds);
-    return undefined;
-  }
-  routing.remember(sealed.states);
-  routing.succeeded(sessionIds);
-  return sealed.outcomes;
 }
 
 /** The locked way: one transaction that stages, seals under the lookup's locks, and enqueues. */
@@ -116,7 +88,7 @@ async function ingestLocked(
   valid: readonly ValidIngestEvent[],
   prepared: readonly RecordToSeal[],
   options: IngestOptions,
-): Promise<{ results: IngestResult[]; states: readonly SessionState[] }> {
+): Promise<IngestResult[]> {
   return await withTransaction(deps.pool, async (client) => {
     const results: (IngestResult | undefined)[] = new Array(prepared.length);
     const finals: { index: number; record: RecordToSeal }[] = [];
@@ -137,7 +109,6 @@ async function ingestLocked(
         results[index] = { status, eventKey: item.eventKey, sessionId: item.sessionId };
       }
     }
-    let states: readonly SessionState[] = [];
     if (finals.length > 0) {
       // Sealed records become leaves of their generation's tree in the same transaction: the view folds and the
       // leaf jobs that became ready are enqueued (seed 000 §10: sealing a record schedules its leaf).
@@ -151,58 +122,51 @@ async function ingestLocked(
         results[f.index] = sealed.outcomes[n];
       });
       for (const { treeId, nodes } of sealed.ready) await enqueueNodeJobs(boss, client, treeId, nodes);
-      states = sealed.states;
     }
     await options.beforeCommit?.();
-    return { results: results as IngestResult[], states };
+    return results as IngestResult[];
   });
 }
 
-type Unlocked = SealedAndAppended & { readonly states: readonly SessionState[] };
-
 /**
- * The unlocked way (store/ingest-commit.ts): the fold is planned from the session's state as this process's last write
- * of it left it (`known`), or else from a lookup that takes no lock, and the guarded write checks that nothing changed
- * meanwhile. A batch that writes nothing but that statement (plain appends: no node built inline, no node job, no
- * conflict to record) costs that one statement, or two with the lookup, instead of BEGIN, the locking lookup, the
- * write and COMMIT; one that only re-delivers sealed records costs the lookup alone. A batch whose leaves became ready
- * writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's insert, COMMIT). Returns
- * "stale", having written nothing, when the guard found a target changed (or a key sealed); undefined, having written
- * nothing, when the batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or
- * write a large payload on its own, or the write met a lock conflict (deadlock).
+ * The unlocked way (store/ingest-commit.ts): the lookup takes no lock, the fold is planned from what it read, and the
+ * guarded write checks that nothing changed meanwhile. A batch that writes nothing but that statement (plain appends:
+ * no node built inline, no node job, no conflict to record) costs two statements and one commit instead of BEGIN,
+ * the locking lookup, the write and COMMIT; one that only re-delivers sealed records costs the lookup alone. A batch
+ * whose leaves became ready writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's
+ * insert, COMMIT: the same five statements as the locked way). Returns undefined, having written nothing, when the
+ * batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or write a large
+ * payload on its own, the guard found a target changed (or a key sealed, or a generation started), or the write met a
+ * lock conflict (deadlock).
  */
 async function ingestUnlocked(
   deps: IngestDeps,
   boss: PgBoss,
   prepared: readonly RecordToSeal[],
   options: IngestOptions,
-  known: ReadonlyMap<string, SessionState> | undefined,
-): Promise<Unlocked | "stale" | undefined> {
+): Promise<SealedAndAppended | undefined> {
   try {
     const plan = await planSeal(deps.pool, prepared, deps.fold, {
       buildFreeInline: options.buildFreeInline ?? false,
       lock: false,
-      known,
     });
     if (!unlockedWriteAllowed(plan)) return undefined;
     const ready = plan.plans.filter((p) => p.ready.length > 0);
     if (ready.length === 0) {
-      const states = await writeSeal(deps.pool, plan);
-      return states ? { ...(await finishSeal(deps.pool, plan)), states } : "stale";
+      return (await writeSeal(deps.pool, plan)) ? await finishSeal(deps.pool, plan) : undefined;
     }
     const client = await deps.pool.connect();
     let broken = false;
     try {
       await client.query("BEGIN");
-      const states = await writeSeal(client, plan);
-      if (!states) {
+      if (!(await writeSeal(client, plan))) {
         await client.query("ROLLBACK");
-        return "stale";
+        return undefined;
       }
       for (const p of ready) await enqueueNodeJobs(boss, client, p.treeId, p.ready);
       const sealed = await finishSeal(client, plan);
       await client.query("COMMIT");
-      return { ...sealed, states };
+      return sealed;
     } catch (error) {
       await client.query("ROLLBACK").catch(() => {
         broken = true;

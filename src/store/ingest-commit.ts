@@ -55,18 +55,6 @@ export interface SealPlan {
   readonly conflicts: readonly { readonly index: number; readonly row: ExistingRow }[];
 }
 
-/**
- * A session's current generation as a write left it: what the next unlocked ingest of the session may plan from
- * without looking it up (memory/ingest-routing.ts). Only ever a state the database was in, so a stale one is caught by
- * the write's guard, never written over.
- */
-export interface SessionState {
-  readonly sessionId: string;
-  readonly generation: number;
-  readonly nextSeq: number;
-  readonly tree: Tree;
-}
-
 /** The write's guard failed under the locks (a twin sealed, or a generation started, meanwhile): run it again. */
 export class GuardFailed extends Error {
   constructor() {
@@ -77,21 +65,15 @@ export class GuardFailed extends Error {
 
 /**
  * Looks the batch's targets up (locking them when `lock`), allocates seqs and plans each touched tree's fold. Without
- * the lock, planning only reads, and throws NeedsTreeLock (store/tree-changes.ts) where it would build a node. With
- * `known` covering every session of a batch that names no generation, nothing is looked up: the batch is planned
- * from those states and its keys are taken as not sealed yet (the write's guard checks both).
+ * the lock, planning only reads, and throws NeedsTreeLock (store/tree-changes.ts) where it would build a node.
  */
 export async function planSeal(
   db: Queryable,
   items: readonly RecordToSeal[],
   fold: FoldParams,
-  options: SealAndAppendOptions & {
-    readonly lock: boolean;
-    readonly known?: ReadonlyMap<string, SessionState> | undefined;
-  },
+  options: SealAndAppendOptions & { readonly lock: boolean },
 ): Promise<SealPlan> {
-  const known = options.lock ? undefined : targetsFromStates(items, options.known);
-  const targets = known ?? (await lookUpTargets(db, items, options.lock));
+  const targets = await lookUpTargets(db, items, options.lock);
   const fresh = allocate(items, targets);
   const plans = fresh.length > 0 ? await planAppends(db, fresh, targets, fold, options) : [];
   const outcomes: (SealOutcome | undefined)[] = new Array(items.length);
@@ -118,41 +100,10 @@ export function unlockedWriteAllowed(plan: SealPlan): boolean {
   return plan.conflicts.length === 0 && plan.fresh.every((e) => e.item.payload.length <= INLINE_BLOB_BYTES);
 }
 
-/**
- * Writes the plan (see store/ingest-write.ts). Returns the sessions' states after it, or undefined when a target
- * changed (or a key was sealed) since the lookup and nothing was written.
- */
-export async function writeSeal(db: Queryable, plan: SealPlan): Promise<SessionState[] | undefined> {
-  if (plan.fresh.length === 0) return [];
-  const written = await writeSealed(db, plan.fresh, plan.targets, plan.plans);
-  if (!written) return undefined;
-  const states: SessionState[] = [];
-  for (const [sessionId, generation] of plan.targets.currentGeneration) {
-    const key = groupKey(sessionId, generation);
-    const tree = written.get(plan.targets.trees.get(key)?.treeId ?? -1);
-    const nextSeq = plan.targets.nextSeq.get(key);
-    if (tree && nextSeq !== undefined) states.push({ sessionId, generation, nextSeq, tree });
-  }
-  return states;
-}
-
-/** The batch's targets from known session states, when they cover it (see planSeal). */
-function targetsFromStates(
-  items: readonly RecordToSeal[],
-  known: ReadonlyMap<string, SessionState> | undefined,
-): LockedTargets | undefined {
-  if (!known || items.some((item) => item.generation !== undefined || !known.has(item.sessionId))) return undefined;
-  const nextSeq = new Map<string, number>();
-  const currentGeneration = new Map<string, number>();
-  const trees = new Map<string, Tree>();
-  for (const item of items) {
-    const state = known.get(item.sessionId) as SessionState;
-    const key = groupKey(state.sessionId, state.generation);
-    nextSeq.set(key, state.nextSeq);
-    currentGeneration.set(state.sessionId, state.generation);
-    trees.set(key, state.tree);
-  }
-  return { nextSeq, readSeq: new Map(nextSeq), currentGeneration, trees, sealed: new Map() };
+/** Writes the plan (see store/ingest-write.ts); false: a target changed since the lookup and nothing was written. */
+export async function writeSeal(db: Queryable, plan: SealPlan): Promise<boolean> {
+  if (plan.fresh.length === 0) return true;
+  return (await writeSealed(db, plan.fresh, plan.targets, plan.plans)) !== undefined;
 }
 
 /** The outcomes of a written plan, its conflicts recorded (in the caller's transaction, or on their own). */
@@ -171,13 +122,12 @@ export async function sealAndAppend(
   items: readonly RecordToSeal[],
   fold: FoldParams,
   options: SealAndAppendOptions = {},
-): Promise<SealedAndAppended & { readonly states: readonly SessionState[] }> {
+): Promise<SealedAndAppended> {
   const plan = await planSeal(db, items, fold, { ...options, lock: true });
   // Under the locks the guard fails only for a twin sealed by the writer the lookup waited for (see above), or a
   // generation started meanwhile: the caller runs the transaction again.
-  const states = await writeSeal(db, plan);
-  if (!states) throw new GuardFailed();
-  return { ...(await finishSeal(db, plan)), states };
+  if (!(await writeSeal(db, plan))) throw new GuardFailed();
+  return await finishSeal(db, plan);
 }
 
 export interface LockedTargets {

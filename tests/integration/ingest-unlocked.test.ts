@@ -64,53 +64,24 @@ async function stored(sessionId: string) {
 }
 
 describe("the unlocked way", () => {
-  it("seals a plain append in one statement once the service knows the session, two when it does not", async () => {
-    const session = await db.memory.openSession({ host: "test", hostSessionId: "one", projectId: "prj_unlocked" });
-    await db.memory.ingest(event(session.sessionId, "one", 0)); // the first leaf's job: a transaction
-    const seen = await statementsOf(() => db.memory.ingest(event(session.sessionId, "one", 1)));
-    expect(seen).toEqual(["optchat.ingest.seal_and_append"]);
+  it("seals a plain append in two statements, with no BEGIN and no COMMIT", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "two", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "two", 0)); // the first leaf's job: a transaction
+    const seen = await statementsOf(() => db.memory.ingest(event(session.sessionId, "two", 1)));
+    expect(seen).toEqual(["optchat.ingest.read_targets", "optchat.ingest.seal_and_append"]);
     expect(await stored(session.sessionId)).toMatchObject({ records: 2, next_seq: 2, leaf_count: 2, event_count: 2 });
-
-    const other = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 2 } }));
-    extra.push(other);
-    const fresh = await statementsOf(() => other.ingest(event(session.sessionId, "one", 2)));
-    expect(fresh).toEqual(["optchat.ingest.read_targets", "optchat.ingest.seal_and_append"]);
-
-    // The first service's state is stale now: its guarded write writes nothing, then it looks the state up.
-    let result: unknown;
-    const stale = await statementsOf(async () => {
-      result = await db.memory.ingest(event(session.sessionId, "one", 3));
-    });
-    expect(stale).toEqual([
-      "optchat.ingest.seal_and_append",
-      "optchat.ingest.read_targets",
-      "optchat.ingest.seal_and_append",
-    ]);
-    expect(result).toMatchObject({ status: "sealed", seq: 3 });
-    expect(await stored(session.sessionId)).toMatchObject({ records: 4, span: 4, next_seq: 4, leaf_count: 4 });
-    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
   });
 
-  it("answers a re-delivery without writing anything", async () => {
+  it("answers a re-delivery with one statement and writes nothing", async () => {
     const session = await db.memory.openSession({ host: "test", hostSessionId: "redo", projectId: "prj_unlocked" });
     for (let n = 0; n < 3; n++) await db.memory.ingest(event(session.sessionId, "redo", n));
     const before = await stored(session.sessionId);
-    // Known state: the guard finds the key sealed and writes nothing; the lookup then reports the duplicate.
     let result: unknown;
     const seen = await statementsOf(async () => {
       result = await db.memory.ingest(event(session.sessionId, "redo", 1));
     });
     expect(result).toMatchObject({ status: "duplicate", seq: 1 });
-    expect(seen).toEqual(["optchat.ingest.seal_and_append", "optchat.ingest.read_targets"]);
-    expect(await stored(session.sessionId)).toEqual(before);
-    // Unknown state: the lookup alone.
-    const other = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 2 } }));
-    extra.push(other);
-    const once = await statementsOf(async () => {
-      result = await other.ingest(event(session.sessionId, "redo", 2));
-    });
-    expect(result).toMatchObject({ status: "duplicate", seq: 2 });
-    expect(once).toEqual(["optchat.ingest.read_targets"]);
+    expect(seen).toEqual(["optchat.ingest.read_targets"]);
     expect(await stored(session.sessionId)).toEqual(before);
   });
 
@@ -124,7 +95,8 @@ describe("the unlocked way", () => {
     await other.rewindSession(session.sessionId, ["m1", "m2"]);
     const current = (await other.getSession(session.sessionId)).currentGeneration;
     expect(current).toBeGreaterThan(0);
-    // This service still knows generation 0 as the current one: the guard refuses it, the lookup finds the new one.
+    // The guard refuses a plan made for generation 0 once another generation is current (see the guard test below
+    // for the mechanism); an ingest after the rewind goes to the new generation.
     const result = await db.memory.ingest(event(session.sessionId, "gen", 3));
     expect(result).toMatchObject({ status: "sealed", generation: current });
     const { rows } = await db.memory.pool.query(
@@ -158,7 +130,7 @@ describe("the unlocked way", () => {
     // Another writer seals seq 1 in between: the plan's seq and fold are stale.
     await db.memory.ingest(event(session.sessionId, "guard", 2));
     const between = await stored(session.sessionId);
-    expect(await writeSeal(db.memory.pool, plan)).toBeUndefined();
+    expect(await writeSeal(db.memory.pool, plan)).toBe(false);
     expect(await stored(session.sessionId)).toEqual(between);
 
     expect(await db.memory.ingest(event(session.sessionId, "guard", 1))).toMatchObject({ status: "sealed", seq: 2 });

@@ -1,6 +1,6 @@
 import { createHash } from "node:crypto";
-import { FALLBACK_SUMMARIZER, fallbackTurnText } from "../core/fallback.js";
 import { fitsInBytes } from "../core/chunk.js";
+import { FALLBACK_SUMMARIZER, fallbackTurnText } from "../core/fallback.js";
 import { NODE_BYTES, outcomeTag, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { coverOfRuns, type RecordRun } from "../core/turn-records.js";

@@ -36,7 +36,7 @@ import {
 } from "../store/revisions.js";
 import { applyTreeChanges } from "../store/tree-changes.js";
 import type { Tree } from "../store/trees.js";
-import { budgetSettingsOf, type Config } from "./config.js";
+import { budgetSettingsOf, type Config, foldParamsOf } from "./config.js";
 
 export interface RebuildRequest extends RebuildSelection {
   /** Only the nodes written with this prompt version (`--prompt-version V`). */
@@ -57,7 +57,7 @@ export function rebuildDepsOf(pool: Pool, config: Config, summarizer: Summarizer
   return {
     pool,
     summarizer,
-    fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
+    fold: foldParamsOf(config),
     budget: createBudget(pool, budgetSettingsOf(config)),
   };
 }

@@ -19,7 +19,7 @@ import {
   prepareContext,
 } from "./assembly.js";
 import { type AuditReport, auditAll } from "./audit.js";
-import type { Config } from "./config.js";
+import { type Config, foldParamsOf } from "./config.js";
 import {
   type ForgetOptions,
   type ForgetReport,
@@ -213,7 +213,7 @@ export function createMemory(pool: Pool, config: Config, options: { readOnly?: b
 }
 
 function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): Memory {
-  const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
+  const fold: FoldParams = foldParamsOf(config);
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
   // The producer's pg-boss (its module, its own pool, a schema check and timers: about a third of an OpenCode
   // process's open under load) starts when the first call that inserts jobs needs it, before that call's transaction

@@ -11,7 +11,7 @@
  * replays. Old revisions cannot be read any more: the scope's retention epoch is bumped by the caller, so no snapshot
  * pinned before this transaction is used again without re-pinning.
  */
-import { EMPTY_FOLD, type FoldParams, viewBytes } from "../core/fold.js";
+import { EMPTY_FOLD, type FoldParams, foldParamsFor, viewBytes } from "../core/fold.js";
 import { refoldLog } from "../core/refold.js";
 import { REMOVED_SUMMARIZER } from "../core/revisions.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
@@ -69,7 +69,7 @@ export async function retirePublications(
     shared.tree.leafCount,
     removedMarker(input.reason),
   );
-  await rebaseView(db, shared, removed.events, params);
+  await rebaseView(db, shared, removed.events, foldParamsFor("shared", params));
   const leafCount = shared.tree.leafCount;
   // Level-1 ancestors have two leaves (the marker and its sibling, both built): ready now. Higher ones wait for their
   // children, and the commit that builds the second child enqueues them (tree-changes.ts readiness).

@@ -4,7 +4,7 @@
  * writes its plan (the rows themselves: trees.ts, nodes.ts, view-revisions.ts, tree-log.ts).
  */
 import { createHash } from "node:crypto";
-import type { FoldParams } from "../core/fold.js";
+import { type FoldParams, foldParamsFor } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
 import { type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
@@ -155,15 +155,16 @@ export async function planTreeChanges(
   params: FoldParams,
   options: PlanOptions = {},
 ): Promise<TreeChangePlan> {
-  const plan = await planTreeEvents(tree, changes, params, treeEngineIo(db, tree, options.leafSource), {
+  const fold = foldParamsFor(tree.kind, params);
+  const plan = await planTreeEvents(tree, changes, fold, treeEngineIo(db, tree, options.leafSource), {
     buildFreeInline: options.buildFreeInline ?? false,
   });
   const { built, ...decided } = plan;
   return {
     ...decided,
     treeId: tree.treeId,
-    upperBytes: params.upperBytes,
-    lowerBytes: params.lowerBytes,
+    upperBytes: fold.upperBytes,
+    lowerBytes: fold.lowerBytes,
     notify: built > 0,
   };
 }

@@ -64,7 +64,10 @@ describe("the shared view's own budget", () => {
     const turn = await db.memory.admitTurn({ sessionId: a.sessionId, turnId: "reader", publishes: false });
     const context = await db.memory.assembleContext(turn, LARGE_WINDOW);
     const shared = context.blocks.find((block) => block.name === "shared_memory")?.text ?? "";
-    const refs = [...shared.matchAll(/^pub:(\d+)\+(\d+)\|/gm)].map((m) => ({ start: Number(m[1]), count: Number(m[2]) }));
+    const refs = [...shared.matchAll(/^pub:(\d+)\+(\d+)\|/gm)].map((m) => ({
+      start: Number(m[1]),
+      count: Number(m[2]),
+    }));
     // Every publication is covered once, in order, and the oldest are merged.
     expect(refs.reduce((n, r) => n + r.count, 0)).toBe(TURNS);
     expect(refs[0]?.start).toBe(0);

@@ -1,6 +1,5 @@
-import type { PgBoss } from "pg-boss";
 import { z } from "zod";
-import { createBoss } from "../compactor/queue.js";
+import { type JobInserter, producerJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
@@ -30,7 +29,7 @@ import {
 } from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
-import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { type IngestDeps, type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
 import { type InheritResult, inheritHistory, type RewindResult, rewindSession } from "./inherit.js";
 import { openSession } from "./open-session.js";
 import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
@@ -215,34 +214,15 @@ export function createMemory(pool: Pool, config: Config, options: { readOnly?: b
 function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): Memory {
   const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
-  // The producer's pg-boss (its module, its own pool, a schema check and timers: about a third of an OpenCode
-  // process's open under load) starts when the first call that inserts jobs needs it, before that call's transaction
-  // begins; a reader never starts it, and a read-only service never does (starting one opens connections that may
-  // write). A failed start is forgotten, so the next call tries again.
-  let bossStarted: Promise<PgBoss> | undefined;
-  const jobQueue = (): Promise<PgBoss> => {
-    if (readOnly) {
-      return Promise.reject(new Error("a read-only memory service inserts no jobs (it was opened with readOnly)"));
-    }
-    bossStarted ??= (async () => {
-      const boss = await createBoss(config.databaseUrl, "producer");
-      boss.on("error", () => {}); // producer errors surface from the calls that hit them
-      try {
-        await boss.start();
-      } catch (error) {
-        await boss.stop({ graceful: false, close: true }).catch(() => {});
-        throw error;
-      }
-      return boss;
-    })().catch((error: unknown) => {
-      // The driver's own error goes on unchanged: the guard's retry helper (store/db.ts withRetry) classifies it,
-      // waits for a restarting server when the call is idempotent, and names the server and the fix otherwise.
-      bossStarted = undefined;
-      throw error;
-    });
-    return bossStarted;
-  };
-  const ingestion = { pool, jobQueue, fold };
+  // Jobs are inserted by the commits that make them due, through one statement each (compactor/queue.ts
+  // `producerJobs`): no pg-boss instance is started here. Its start (module, own pool, schema check, timers) was about
+  // a third of the plugin's CPU in an `opencode run` (issue 9 item 2, docs/opencode-notes.md "What a run costs").
+  const jobQueue = (): Promise<JobInserter> =>
+    readOnly
+      ? Promise.reject(new Error("a read-only memory service inserts no jobs (it was opened with readOnly)"))
+      : Promise.resolve(producerJobs);
+  // ingest.ts still declares its queue as a PgBoss; it only hands it to enqueueNodeJobs, which takes a JobInserter.
+  const ingestion = { pool, jobQueue: jobQueue as unknown as IngestDeps["jobQueue"], fold };
 
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
@@ -322,12 +302,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       return await zoomTree(pool, await treeOf(sessionId), ref);
     },
 
-    admitTurn: (input) => {
-      const valid = parseInput(admitTurnSchema, input, "admitTurn");
-      // The turn's records come next, and sealing them inserts jobs: the job queue starts meanwhile.
-      if (!readOnly) jobQueue().catch(() => {});
-      return admitTurn(shared, valid);
-    },
+    admitTurn: (input) => admitTurn(shared, parseInput(admitTurnSchema, input, "admitTurn")),
     finishTurn: (ctx, outcome) =>
       finishTurn(
         shared,
@@ -375,8 +350,6 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
 
     async close() {
       await listener.close();
-      const boss = await bossStarted?.catch(() => undefined);
-      await boss?.stop({ graceful: false, close: true }).catch(() => {});
       await pool.end();
     },
   };

@@ -17,22 +17,15 @@ import {
   type PrepareOptions,
   prepareContext,
 } from "./assembly.js";
-import { type AuditReport, auditAll } from "./audit.js";
+import type { AuditReport } from "./audit.js";
 import type { Config } from "./config.js";
-import {
-  type ForgetOptions,
-  type ForgetReport,
-  type ForgetRequest,
-  type ForgetSummary,
-  forget,
-  planForget,
-} from "./forget.js";
+import type { ForgetOptions, ForgetReport, ForgetRequest, ForgetSummary } from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
 import { type IngestDeps, type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
-import { type InheritResult, inheritHistory, type RewindResult, rewindSession } from "./inherit.js";
+import type { InheritResult, RewindResult } from "./inherit.js";
 import { openSession } from "./open-session.js";
-import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
+import type { PayloadPage, RecordRef } from "./payload-page.js";
 import { PinnedNodeCache } from "./pinned-nodes.js";
 import {
   isScopeReader,
@@ -47,8 +40,8 @@ import {
   turnOrThrow,
 } from "./reader.js";
 import { snapshotCurrent } from "./retention-epoch.js";
-import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
-import { archiveSession, type IsolateReport, isolateSession } from "./revoke.js";
+import type { sessionsFor, ZoomAnswer, ZoomOptions } from "./retrieval.js";
+import type { IsolateReport } from "./revoke.js";
 import {
   admitTurnSchema,
   assembleSchema,
@@ -71,7 +64,7 @@ import {
   viewOptionsSchema,
   zoomOptionsSchema,
 } from "./schemas.js";
-import { type SearchAnswer, type SearchOptions, searchFor } from "./shared.js";
+import type { SearchAnswer, SearchOptions } from "./shared.js";
 import { admitTurn, finishTurn } from "./turns.js";
 import {
   type Readiness,
@@ -203,7 +196,12 @@ export async function openMemory(
   return createMemory(pool, config, { readOnly: options.readOnly ?? false });
 }
 
-/** The service over an open pool and job queue; every call goes through the retry helper (guard.ts). */
+/**
+ * The service over an open pool and job queue; every call goes through the retry helper (guard.ts). What a host
+ * process seldom calls (retrieval tools, forks and rewinds, deletion, revocation, audits, payload pages) is imported on
+ * its first call: a plugin's import is on OpenCode's start-up path, and those modules were about a fifth of the
+ * plugin's import in OpenCode's Bun (issue 9 item 2, docs/opencode-notes.md "What a run costs").
+ */
 export function createMemory(pool: Pool, config: Config, options: { readOnly?: boolean } = {}): Memory {
   return guardMemory(createUnguardedMemory(pool, config, options.readOnly ?? false), {
     databaseUrl: config.databaseUrl,
@@ -247,14 +245,14 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     getSession,
     ingest: (event) => ingest(ingestion, event),
     ingestMany: (events, options) => ingestMany(ingestion, events, "ingestMany", options),
-    rewindSession: (sessionId, removed) =>
-      rewindSession(
+    rewindSession: async (sessionId, removed) =>
+      (await import("./inherit.js")).rewindSession(
         ingestion,
         parseInput(recordRefSchema.shape.sessionId, sessionId, "rewindSession", "sessionId"),
         parseInput(hostMessageIdsSchema, removed, "rewindSession", "removedHostMessageIds"),
       ),
-    inheritHistory: (sessionId, copies) =>
-      inheritHistory(
+    inheritHistory: async (sessionId, copies) =>
+      (await import("./inherit.js")).inheritHistory(
         ingestion,
         parseInput(recordRefSchema.shape.sessionId, sessionId, "inheritHistory", "sessionId"),
         copies,
@@ -274,8 +272,8 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       );
     },
 
-    readPayload: (ref, options = {}) =>
-      readPayloadPage(
+    readPayload: async (ref, options = {}) =>
+      (await import("./payload-page.js")).readPayloadPage(
         pool,
         parseInput(recordRefSchema, ref, "readPayload", "ref"),
         parseInput(readPayloadOptionsSchema, options, "readPayload"),
@@ -327,26 +325,53 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         waitMs: 0,
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
-    audit: () => auditAll(pool),
+    audit: async () => (await import("./audit.js")).auditAll(pool),
     snapshotCurrent: (sessionId, snapshot) => snapshotCurrent(pool, sessionId, snapshot),
-    planForget: (request) => planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
-    forget: (request, options) => forget(ingestion, parseInput(forgetRequestSchema, request, "forget"), options ?? {}),
-    isolateSession: (sessionId) =>
-      isolateSession(ingestion, parseInput(opaqueId, sessionId, "isolateSession", "sessionId")),
-    archiveSession: (sessionId, archived) =>
-      archiveSession(ingestion, parseInput(opaqueId, sessionId, "archiveSession", "sessionId"), archived),
-    zoom: (ctx, ref, options = {}) =>
-      zoomFor(
+    planForget: async (request) =>
+      (await import("./forget.js")).planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
+    forget: async (request, options) =>
+      (await import("./forget.js")).forget(
+        ingestion,
+        parseInput(forgetRequestSchema, request, "forget"),
+        options ?? {},
+      ),
+    isolateSession: async (sessionId) =>
+      (await import("./revoke.js")).isolateSession(
+        ingestion,
+        parseInput(opaqueId, sessionId, "isolateSession", "sessionId"),
+      ),
+    archiveSession: async (sessionId, archived) =>
+      (await import("./revoke.js")).archiveSession(
+        ingestion,
+        parseInput(opaqueId, sessionId, "archiveSession", "sessionId"),
+        archived,
+      ),
+    zoom: async (ctx, ref, options = {}) =>
+      (await import("./retrieval.js")).zoomFor(
         shared,
         reader(ctx, "zoom"),
         parseInput(z.string().max(300), ref, "zoom", "ref"),
         parseInput(zoomOptionsSchema, options, "zoom"),
         (page, cursor, maxBytes) => memory.readPayload(page, { maxBytes, ...(cursor ? { cursor } : {}) }),
       ),
-    search: (ctx, options) => searchFor(shared, reader(ctx, "search"), parseInput(searchSchema, options, "search")),
-    date: (ctx, ref) => dateFor(shared, reader(ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
-    sessions: (ctx, options = {}) =>
-      sessionsFor(shared, reader(ctx, "sessions"), parseInput(sessionsOptionsSchema, options, "sessions")),
+    search: async (ctx, options) =>
+      (await import("./shared.js")).searchFor(
+        shared,
+        reader(ctx, "search"),
+        parseInput(searchSchema, options, "search"),
+      ),
+    date: async (ctx, ref) =>
+      (await import("./retrieval.js")).dateFor(
+        shared,
+        reader(ctx, "date"),
+        parseInput(z.string().max(300), ref, "date", "ref"),
+      ),
+    sessions: async (ctx, options = {}) =>
+      (await import("./retrieval.js")).sessionsFor(
+        shared,
+        reader(ctx, "sessions"),
+        parseInput(sessionsOptionsSchema, options, "sessions"),
+      ),
 
     async close() {
       await listener.close();

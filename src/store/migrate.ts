@@ -1,6 +1,5 @@
 import { fileURLToPath } from "node:url";
 import pg from "pg";
-import { migrate as runPostgresMigrations } from "postgres-migrations";
 import { OptchatError } from "../core/errors.js";
 import { connectClient, databaseUnavailable, sqlStateOf } from "./db.js";
 
@@ -76,6 +75,9 @@ export async function migrateDatabase(
       if (sqlStateOf(error) !== "23505") throw error;
     }
     await client.query("SET search_path TO optchat");
+    // Imported here: every process reads SCHEMA_VERSION and readSchemaVersion from this module, few migrate (the
+    // package was ~6 ms of the plugin's import in OpenCode's Bun).
+    const { migrate: runPostgresMigrations } = await import("postgres-migrations");
     const applied = await runPostgresMigrations({ client }, MIGRATIONS_DIRECTORY, { logger: log });
     const schemaVersion = await readSchemaVersion(client);
     return { databaseCreated, applied: applied.map((m) => `${m.id}_${m.name}`), schemaVersion };

@@ -385,8 +385,11 @@ export class OpencodeAdapter {
     state.opening ??= (async () => {
       try {
         const scope = this.config.plugin.scope;
-        // Asked beside the rest: `chat.message` waits for this open.
-        const rewrittenLookup = this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
+        // Asked beside the rest: `chat.message` waits for this open. A session created in this process has no problem
+        // recorded yet: not asked (in `opencode run` the lookup needed a second pool connection inside chat.message).
+        const rewrittenLookup = this.sessions.createdHere(state.hostSessionId)
+          ? Promise.resolve(undefined)
+          : this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
         rewrittenLookup.catch(() => {});
         // A session created in this process says whether it has a parent (`session.created`): no client round trip.
         const parentHost =

@@ -116,7 +116,7 @@ export function messageWriter(
   turnId: string,
   kind: IngestEvent["kind"],
   content: string,
-  extra?: Partial<IngestEvent>,
+  extra?: Partial<TestEvent>,
 ) => Promise<IngestResult> {
   let n = 0;
   return async (session, turnId, kind, content, extra = {}) => {

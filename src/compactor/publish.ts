@@ -1,6 +1,7 @@
 import { createHash } from "node:crypto";
+import { fitsInBytes } from "../core/chunk.js";
 import { FALLBACK_SUMMARIZER, fallbackTurnText } from "../core/fallback.js";
-import { freeLeafText, NODE_BYTES, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
+import { NODE_BYTES, outcomeTag, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, type NodeAddress, nodeKey, refOf } from "../core/tree.js";
 import { coverOfRuns, type RecordRun } from "../core/turn-records.js";
 import { type PoolClient, withTransaction } from "../store/db.js";
@@ -213,9 +214,9 @@ interface PublicationLeaf {
 }
 
 /**
- * The publication leaf's text: the cover's lines when they fit under the outcome tag (free), else one compress step
+ * The publication leaf's text: the cover's lines when they fit after the outcome tag (free), else one compress step
  * with the shared view as context (its calls go to the ledger), else, past the budget, a labelled fallback. The tag
- * always comes first, so an attempt never reads as a success. Throws when the summary fails.
+ * always comes first. Throws when the summary fails.
  */
 export async function publicationLeaf(
   deps: Pick<CompactorDeps, "pool" | "summarizer" | "budget" | "gate" | "report">,
@@ -225,8 +226,9 @@ export async function publicationLeaf(
   coverText: string,
   records: number,
 ): Promise<PublicationLeaf> {
-  const tag = `[turn ${state}]`;
-  const free = freeLeafText(tag, coverText, NODE_BYTES)?.replace(`${tag}: `, `${tag} `);
+  const tag = outcomeTag(state);
+  const lead = tag === "" ? "" : `${tag} `;
+  const free = fitsInBytes(`${lead}${coverText}`, NODE_BYTES) ? `${lead}${coverText}` : undefined;
   if (free !== undefined) return { text: free, calls: 0, overshoot: false, fallback: false };
   const { sharedTree } = where;
   if (!(await withinBudget(deps, sharedTree)))
@@ -259,10 +261,10 @@ export async function publicationLeaf(
       },
       context,
       { type: "compress", kind: "turn", text: coverText },
-      NODE_BYTES - utf8Bytes(tag) - 1,
+      NODE_BYTES - utf8Bytes(lead),
     );
     return {
-      text: `${tag} ${result.text.replace(/^turn:\s*/, "")}`,
+      text: `${lead}${result.text.replace(/^turn:\s*/, "")}`,
       calls: result.calls,
       overshoot: result.overshoot,
       fallback: false,

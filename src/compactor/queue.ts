@@ -1,7 +1,14 @@
 import type { PgBoss } from "pg-boss";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
-import { NODE_QUEUE, nodeJobKey, PUBLISH_QUEUE, publicationJobKey } from "../store/job-queue.js";
+import {
+  insertJobs,
+  type JobRow,
+  NODE_QUEUE,
+  nodeJobKey,
+  PUBLISH_QUEUE,
+  publicationJobKey,
+} from "../store/job-queue.js";
 
 // The queue names and job keys live with the SQL that reads pg-boss's tables (store/job-queue.ts).
 export { NODE_QUEUE, PUBLISH_QUEUE } from "../store/job-queue.js";
@@ -41,12 +48,12 @@ export const NODE_QUEUE_OPTIONS = {
   notify: true,
 } as const;
 
-export type BossRole = "installer" | "producer" | "worker";
+export type BossRole = "installer" | "worker";
 
 /**
- * A pg-boss instance for one role. The installer (optchat migrate) creates pg-boss's schema and our queue; producers
- * (every memory service) only insert jobs inside our transactions; workers also supervise expired claims and listen
- * for new jobs.
+ * A pg-boss instance for one role. The installer (optchat migrate) creates pg-boss's schema and our queue; workers
+ * also supervise expired claims and listen for new jobs. Producers (every memory service) only insert jobs inside our
+ * transactions and start no pg-boss at all (`producerJobs`).
  */
 export async function createBoss(
   databaseUrl: string,
@@ -60,7 +67,7 @@ export async function createBoss(
     connectionString: databaseUrl,
     schema: "pgboss",
     application_name: `optchat-${role}`,
-    max: role === "worker" ? 4 : 2,
+    max: role === "worker" ? 4 : 1,
     migrate: role === "installer",
     createSchema: role === "installer",
     schedule: false,
@@ -68,8 +75,8 @@ export async function createBoss(
     superviseIntervalSeconds: 1,
     monitorIntervalSeconds: 1,
     useListenNotify: role === "worker",
-    // Only workers belong in pg-boss's instance registry: a producer's registration (a row, its pruning, a heartbeat
-    // timer sampling heap, event-loop and cgroup figures) was ~10 ms of CPU per `opencode run`, for nothing we read.
+    // Only workers belong in pg-boss's instance registry (a row, its pruning, a heartbeat timer sampling heap,
+    // event-loop and cgroup figures: ~10 ms of CPU per process, for nothing we read).
     registerInstance: role === "worker",
     // How often a supervising worker runs the deletion of finished jobs past their retention (pg-boss's default is
     // once a day, whatever the retention): OPTCHAT_RETENTION_SWEEP_SECONDS.
@@ -104,9 +111,43 @@ export function inTransaction(db: Queryable): {
   return { executeSql: (text, values) => db.query(text, values as unknown[]) as Promise<{ rows: unknown[] }> };
 }
 
+/**
+ * What enqueueing needs of the job queue: pg-boss's `insert` in the caller's transaction. A worker passes its pg-boss;
+ * a producer `producerJobs`.
+ */
+export type JobInserter = Pick<PgBoss, "insert">;
+
+/**
+ * A producer's job queue: the rows pg-boss's `insert` writes, by one statement on the caller's transaction
+ * (store/job-queue.ts `insertJobs`), without a pg-boss instance. Takes only what `enqueueNodeJobs` and
+ * `enqueuePublication` send (data, singleton key, a start time); anything else is refused rather than dropped.
+ */
+export const producerJobs: JobInserter = {
+  async insert(name, jobs, options) {
+    const db = options?.db;
+    if (!db) throw new Error("producer jobs are inserted only inside the caller's transaction (options.db)");
+    const now = Date.now();
+    const rows = jobs.map((job): JobRow => {
+      const { data, singletonKey, startAfter, ...rest } = job;
+      const extra = Object.keys(rest);
+      if (extra.length > 0) throw new Error(`producer jobs take no ${extra.join(", ")}`);
+      if (!data || singletonKey === undefined) throw new Error("producer jobs need data and a singleton key");
+      if (startAfter !== undefined && !(startAfter instanceof Date))
+        throw new Error("producer jobs take startAfter only as a Date");
+      return { data, singletonKey, ...(startAfter ? { startAfterSeconds: (startAfter.getTime() - now) / 1000 } : {}) };
+    });
+    // pg-boss's adapter interface over our transaction client (`inTransaction`): run the statement through it.
+    const queryable = {
+      query: (text: string, values: unknown[]) => db.executeSql(text, values),
+    } as unknown as Queryable;
+    await insertJobs(queryable, name, rows);
+    return null;
+  },
+};
+
 /** Enqueues node jobs in the caller's transaction (they exist only if it commits). */
 export async function enqueueNodeJobs(
-  boss: PgBoss,
+  boss: JobInserter,
   db: Queryable,
   treeId: number,
   nodes: readonly NodeAddress[],
@@ -127,7 +168,7 @@ export async function enqueueNodeJobs(
 
 /** Enqueues the publication of a finished turn in the caller's transaction (the outbox: it exists iff that commits). */
 export async function enqueuePublication(
-  boss: PgBoss,
+  boss: JobInserter,
   db: Queryable,
   data: PublishJobData,
   startAfterSeconds = 0,

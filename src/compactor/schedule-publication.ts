@@ -11,12 +11,11 @@
  * a job enqueued when ready stays ready. The caller must hold the session tree's row lock (`lockTree`): every writer of
  * the tree takes it first, so two commits that each make half of the condition true cannot both miss the other's.
  */
-import type { PgBoss } from "pg-boss";
 import type { Queryable } from "../store/db.js";
 import { hasOpenPublicationJob } from "../store/job-queue.js";
 import { leavesBuiltUpTo } from "../store/publications.js";
 import { nextTurnToPublish } from "../store/turns.js";
-import { enqueuePublication } from "./queue.js";
+import { enqueuePublication, type JobInserter } from "./queue.js";
 
 export interface SessionTreeRef {
   readonly treeId: number;
@@ -26,7 +25,7 @@ export interface SessionTreeRef {
 
 /** Enqueues the session's next publication when it became ready; returns its turn id, or undefined. */
 export async function schedulePublicationIfReady(
-  boss: PgBoss,
+  boss: JobInserter,
   tx: Queryable,
   tree: SessionTreeRef,
 ): Promise<string | undefined> {

@@ -136,7 +136,7 @@ export function renderSharedBlock(
     renderBlockPieces(
       "shared_memory",
       { scope: meta.scopeId },
-      "This project's conversations, this one included, as summaries of whole turns in the order they were published, oldest first; each line covers the turns pub:start+count.",
+      "This project's conversations, this one included, as summaries of whole turns in the order they were published, oldest first; each line covers the turns pub:start+count. A turn that did not complete starts with [turn interrupted] or [turn failed].",
       renderLineList(lines),
       meta.note,
     ),

@@ -23,9 +23,9 @@ export function fallbackParentText(messages: number): string {
   return `${FALLBACK_LABEL} ${BYTES.format(messages)} messages`;
 }
 
-/** A turn's publication leaf whose cover does not fit in one line. */
+/** A turn's publication leaf whose cover does not fit in one line, after its outcome tag (none for a completed turn). */
 export function fallbackTurnText(tag: string, records: number): string {
-  return `${tag} ${FALLBACK_LABEL} a turn of ${BYTES.format(records)} records`;
+  return `${tag === "" ? "" : `${tag} `}${FALLBACK_LABEL} a turn of ${BYTES.format(records)} records`;
 }
 
 export function isFallbackText(text: string): boolean {

@@ -10,6 +10,18 @@ import { dyadicCover, endOf, type NodeAddress, pow2, startOf } from "./tree.js";
 export interface FoldParams {
   readonly upperBytes: number;
   readonly lowerBytes: number;
+  /**
+   * The shared tree's own thresholds (OPTCHAT_SHARED_VIEW_BYTES, _LOWER_BYTES): its view goes into every request of
+   * every session of the scope, a session's view only into that session's. Absent: the shared tree folds like a
+   * session's.
+   */
+  readonly shared?: { readonly upperBytes: number; readonly lowerBytes: number };
+}
+
+/** The thresholds a tree of `kind` folds with (each revision records the ones it used: the audit refolds with them). */
+export function foldParamsFor(kind: "session" | "shared", params: FoldParams): FoldParams {
+  const chosen = kind === "shared" && params.shared ? params.shared : params;
+  return { upperBytes: chosen.upperBytes, lowerBytes: chosen.lowerBytes };
 }
 
 export interface FoldState {

@@ -212,7 +212,7 @@ async function readSharedLines(deps: AssemblyDeps, turn: Turn): Promise<TreeLine
         treeId: view.treeId,
         parts: view.parts,
         leafCount: view.leafCount,
-        atEvent: view.eventNo,
+        at: { atEvent: view.eventNo },
         revision: view.revision,
         name: sharedRef,
         cache: new Map(),
@@ -306,7 +306,9 @@ async function readOwnView(
       treeId: tree.treeId,
       parts: view ? restrictToPrefix(view.parts, turn.snapshot.ownBoundary) : [],
       leafCount: turn.snapshot.ownBoundary,
-      atEvent: undefined,
+      // As of the turn's revision epoch, so a rebuild committed during the turn changes none of its texts (the own
+      // view revision may be pinned after it: its parts exist at the epoch, as the old revisions or first builds).
+      at: { epoch: turn.snapshot.revisionEpoch },
       name: refOf,
       cache: new Map(),
     },

@@ -3,6 +3,7 @@ import type { BudgetSettings } from "../compactor/budget.js";
 import { type PriceTable, parsePriceOverrides, priceTable } from "../compactor/prices.js";
 import { AUTO, providerNamed, type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
+import type { FoldParams } from "../core/fold.js";
 
 /**
  * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
@@ -40,6 +41,18 @@ export const SETTINGS = {
     default: 0,
     accepted:
       "0 (the same as OPTCHAT_VIEW_BYTES) or an integer from 1024 up to OPTCHAT_VIEW_BYTES: once over the upper size, the view shrinks down to this",
+  },
+  sharedViewBytes: {
+    env: "OPTCHAT_SHARED_VIEW_BYTES",
+    default: 32_000,
+    accepted:
+      "an integer from 1024 to 10000000: the size the shared view (other sessions' published turns, sent with every request of every session of the scope) is kept under; older turns beyond it are read as merged summaries",
+  },
+  sharedViewLowerBytes: {
+    env: "OPTCHAT_SHARED_VIEW_LOWER_BYTES",
+    default: 0,
+    accepted:
+      "0 (three quarters of OPTCHAT_SHARED_VIEW_BYTES) or an integer from 1024 up to OPTCHAT_SHARED_VIEW_BYTES: once over the upper size, the shared view shrinks down to this (the gap is how many publications append before the cached memory is rewritten again)",
   },
   workerConcurrency: {
     env: "OPTCHAT_WORKER_CONCURRENCY",
@@ -175,6 +188,8 @@ const configSchema = z.object({
   databaseRetryMs: integerFrom(0, 600_000),
   viewBytes: integerFrom(1024, 10_000_000),
   viewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
+  sharedViewBytes: integerFrom(1024, 10_000_000),
+  sharedViewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
   workerConcurrency: integerFrom(1, 64),
   failureRetrySeconds: integerFrom(1, 3600),
   summarizer: z
@@ -293,6 +308,13 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       { settings: ["OPTCHAT_VIEW_LOWER_BYTES"] },
     );
   }
+  if (data.sharedViewLowerBytes > data.sharedViewBytes) {
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `Invalid configuration: OPTCHAT_SHARED_VIEW_LOWER_BYTES (${sourceOf("sharedViewLowerBytes")}) is ${data.sharedViewLowerBytes}, above OPTCHAT_SHARED_VIEW_BYTES ${data.sharedViewBytes}; accepted: ${SETTINGS.sharedViewLowerBytes.accepted}`,
+      { settings: ["OPTCHAT_SHARED_VIEW_LOWER_BYTES"] },
+    );
+  }
   const problems = summarizerProblems(summarizerSettingsOf(data));
   if (problems.length > 0) {
     throw new OptchatError(
@@ -301,7 +323,26 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       { settings: [...new Set(problems.join(" ").match(/\b(?:OPTCHAT_[A-Z_]+|[A-Z]+_API_KEY)\b/g) ?? [])] },
     );
   }
-  return Object.freeze({ ...data, viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes });
+  return Object.freeze({
+    ...data,
+    viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes,
+    sharedViewLowerBytes:
+      data.sharedViewLowerBytes === 0
+        ? Math.max(1024, Math.floor((data.sharedViewBytes * 3) / 4))
+        : data.sharedViewLowerBytes,
+  });
+}
+
+/**
+ * The fold thresholds of every tree (src/core/fold.ts): session views under OPTCHAT_VIEW_*, the shared view under
+ * OPTCHAT_SHARED_VIEW_*. Every process that folds (ingest, workers, rebuild, forget) uses the same settings.
+ */
+export function foldParamsOf(config: Config): FoldParams {
+  return {
+    upperBytes: config.viewBytes,
+    lowerBytes: config.viewLowerBytes,
+    shared: { upperBytes: config.sharedViewBytes, lowerBytes: config.sharedViewLowerBytes },
+  };
 }
 
 /** The compactor's daily caps and the price table they are measured with (src/compactor/budget.ts). */

@@ -2,7 +2,7 @@ import { estimateTokens, type MemoryLine, type RenderedBlock } from "../core/con
 import { type NodeBytes, partBytes, project } from "../core/fold.js";
 import { type NodeAddress, nodeKey } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
-import { findNodes } from "../store/nodes.js";
+import { findNodes, type RevisionsAt } from "../store/nodes.js";
 import type { PinnedNodeCache } from "./pinned-nodes.js";
 
 /** The lines of one tree's view an assembly renders: its parts, and how their nodes are read and named. */
@@ -10,7 +10,8 @@ export interface TreeLines {
   readonly treeId: number;
   readonly parts: readonly NodeAddress[];
   readonly leafCount: number;
-  readonly atEvent: number | undefined;
+  /** Which revisions the parts resolve to: a pinned view's event, or the turn's revision epoch (the newest: neither). */
+  readonly at: RevisionsAt | undefined;
   /** The view revision the lines are from, when pinned (the process-wide cache is keyed by it). */
   readonly revision?: number;
   readonly name: (node: NodeAddress) => string;
@@ -36,12 +37,13 @@ export async function fitTokens(
   const load = async (addresses: readonly NodeAddress[]) => {
     const missing = addresses.filter((a) => !known.has(nodeKey(a)));
     if (missing.length === 0) return;
-    if (lines.atEvent !== undefined && lines.revision !== undefined && lines.pinned) {
-      for (const [key, value] of await lines.pinned.load(pool, lines.treeId, lines.revision, lines.atEvent, missing))
+    const at = lines.at;
+    if (at && "atEvent" in at && lines.revision !== undefined && lines.pinned) {
+      for (const [key, value] of await lines.pinned.load(pool, lines.treeId, lines.revision, at.atEvent, missing))
         known.set(key, value);
       return;
     }
-    const found = await findNodes(pool, lines.treeId, missing, lines.atEvent);
+    const found = await findNodes(pool, lines.treeId, missing, at);
     for (const a of missing) {
       const node = found.get(nodeKey(a));
       known.set(nodeKey(a), node ? { bytes: node.byteLength, text: node.text } : undefined);

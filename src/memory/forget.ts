@@ -8,8 +8,7 @@
  * outbox: they exist iff the deletion commits), and each touched scope's retention epoch is bumped so that no snapshot
  * pinned earlier serves removed text (retention-epoch.ts).
  */
-import type { PgBoss } from "pg-boss";
-import { enqueueNodeJobs } from "../compactor/queue.js";
+import { enqueueNodeJobs, type JobInserter } from "../compactor/queue.js";
 import type { FoldParams } from "../core/fold.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import {
@@ -32,7 +31,7 @@ export type ForgetRequest =
 
 export interface ForgetDeps {
   readonly pool: Pool;
-  readonly jobQueue: () => Promise<PgBoss>;
+  readonly jobQueue: () => Promise<JobInserter>;
   readonly fold: FoldParams;
 }
 
@@ -114,7 +113,7 @@ export async function forget(
  */
 export async function retireFromScope(
   deps: Pick<ForgetDeps, "fold">,
-  boss: PgBoss,
+  boss: JobInserter,
   tx: Parameters<typeof lockTree>[0],
   scopeId: string,
   selection: readonly string[] | RetiredSelection,

@@ -22,9 +22,17 @@ export {
 } from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export type { RecordTally } from "./import.js";
-export { inspectStoredSession } from "./inspect.js";
+
 export type { ZoomAnswer } from "./retrieval.js";
 export type { IngestEvent } from "./schemas.js";
 export { type Memory, openMemory } from "./service.js";
 export type { SearchAnswer } from "./shared.js";
-export { type CompactorEvent, type RunningCompactor, startWorker } from "./worker.js";
+export type { CompactorEvent, RunningCompactor } from "./worker.js";
+
+// Loaded when first called: the compactor worker (its jobs, publication, summarizing, retention) and the inspection's
+// status queries are ~40 modules a host process imports at start and most `opencode run`s never use (issue 9 item 2:
+// the plugin's import is on OpenCode's start-up path, docs/opencode-notes.md "What a run costs").
+export const startWorker: typeof import("./worker.js").startWorker = async (...args) =>
+  (await import("./worker.js")).startWorker(...args);
+export const inspectStoredSession: typeof import("./inspect.js").inspectStoredSession = async (...args) =>
+  (await import("./inspect.js")).inspectStoredSession(...args);

@@ -6,8 +6,7 @@
  * turns stay the parent's: the child sees them only as shared memory, under the normal rules.
  */
 
-import type { PgBoss } from "pg-boss";
-import { enqueueNodeJobs } from "../compactor/queue.js";
+import { enqueueNodeJobs, type JobInserter } from "../compactor/queue.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { endOf } from "../core/tree.js";
@@ -173,7 +172,7 @@ export async function rewindSession(
 async function takeOver(
   client: PoolClient,
   fold: FoldParams,
-  boss: PgBoss,
+  boss: JobInserter,
   target: { sessionId: string; generation: number },
   source: InheritanceSource,
   keys: readonly InheritedKey[],

@@ -31,7 +31,7 @@ export class PinnedNodeCache {
       else missing.push(a);
     }
     if (missing.length > 0) {
-      const found = await findNodes(pool, treeId, missing, atEvent);
+      const found = await findNodes(pool, treeId, missing, { atEvent });
       if (this.entries.size + missing.length > this.limit) this.entries.clear();
       for (const a of missing) {
         const node = found.get(nodeKey(a));

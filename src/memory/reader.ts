@@ -1,5 +1,6 @@
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import type { Pool } from "../store/db.js";
+import { readRevisionClock } from "../store/revisions.js";
 import { findScope, type Session } from "../store/sessions.js";
 import { findSessionTree, findSharedTreeOfScope } from "../store/trees.js";
 import { findTurn, type Snapshot, type Turn } from "../store/turns.js";
@@ -15,7 +16,13 @@ export interface TurnContext {
 /** What of the scope a read sees: the shared view and the publications below the high-water mark. */
 export type ScopeSnapshot = Pick<
   Snapshot,
-  "scopeId" | "policyRevision" | "retentionEpoch" | "sharedTreeId" | "sharedViewRevision" | "publicationHighWater"
+  | "scopeId"
+  | "policyRevision"
+  | "retentionEpoch"
+  | "revisionEpoch"
+  | "sharedTreeId"
+  | "sharedViewRevision"
+  | "publicationHighWater"
 >;
 
 /** The reading session's own history: its records before the boundary, and the turn's own records. */
@@ -116,10 +123,13 @@ async function latestScopeSnapshot(pool: Pool, scopeId: string): Promise<ScopeSn
       { scopeId },
     );
   const tree = scope.kind === "isolated" ? undefined : await findSharedTreeOfScope(pool, scopeId);
+  // Read after the tree: every revision its view shows is at or below the clock (admitTurn reads both at once).
+  const revisionEpoch = await readRevisionClock(pool);
   return {
     scopeId,
     policyRevision: scope.policyRevision,
     retentionEpoch: scope.retentionEpoch,
+    revisionEpoch,
     sharedTreeId: tree?.treeId ?? null,
     sharedViewRevision: tree && tree.viewRevision > 0 ? tree.viewRevision : null,
     publicationHighWater: tree?.leafCount ?? 0,

@@ -27,10 +27,16 @@ import type { Summarizer } from "../compactor/summarizer.js";
 import type { FoldParams } from "../core/fold.js";
 import { PROMPT_VERSION } from "../core/summary.js";
 import { type Pool, type Queryable, withTransaction } from "../store/db.js";
-import { countCurrentNodes, findRebuildTrees, lockRebuildTrees, type RebuildSelection } from "../store/revisions.js";
+import {
+  advanceRevisionClock,
+  countCurrentNodes,
+  findRebuildTrees,
+  lockRebuildTrees,
+  type RebuildSelection,
+} from "../store/revisions.js";
 import { applyTreeChanges } from "../store/tree-changes.js";
 import type { Tree } from "../store/trees.js";
-import { budgetSettingsOf, type Config } from "./config.js";
+import { budgetSettingsOf, type Config, foldParamsOf } from "./config.js";
 
 export interface RebuildRequest extends RebuildSelection {
   /** Only the nodes written with this prompt version (`--prompt-version V`). */
@@ -51,7 +57,7 @@ export function rebuildDepsOf(pool: Pool, config: Config, summarizer: Summarizer
   return {
     pool,
     summarizer,
-    fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
+    fold: foldParamsOf(config),
     budget: createBudget(pool, budgetSettingsOf(config)),
   };
 }
@@ -153,6 +159,9 @@ async function commit(
   step(
     `committing ${changed.reduce((n, p) => n + p.revisions.length, 0)} new revision(s) in ${changed.length} tree(s)`,
   );
+  // One epoch for the whole commit, taken under the tree locks: every revision below carries it, so a turn admitted
+  // before the commit keeps reading the revisions it could see (migration 014).
+  if (changed.length > 0) await advanceRevisionClock(tx);
   const trees: RebuiltTree[] = [];
   for (const plan of changed) {
     const tree = locked.get(plan.tree.treeId) as Tree;

@@ -4,14 +4,12 @@ import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/r
 import { endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { formatRuns, runsOfCover } from "../core/turn-records.js";
 import type { Pool } from "../store/db.js";
-import { findNodes } from "../store/nodes.js";
+import { findNodes, type RevisionsAt } from "../store/nodes.js";
 import { findPublication, foreignRangeVisible, publicationTimeSpan } from "../store/publications.js";
 import { listRecords, recordTimeSpan } from "../store/records.js";
-import { findCoverTextsByHash, findInputHashesAt } from "../store/revisions.js";
 import { findSession, listScopeSessions, type Session } from "../store/sessions.js";
 import { findSessionTree, type Tree } from "../store/trees.js";
 import { type TurnOutcome, turnRecordRange } from "../store/turns.js";
-import { findViewEvent } from "../store/view-revisions.js";
 import { type ReadAs, type Reader, readerOf, type ServedSnapshot, served } from "./reader.js";
 import { childLinesOf } from "./views.js";
 
@@ -69,6 +67,15 @@ async function resolveSessionRef(pool: Pool, reader: Reader, ref: MemoryRef): Pr
     return undefined;
   }
   return { session, tree, node: ref.node, own };
+}
+
+/**
+ * Which node revisions a reader's zooms resolve to: those of its snapshot's revision epoch (migration 014), in every
+ * tree. For the trees a turn was shown this is what its pinned views show (both are pinned by one statement at
+ * admission); a node first built since is read as it is; a rebuild committed since is not seen.
+ */
+function revisionsOf(reader: Reader): RevisionsAt {
+  return { epoch: reader.scope.revisionEpoch };
 }
 
 export type ZoomAnswer =
@@ -146,10 +153,7 @@ export async function zoomFor(
       ? refOf(node)
       : sessionRef(resolved.session.sessionId, resolved.tree.generation ?? 0, node);
   if (resolved.node.level > 0) {
-    // The turn's own tree opens as its pinned own view shows it (docs/compactor.md "Revisions and rebuild").
-    const pinned = resolved.own && reader.own ? reader.own.viewRevision : null;
-    const atEvent = pinned === null ? undefined : await findViewEvent(deps.pool, resolved.tree.treeId, pinned);
-    const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name, atEvent);
+    const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name, revisionsOf(reader));
     if (!lines) throw notFound(refText);
     return { kind: "lines", ref: name(resolved.node), lines: lines.map(refAndText), snapshot: served(reader) };
   }
@@ -162,9 +166,7 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
   const treeId = reader.scope.sharedTreeId;
   if (treeId === null || endOf(node) > reader.scope.publicationHighWater) throw notFound(refText);
   if (node.level > 0) {
-    const pinned = reader.scope.sharedViewRevision;
-    const atEvent = pinned === null ? undefined : await findViewEvent(pool, treeId, pinned);
-    const lines = await childLinesOf(pool, treeId, node, sharedRef, atEvent);
+    const lines = await childLinesOf(pool, treeId, node, sharedRef, revisionsOf(reader));
     if (!lines) throw notFound(refText);
     return { kind: "lines", ref: sharedRef(node), lines: lines.map(refAndText), snapshot };
   }
@@ -173,7 +175,7 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
   if (publication.retired) {
     // A retired publication keeps its number and shows only its removed marker (its shared leaf's text): nothing of
     // its session is reachable from it (issue 15 item 4).
-    const leaf = await findNodes(pool, treeId, [node]);
+    const leaf = await findNodes(pool, treeId, [node], revisionsOf(reader));
     return {
       kind: "lines",
       ref: sharedRef(node),
@@ -182,8 +184,9 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
     };
   }
   const tree = await findSessionTree(pool, publication.sessionId, publication.generation);
-  const nodes = tree ? await findNodes(pool, tree.treeId, publication.sourceCover) : new Map();
-  const pinned = tree ? await pinnedCoverTexts(pool, reader, treeId, node, tree.treeId, publication.sourceCover) : [];
+  // The cover as the reader's snapshot resolves it: the texts the pinned leaf revision was made from (a rebuild that
+  // changes a cover text writes the leaf again, in the same commit and epoch).
+  const nodes = tree ? await findNodes(pool, tree.treeId, publication.sourceCover, revisionsOf(reader)) : new Map();
   return {
     kind: "publication",
     ref: sharedRef(node),
@@ -195,32 +198,12 @@ async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText
     range: formatRuns(runsOfCover(publication.sourceCover)),
     completedAt: publication.completedAt.toISOString(),
     publishedAt: publication.publishedAt.toISOString(),
-    cover: publication.sourceCover.map((cover, k) => ({
+    cover: publication.sourceCover.map((cover) => ({
       ref: sessionRef(publication.sessionId, publication.generation, cover),
-      text: pinned[k] ?? nodes.get(nodeKey(cover))?.text ?? "",
+      text: nodes.get(nodeKey(cover))?.text ?? "",
     })),
     snapshot,
   };
-}
-
-/**
- * The cover texts the publication's leaf, as the reader's pinned shared view resolves it, was made from (by its input
- * hashes: docs/compactor.md "Revisions and rebuild"); empty without a pinned view. A text gone since is left out.
- */
-async function pinnedCoverTexts(
-  pool: Pool,
-  reader: Reader,
-  sharedTreeId: number,
-  leaf: NodeAddress,
-  sessionTreeId: number,
-  cover: readonly NodeAddress[],
-): Promise<(string | undefined)[]> {
-  const revision = reader.scope.sharedViewRevision;
-  const atEvent = revision === null ? undefined : await findViewEvent(pool, sharedTreeId, revision);
-  const hashes = atEvent === undefined ? undefined : await findInputHashesAt(pool, sharedTreeId, leaf, atEvent);
-  if (!hashes) return [];
-  const texts = await findCoverTextsByHash(pool, sessionTreeId, cover, hashes);
-  return cover.map((_, k) => texts.get(k));
 }
 
 /** A single message: its stored payload, paged; maxTokens bounds the page (conservatively, 3 bytes per token). */

@@ -30,6 +30,7 @@ export interface Searcher {
     readonly publicationHighWater: number;
     readonly sharedTreeId: number | null;
     readonly ownBoundary: number;
+    readonly revisionEpoch: number;
   };
 }
 
@@ -141,6 +142,7 @@ export async function searchPlaces(
       ownSessionId: turn.sessionId,
       ownGeneration: turn.generation,
       ownBoundary: turn.snapshot.ownBoundary,
+      revisionEpoch: turn.snapshot.revisionEpoch,
     },
     {
       matches: required ?? matches,

@@ -1,6 +1,5 @@
-import type { PgBoss } from "pg-boss";
 import { z } from "zod";
-import { createBoss } from "../compactor/queue.js";
+import { type JobInserter, producerJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
@@ -18,23 +17,16 @@ import {
   type PrepareOptions,
   prepareContext,
 } from "./assembly.js";
-import { type AuditReport, auditAll } from "./audit.js";
-import type { Config } from "./config.js";
-import {
-  type ForgetOptions,
-  type ForgetReport,
-  type ForgetRequest,
-  type ForgetSummary,
-  forget,
-  planForget,
-} from "./forget.js";
+import type { AuditReport } from "./audit.js";
+import { type Config, foldParamsOf } from "./config.js";
+import type { ForgetOptions, ForgetReport, ForgetRequest, ForgetSummary } from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
-import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { type IngestDeps, type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
 import { IngestRouting } from "./ingest-routing.js";
-import { type InheritResult, inheritHistory, type RewindResult, rewindSession } from "./inherit.js";
+import type { InheritResult, RewindResult } from "./inherit.js";
 import { openSession } from "./open-session.js";
-import { type PayloadPage, type RecordRef, readPayloadPage } from "./payload-page.js";
+import type { PayloadPage, RecordRef } from "./payload-page.js";
 import { PinnedNodeCache } from "./pinned-nodes.js";
 import {
   isScopeReader,
@@ -49,8 +41,8 @@ import {
   turnOrThrow,
 } from "./reader.js";
 import { snapshotCurrent } from "./retention-epoch.js";
-import { dateFor, sessionsFor, type ZoomAnswer, type ZoomOptions, zoomFor } from "./retrieval.js";
-import { archiveSession, type IsolateReport, isolateSession } from "./revoke.js";
+import type { sessionsFor, ZoomAnswer, ZoomOptions } from "./retrieval.js";
+import type { IsolateReport } from "./revoke.js";
 import {
   admitTurnSchema,
   assembleSchema,
@@ -73,7 +65,7 @@ import {
   viewOptionsSchema,
   zoomOptionsSchema,
 } from "./schemas.js";
-import { type SearchAnswer, type SearchOptions, searchFor } from "./shared.js";
+import type { SearchAnswer, SearchOptions } from "./shared.js";
 import { admitTurn, finishTurn } from "./turns.js";
 import {
   type Readiness,
@@ -205,7 +197,12 @@ export async function openMemory(
   return createMemory(pool, config, { readOnly: options.readOnly ?? false });
 }
 
-/** The service over an open pool and job queue; every call goes through the retry helper (guard.ts). */
+/**
+ * The service over an open pool and job queue; every call goes through the retry helper (guard.ts). What a host
+ * process seldom calls (retrieval tools, forks and rewinds, deletion, revocation, audits, payload pages) is imported on
+ * its first call: a plugin's import is on OpenCode's start-up path, and those modules were about a fifth of the
+ * plugin's import in OpenCode's Bun (issue 9 item 2, docs/opencode-notes.md "What a run costs").
+ */
 export function createMemory(pool: Pool, config: Config, options: { readOnly?: boolean } = {}): Memory {
   return guardMemory(createUnguardedMemory(pool, config, options.readOnly ?? false), {
     databaseUrl: config.databaseUrl,
@@ -214,36 +211,22 @@ export function createMemory(pool: Pool, config: Config, options: { readOnly?: b
 }
 
 function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): Memory {
-  const fold: FoldParams = { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes };
+  const fold: FoldParams = foldParamsOf(config);
   const listener = new TreeListener(config.databaseUrl, TREE_CHANNEL);
-  // The producer's pg-boss (its module, its own pool, a schema check and timers: about a third of an OpenCode
-  // process's open under load) starts when the first call that inserts jobs needs it, before that call's transaction
-  // begins; a reader never starts it, and a read-only service never does (starting one opens connections that may
-  // write). A failed start is forgotten, so the next call tries again.
-  let bossStarted: Promise<PgBoss> | undefined;
-  const jobQueue = (): Promise<PgBoss> => {
-    if (readOnly) {
-      return Promise.reject(new Error("a read-only memory service inserts no jobs (it was opened with readOnly)"));
-    }
-    bossStarted ??= (async () => {
-      const boss = await createBoss(config.databaseUrl, "producer");
-      boss.on("error", () => {}); // producer errors surface from the calls that hit them
-      try {
-        await boss.start();
-      } catch (error) {
-        await boss.stop({ graceful: false, close: true }).catch(() => {});
-        throw error;
-      }
-      return boss;
-    })().catch((error: unknown) => {
-      // The driver's own error goes on unchanged: the guard's retry helper (store/db.ts withRetry) classifies it,
-      // waits for a restarting server when the call is idempotent, and names the server and the fix otherwise.
-      bossStarted = undefined;
-      throw error;
-    });
-    return bossStarted;
+  // Jobs are inserted by the commits that make them due, through one statement each (compactor/queue.ts
+  // `producerJobs`): no pg-boss instance is started here. Its start (module, own pool, schema check, timers) was about
+  // a third of the plugin's CPU in an `opencode run` (issue 9 item 2, docs/opencode-notes.md "What a run costs").
+  const jobQueue = (): Promise<JobInserter> =>
+    readOnly
+      ? Promise.reject(new Error("a read-only memory service inserts no jobs (it was opened with readOnly)"))
+      : Promise.resolve(producerJobs);
+  // ingest.ts still declares its queue as a PgBoss; it only hands it to enqueueNodeJobs, which takes a JobInserter.
+  const ingestion = {
+    pool,
+    jobQueue: jobQueue as unknown as IngestDeps["jobQueue"],
+    fold,
+    routing: new IngestRouting(),
   };
-  const ingestion = { pool, jobQueue, fold, routing: new IngestRouting() };
 
   async function getSession(sessionId: string): Promise<Session> {
     const id = parseInput(recordRefSchema.shape.sessionId, sessionId, "getSession", "sessionId");
@@ -268,14 +251,14 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     getSession,
     ingest: (event) => ingest(ingestion, event),
     ingestMany: (events, options) => ingestMany(ingestion, events, "ingestMany", options),
-    rewindSession: (sessionId, removed) =>
-      rewindSession(
+    rewindSession: async (sessionId, removed) =>
+      (await import("./inherit.js")).rewindSession(
         ingestion,
         parseInput(recordRefSchema.shape.sessionId, sessionId, "rewindSession", "sessionId"),
         parseInput(hostMessageIdsSchema, removed, "rewindSession", "removedHostMessageIds"),
       ),
-    inheritHistory: (sessionId, copies) =>
-      inheritHistory(
+    inheritHistory: async (sessionId, copies) =>
+      (await import("./inherit.js")).inheritHistory(
         ingestion,
         parseInput(recordRefSchema.shape.sessionId, sessionId, "inheritHistory", "sessionId"),
         copies,
@@ -295,8 +278,8 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       );
     },
 
-    readPayload: (ref, options = {}) =>
-      readPayloadPage(
+    readPayload: async (ref, options = {}) =>
+      (await import("./payload-page.js")).readPayloadPage(
         pool,
         parseInput(recordRefSchema, ref, "readPayload", "ref"),
         parseInput(readPayloadOptionsSchema, options, "readPayload"),
@@ -323,12 +306,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       return await zoomTree(pool, await treeOf(sessionId), ref);
     },
 
-    admitTurn: (input) => {
-      const valid = parseInput(admitTurnSchema, input, "admitTurn");
-      // The turn's records come next, and sealing them inserts jobs: the job queue starts meanwhile.
-      if (!readOnly) jobQueue().catch(() => {});
-      return admitTurn(shared, valid);
-    },
+    admitTurn: (input) => admitTurn(shared, parseInput(admitTurnSchema, input, "admitTurn")),
     finishTurn: (ctx, outcome) =>
       finishTurn(
         shared,
@@ -353,31 +331,56 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         waitMs: 0,
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
-    audit: () => auditAll(pool),
+    audit: async () => (await import("./audit.js")).auditAll(pool),
     snapshotCurrent: (sessionId, snapshot) => snapshotCurrent(pool, sessionId, snapshot),
-    planForget: (request) => planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
-    forget: (request, options) => forget(ingestion, parseInput(forgetRequestSchema, request, "forget"), options ?? {}),
-    isolateSession: (sessionId) =>
-      isolateSession(ingestion, parseInput(opaqueId, sessionId, "isolateSession", "sessionId")),
-    archiveSession: (sessionId, archived) =>
-      archiveSession(ingestion, parseInput(opaqueId, sessionId, "archiveSession", "sessionId"), archived),
-    zoom: (ctx, ref, options = {}) =>
-      zoomFor(
+    planForget: async (request) =>
+      (await import("./forget.js")).planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
+    forget: async (request, options) =>
+      (await import("./forget.js")).forget(
+        ingestion,
+        parseInput(forgetRequestSchema, request, "forget"),
+        options ?? {},
+      ),
+    isolateSession: async (sessionId) =>
+      (await import("./revoke.js")).isolateSession(
+        ingestion,
+        parseInput(opaqueId, sessionId, "isolateSession", "sessionId"),
+      ),
+    archiveSession: async (sessionId, archived) =>
+      (await import("./revoke.js")).archiveSession(
+        ingestion,
+        parseInput(opaqueId, sessionId, "archiveSession", "sessionId"),
+        archived,
+      ),
+    zoom: async (ctx, ref, options = {}) =>
+      (await import("./retrieval.js")).zoomFor(
         shared,
         reader(ctx, "zoom"),
         parseInput(z.string().max(300), ref, "zoom", "ref"),
         parseInput(zoomOptionsSchema, options, "zoom"),
         (page, cursor, maxBytes) => memory.readPayload(page, { maxBytes, ...(cursor ? { cursor } : {}) }),
       ),
-    search: (ctx, options) => searchFor(shared, reader(ctx, "search"), parseInput(searchSchema, options, "search")),
-    date: (ctx, ref) => dateFor(shared, reader(ctx, "date"), parseInput(z.string().max(300), ref, "date", "ref")),
-    sessions: (ctx, options = {}) =>
-      sessionsFor(shared, reader(ctx, "sessions"), parseInput(sessionsOptionsSchema, options, "sessions")),
+    search: async (ctx, options) =>
+      (await import("./shared.js")).searchFor(
+        shared,
+        reader(ctx, "search"),
+        parseInput(searchSchema, options, "search"),
+      ),
+    date: async (ctx, ref) =>
+      (await import("./retrieval.js")).dateFor(
+        shared,
+        reader(ctx, "date"),
+        parseInput(z.string().max(300), ref, "date", "ref"),
+      ),
+    sessions: async (ctx, options = {}) =>
+      (await import("./retrieval.js")).sessionsFor(
+        shared,
+        reader(ctx, "sessions"),
+        parseInput(sessionsOptionsSchema, options, "sessions"),
+      ),
 
     async close() {
       await listener.close();
-      const boss = await bossStarted?.catch(() => undefined);
-      await boss?.stop({ graceful: false, close: true }).catch(() => {});
       await pool.end();
     },
   };

@@ -1,4 +1,4 @@
-import type { PgBoss } from "pg-boss";
+import type { JobInserter } from "../compactor/queue.js";
 import { schedulePublicationIfReady } from "../compactor/schedule-publication.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import { type Pool, withTransaction } from "../store/db.js";
@@ -37,7 +37,7 @@ export async function admitTurn(
  * that waits for an earlier turn of its session, is scheduled by the commit that completes that instead.
  */
 export async function finishTurn(
-  deps: { readonly pool: Pool; readonly jobQueue: () => Promise<PgBoss> },
+  deps: { readonly pool: Pool; readonly jobQueue: () => Promise<JobInserter> },
   ctx: TurnContext,
   outcome: TurnOutcome,
 ): Promise<{ turn: Turn; finished: boolean }> {

@@ -3,7 +3,7 @@ import { type NodeBytes, PLACEHOLDER_TEXT, partBytes, project } from "../core/fo
 import { flattenLine } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, parseRef, refOf } from "../core/tree.js";
 import type { Queryable } from "../store/db.js";
-import { findNodes, listNodeFailures } from "../store/nodes.js";
+import { findNodes, listNodeFailures, type RevisionsAt } from "../store/nodes.js";
 import type { TreeListener } from "../store/notifications.js";
 import { findSessionTree, type Tree } from "../store/trees.js";
 import { findProjection, findViewRevision, saveProjection, type ViewRevision } from "../store/view-revisions.js";
@@ -74,7 +74,7 @@ export async function renderView(
       ...(projected.fits ? {} : { minimalBytes: projected.bytes }),
     };
   }
-  const nodes = await findNodes(db, tree.treeId, parts, revision.eventNo);
+  const nodes = await findNodes(db, tree.treeId, parts, { atEvent: revision.eventNo });
   const lines = parts.map((part): ViewLine => {
     const node = nodes.get(nodeKey(part));
     const bytes = partBytes(part, () => node?.byteLength);
@@ -106,7 +106,7 @@ async function projectRevision(
   if (cached) return cached;
   const known = new Map<number, number | undefined>();
   const load = async (addresses: readonly NodeAddress[]) => {
-    const found = await findNodes(db, revision.treeId, addresses, revision.eventNo);
+    const found = await findNodes(db, revision.treeId, addresses, { atEvent: revision.eventNo });
     for (const a of addresses) known.set(nodeKey(a), found.get(nodeKey(a))?.byteLength);
   };
   await load(revision.parts);
@@ -210,22 +210,25 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
 
 /**
  * The two lines a summary opens into (seed 002 §7.1), named by `name`; undefined when either is not built, which
- * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet). With `atEvent` (the event of
- * the view revision a snapshot pinned), each child is the revision that view resolves to, so a line of a pinned view
- * opens into what it was made of even after a rebuild (docs/compactor.md "Revisions and rebuild"); a child built after
- * that event (a line found by search, not in the pinned view) is read as it is now.
+ * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet). `at` says which revisions a
+ * reader's snapshot resolves to (docs/compactor.md "Revisions and rebuild"): with a pinned view's event, each child is
+ * the revision that view resolves to, so a line of a pinned view opens into what it was made of even after a rebuild;
+ * a child built after that event (a line found by search, not in the pinned view) is read as `fallback` resolves it
+ * (the reader's revision epoch). Without either, the newest revisions (operators' reads).
  */
 export async function childLinesOf(
   db: Queryable,
   treeId: number,
   node: NodeAddress,
   name: (node: NodeAddress) => string,
-  atEvent?: number,
+  at?: RevisionsAt,
+  fallback?: RevisionsAt,
 ): Promise<ViewLine[] | undefined> {
   const children = childrenOf(node);
-  const nodes = await findNodes(db, treeId, children, atEvent);
-  if (atEvent !== undefined && nodes.size < children.length)
-    for (const [key, found] of await findNodes(db, treeId, children)) if (!nodes.has(key)) nodes.set(key, found);
+  const nodes = await findNodes(db, treeId, children, at);
+  if (at !== undefined && nodes.size < children.length)
+    for (const [key, found] of await findNodes(db, treeId, children, fallback))
+      if (!nodes.has(key)) nodes.set(key, found);
   const lines: ViewLine[] = [];
   for (const child of children) {
     const found = nodes.get(nodeKey(child));

@@ -2,7 +2,7 @@ import { createSummarizer } from "../compactor/registry.js";
 import { type RunningRetention, startRetention } from "../compactor/retention.js";
 import type { Summarizer } from "../compactor/summarizer.js";
 import { type CompactorEvent, type RunningCompactor, startCompactor } from "../compactor/worker.js";
-import { budgetSettingsOf, type Config, summarizerSettingsOf } from "./config.js";
+import { budgetSettingsOf, type Config, foldParamsOf, summarizerSettingsOf } from "./config.js";
 import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
@@ -39,7 +39,7 @@ export async function startWorker(
     {
       databaseUrl: config.databaseUrl,
       concurrency: overrides.concurrency ?? config.workerConcurrency,
-      fold: { upperBytes: config.viewBytes, lowerBytes: config.viewLowerBytes },
+      fold: foldParamsOf(config),
       failureRetrySeconds: config.failureRetrySeconds,
       retentionSweepSeconds: config.retentionSweepSeconds,
       budget: budgetSettingsOf(config),

@@ -89,7 +89,7 @@ export const RETENTION_CHECKS: readonly { audit: "retention" | "derivation"; pro
                    coalesce(sum(length(n.search)), 0) AS total_length
               FROM optchat.nodes n JOIN optchat.trees t ON t.tree_id = n.tree_id
               LEFT JOIN optchat.sessions s ON s.session_id = t.session_id
-             WHERE n.search IS NOT NULL GROUP BY 1, 2
+             WHERE n.search IS NOT NULL AND NOT n.superseded GROUP BY 1, 2
           )
           SELECT coalesce(a.scope_id, b.scope_id) || ' term ' || coalesce(a.term, b.term) AS subject
             FROM optchat.search_term_counts a FULL JOIN terms b ON b.scope_id = a.scope_id AND b.term = a.term

@@ -156,6 +156,21 @@ const CHECKS: readonly { audit: Violation["audit"]; problem: string; sql: string
               OR (tu.shared_tree_id IS NOT NULL AND (st.kind <> 'shared' OR st.scope_id <> tu.scope_id))`,
   },
   {
+    audit: "snapshot_visibility",
+    problem:
+      "a node address does not resolve to exactly one revision at some revision epoch (migration 014: a revision superseded by a rebuild must end at the epoch its successor starts), or a turn pins an epoch the clock has not reached",
+    sql: `SELECT n.tree_id || ':' || n.level || ':' || n.idx || ' revision ' || n.revision AS subject FROM optchat.nodes n
+           WHERE n.superseded_epoch IS NOT NULL AND NOT EXISTS (
+             SELECT 1 FROM optchat.nodes m
+              WHERE m.tree_id = n.tree_id AND m.level = n.level AND m.idx = n.idx
+                AND m.revision = (SELECT min(k.revision) FROM optchat.nodes k
+                                   WHERE k.tree_id = n.tree_id AND k.level = n.level AND k.idx = n.idx AND k.revision > n.revision)
+                AND m.revision_epoch = n.superseded_epoch)
+          UNION ALL
+          SELECT tu.session_id || ':' || tu.generation || ':' || tu.turn_id FROM optchat.turns tu
+           WHERE tu.revision_epoch > (SELECT epoch FROM optchat.revision_clock)`,
+  },
+  {
     audit: "turn_liveness",
     problem: `stuck: the turn is still active but no process holds its session (the lease expired); ${STUCK_TURN_ADVICE}`,
     sql: `SELECT x.session_id || ':' || x.turn_id || ' (OpenCode session ' || x.host_session_id || ', last holder ' || x.holder || ')' AS subject

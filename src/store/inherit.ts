@@ -151,11 +151,11 @@ export async function writeInheritedRecords(
        RETURNING 1
      )
      INSERT INTO optchat.turns (session_id, generation, turn_id, state, admitted_at, finished_at, query, publishes,
-                                scope_id, policy_revision, retention_epoch, shared_tree_id, shared_view_revision,
-                                publication_high_water, own_boundary, admission_seq, run_starts, run_ends,
-                                publication_state)
+                                scope_id, policy_revision, retention_epoch, revision_epoch, shared_tree_id,
+                                shared_view_revision, publication_high_water, own_boundary, admission_seq, run_starts,
+                                run_ends, publication_state)
      SELECT $1::text, $2::int, t.turn_id, t.state, t.admitted_at, t.finished_at, t.query, false,
-            t.scope_id, t.policy_revision, t.retention_epoch, t.shared_tree_id, t.shared_view_revision,
+            t.scope_id, t.policy_revision, t.retention_epoch, t.revision_epoch, t.shared_tree_id, t.shared_view_revision,
             t.publication_high_water, t.own_boundary, t.admission_seq, t.run_starts, t.run_ends, 'none'
        FROM optchat.turns t
       WHERE t.session_id = $3::text AND t.generation = $4::int AND t.state <> 'active'

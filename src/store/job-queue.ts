@@ -1,8 +1,9 @@
 /**
- * pg-boss's own tables, read only here (issue 15 item 6): the names of optchat's queues, the singleton keys its jobs
- * carry, and every query of `pgboss.job`. pg-boss writes the rows (compactor/queue.ts sends through its API); the store
- * reads them where a decision needs the outbox in the same statement (a node or a turn with no open job) or where an
- * operator's status counts them.
+ * pg-boss's own tables, queried only here (issue 15 item 6): the names of optchat's queues, the singleton keys its jobs
+ * carry, every query of `pgboss.job`, and the producer's job insert. Workers write job rows through pg-boss's API
+ * (compactor/queue.ts); a producer (every memory service) inserts them with `insertJobs` below, the same rows without
+ * starting pg-boss; the store reads them where a decision needs the outbox in the same statement (a node or a turn
+ * with no open job) or where an operator's status counts them.
  */
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
@@ -97,3 +98,64 @@ export async function hasOpenPublicationJob(
   );
   return (result.rowCount ?? 0) > 0;
 }
+
+/** One job for `insertJobs`: its data, its singleton key, and how long after now it may start. */
+export interface JobRow {
+  readonly data: object;
+  readonly singletonKey: string;
+  readonly startAfterSeconds?: number;
+}
+
+/**
+ * Inserts `jobs` into `queue` in the caller's transaction: the rows pg-boss 12.38's `insert` writes (its
+ * plans.insertJobs: the queue's settings copied onto each job, ON CONFLICT DO NOTHING, one NOTIFY on pg-boss's channel
+ * when a job may start now, so a worker listening wakes at once), but without a pg-boss instance. A producer that
+ * only inserts jobs then needs neither pg-boss's module nor its pool, schema check and timers: in `opencode run` that
+ * start was about a third of the plugin's CPU (issue 9 item 2, docs/opencode-notes.md "What a run costs"). Inserting
+ * into `pgboss.job` (the partitioned parent) routes each row to its queue's table, as pg-boss's insert into that table
+ * does. tests/integration/job-insert.test.ts compares the rows with pg-boss's own.
+ */
+export async function insertJobs(db: Queryable, queue: string, jobs: readonly JobRow[]): Promise<void> {
+  if (jobs.length === 0) return;
+  await db.query(
+    `WITH ins AS (
+       INSERT INTO pgboss.job (id, name, data, priority, start_after, created_on, singleton_key, singleton_on, group_id,
+                               group_tier, expire_seconds, deletion_seconds, keep_until, retry_limit, retry_delay,
+                               retry_backoff, retry_delay_max, policy, dead_letter, heartbeat_seconds, blocked, blocking,
+                               pending_dependencies, trace_context)
+       SELECT gen_random_uuid(), $1::text, j.data, 0, j.start_after, pgboss.job_now(), j.singleton_key, NULL, NULL, NULL,
+              COALESCE(q.expire_seconds, ${PGBOSS_DEFAULTS.expireSeconds}),
+              COALESCE(q.deletion_seconds, ${PGBOSS_DEFAULTS.deletionSeconds}),
+              j.start_after + COALESCE(q.retention_seconds, ${PGBOSS_DEFAULTS.retentionSeconds}) * interval '1s',
+              COALESCE(q.retry_limit, ${PGBOSS_DEFAULTS.retryLimit}), COALESCE(q.retry_delay, ${PGBOSS_DEFAULTS.retryDelay}),
+              COALESCE(q.retry_backoff, false), q.retry_delay_max, q.policy, q.dead_letter, q.heartbeat_seconds,
+              false, false, 0, NULL
+         FROM (SELECT d.data, d.singleton_key, pgboss.job_now() + d.delay * interval '1s' AS start_after
+                 FROM unnest($2::jsonb[], $3::text[], $4::float8[]) AS d(data, singleton_key, delay)) j
+         LEFT JOIN pgboss.queue q ON q.name = $1::text
+       ON CONFLICT DO NOTHING
+       RETURNING start_after
+     )
+     SELECT pg_notify(${PGBOSS_NOTIFY_CHANNEL_SQL}, $1::text)
+       FROM pgboss.queue q
+      WHERE q.name = $1::text AND q.notify AND EXISTS (SELECT 1 FROM ins WHERE start_after <= pgboss.job_now())`,
+    [
+      queue,
+      jobs.map((job) => JSON.stringify(job.data)),
+      jobs.map((job) => job.singletonKey),
+      jobs.map((job) => job.startAfterSeconds ?? 0),
+    ],
+  );
+}
+
+/** pg-boss 12.38's fallbacks for a queue row that lacks a setting (plans.js QUEUE_DEFAULTS); ours set them all. */
+const PGBOSS_DEFAULTS = {
+  expireSeconds: 15 * 60,
+  deletionSeconds: 7 * 24 * 3600,
+  retentionSeconds: 14 * 24 * 3600,
+  retryLimit: 2,
+  retryDelay: 0,
+} as const;
+
+/** The channel pg-boss 12.38 workers LISTEN on for schema `pgboss` (plans.js notifyChannelSql). */
+const PGBOSS_NOTIFY_CHANNEL_SQL = `('pgboss_' || left(encode(sha224('pgboss'::bytea), 'hex'), 24))`;

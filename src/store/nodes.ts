@@ -30,6 +30,14 @@ export interface NodeRevisionRow {
   prompt_version: string | null;
 }
 
+/**
+ * SQL: the node row `alias` is the revision of its address that a snapshot at revision epoch `epoch` sees (migration
+ * 014). A revision superseded outside a rebuild (superseded_epoch NULL) is seen by nobody.
+ */
+export function visibleAtEpoch(alias: string, epoch: string): string {
+  return `${alias}.revision_epoch <= ${epoch} AND (NOT ${alias}.superseded OR ${alias}.superseded_epoch > ${epoch})`;
+}
+
 interface NodeRow {
   level: number;
   idx: number;
@@ -45,24 +53,34 @@ interface NodeRow {
 }
 
 /**
- * The nodes at `addresses` as a view at `atEvent` sees them: for each, the newest revision committed at or before that
- * event (all events when omitted). Absent addresses are not built (yet, or at that point).
+ * Which revision of each address a read resolves to (docs/compactor.md "Revisions and rebuild"): the one a view
+ * revision at tree event `atEvent` shows (the newest committed at or before it), or the one a snapshot pinned at
+ * revision epoch `epoch` sees (migration 014: the revision with `revision_epoch <= epoch` not superseded by then).
+ */
+export type RevisionsAt = { readonly atEvent: number } | { readonly epoch: number };
+
+/**
+ * The nodes at `addresses` as `at` resolves them (the newest revisions when omitted). Absent addresses are not built
+ * (yet, or at that point).
  */
 export async function findNodes(
   db: Queryable,
   treeId: number,
   addresses: readonly NodeAddress[],
-  atEvent?: number,
+  at?: RevisionsAt,
 ): Promise<Map<number, NodeRecord>> {
   if (addresses.length === 0) return new Map();
+  const atEvent = at && "atEvent" in at ? at.atEvent : null;
+  const epoch = at && "epoch" in at ? at.epoch : null;
   const result = await db.query<NodeRow>(
     `SELECT DISTINCT ON (n.level, n.idx) n.level, n.idx, n.revision, n.text, n.byte_length, n.summarizer,
             n.prompt_version, n.attempts, n.overshoot, n.tree_event, n.built_at
        FROM unnest($2::int[], $3::bigint[]) AS a(level, idx)
        JOIN optchat.nodes n ON n.tree_id = $1::bigint AND n.level = a.level AND n.idx = a.idx
-      WHERE $4::bigint IS NULL OR n.tree_event <= $4::bigint
+      WHERE ($4::bigint IS NULL OR n.tree_event <= $4::bigint)
+        AND ($5::int IS NULL OR (${visibleAtEpoch("n", "$5::int")}))
       ORDER BY n.level, n.idx, n.revision DESC`,
-    [treeId, addresses.map((a) => a.level), addresses.map((a) => a.index), atEvent ?? null],
+    [treeId, addresses.map((a) => a.level), addresses.map((a) => a.index), atEvent, epoch],
   );
   return new Map(
     result.rows.map((row) => [

@@ -46,7 +46,7 @@ export async function repinActiveTurn(db: Queryable, turn: Turn): Promise<Turn |
   const result = await db.query<TurnRow>(
     `UPDATE optchat.turns t
         SET scope_id = sc.scope_id, policy_revision = sc.policy_revision, retention_epoch = sc.retention_epoch,
-            shared_tree_id = st.tree_id, shared_view_revision = nullif(st.view_revision, 0),
+            revision_epoch = (SELECT epoch FROM optchat.revision_clock), shared_tree_id = st.tree_id, shared_view_revision = nullif(st.view_revision, 0),
             publication_high_water = coalesce(st.leaf_count, 0), own_view_revision = NULL,
             publishes = t.publishes AND sc.kind <> 'isolated',
             publication_state = CASE WHEN sc.kind = 'isolated' THEN 'none' ELSE t.publication_state END

@@ -11,7 +11,7 @@
  * replays. Old revisions cannot be read any more: the scope's retention epoch is bumped by the caller, so no snapshot
  * pinned before this transaction is used again without re-pinning.
  */
-import { EMPTY_FOLD, type FoldParams, viewBytes } from "../core/fold.js";
+import { EMPTY_FOLD, type FoldParams, foldParamsFor, viewBytes } from "../core/fold.js";
 import { refoldLog } from "../core/refold.js";
 import { REMOVED_SUMMARIZER } from "../core/revisions.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
@@ -69,7 +69,7 @@ export async function retirePublications(
     shared.tree.leafCount,
     removedMarker(input.reason),
   );
-  await rebaseView(db, shared, removed.events, params);
+  await rebaseView(db, shared, removed.events, foldParamsFor("shared", params));
   const leafCount = shared.tree.leafCount;
   // Level-1 ancestors have two leaves (the marker and its sibling, both built): ready now. Higher ones wait for their
   // children, and the commit that builds the second child enqueues them (tree-changes.ts readiness).
@@ -154,14 +154,15 @@ async function removeDerivedNodes(
   );
   const result = await db.query<{ level: number; idx: string; tree_event: string }>(
     `WITH doomed AS (
-       SELECT n.level, n.idx, n.revision, n.tree_event, length(n.search) AS terms
+       -- Superseded revisions keep their search vectors (migration 014) but are not in the statistics.
+       SELECT n.level, n.idx, n.revision, n.tree_event, CASE WHEN NOT n.superseded THEN length(n.search) END AS terms
          FROM unnest($2::int[], $3::bigint[]) AS a(level, idx)
          JOIN optchat.nodes n ON n.tree_id = $1::bigint AND n.level = a.level AND n.idx = a.idx
      ), failures_gone AS (
        DELETE FROM optchat.node_failures f USING doomed d
         WHERE f.tree_id = $1::bigint AND f.level = d.level AND f.idx = d.idx
      ), old_leaves AS (
-       SELECT n.idx, n.revision, length(n.search) AS terms FROM optchat.nodes n
+       SELECT n.idx, n.revision, CASE WHEN NOT n.superseded THEN length(n.search) END AS terms FROM optchat.nodes n
         WHERE n.tree_id = $1::bigint AND n.level = 0 AND n.idx = ANY($4::bigint[])
      ), leaves AS (
        UPDATE optchat.nodes n SET text = $5::text, byte_length = octet_length($5::text), input_hashes = '{}',

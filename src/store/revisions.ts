@@ -8,6 +8,32 @@ import type { Queryable } from "./db.js";
 import type { NodeRevisionRow } from "./nodes.js";
 import { TREE_COLUMNS, type Tree, type TreeKind, type TreeRow, toTree } from "./trees.js";
 
+/**
+ * The revision clock (migration 014): the epoch a snapshot taken now pins. Every revision a rebuild wrote is at or
+ * below it once the rebuild has committed.
+ */
+export async function readRevisionClock(db: Queryable): Promise<number> {
+  const result = await db.query<{ epoch: number }>({
+    name: "optchat.revisions.clock",
+    text: "SELECT epoch FROM optchat.revision_clock",
+  });
+  return result.rows[0]?.epoch ?? 0;
+}
+
+/**
+ * Advances the revision clock for a rebuild's commit, in its transaction (after its tree locks): the revisions it
+ * writes carry the new epoch (tree-changes.ts insertNode reads it), so a snapshot pinned before the commit never
+ * resolves to them. Returns the new epoch.
+ */
+export async function advanceRevisionClock(db: Queryable): Promise<number> {
+  const result = await db.query<{ epoch: number }>(
+    "UPDATE optchat.revision_clock SET epoch = epoch + 1 RETURNING epoch",
+  );
+  const epoch = result.rows[0]?.epoch;
+  if (epoch === undefined) throw new Error("optchat.revision_clock has no row: run optchat migrate (migration 014)");
+  return epoch;
+}
+
 /** Which memory a rebuild covers: a scope, one session, or (neither) every scope. */
 export interface RebuildSelection {
   readonly scopeId?: string;
@@ -128,44 +154,4 @@ export async function countCurrentNodes(db: Queryable, treeIds: readonly number[
     [treeIds],
   );
   return Number(result.rows[0]?.n ?? 0);
-}
-
-/**
- * The texts a publication's shared leaf revision was made from: for each node of the source cover, the revision of
- * that session node whose text has the leaf's recorded input hash (a leaf records the SHA-256 of each cover text,
- * compactor/publish.ts), so a snapshot pinned before a rebuild opens a publication into the cover it summarized.
- * A text no revision has any more is missing from the map (the caller reads the newest then).
- */
-export async function findCoverTextsByHash(
-  db: Queryable,
-  sessionTreeId: number,
-  cover: readonly { readonly level: number; readonly index: number }[],
-  hashes: readonly Buffer[],
-): Promise<Map<number, string>> {
-  if (cover.length === 0 || hashes.length !== cover.length) return new Map();
-  const result = await db.query<{ ord: string; text: string }>(
-    `SELECT c.ord, (SELECT n.text FROM optchat.nodes n
-                     WHERE n.tree_id = $1::bigint AND n.level = c.level AND n.idx = c.idx
-                       AND sha256(convert_to(n.text, 'UTF8')) = c.hash
-                     ORDER BY n.revision DESC LIMIT 1) AS text
-       FROM unnest($2::int[], $3::bigint[], $4::bytea[]) WITH ORDINALITY AS c(level, idx, hash, ord)`,
-    [sessionTreeId, cover.map((c) => c.level), cover.map((c) => c.index), hashes],
-  );
-  return new Map(result.rows.filter((r) => r.text !== null).map((r) => [Number(r.ord) - 1, r.text]));
-}
-
-/** The input hashes of the revision of a node that a view at `atEvent` resolves to. */
-export async function findInputHashesAt(
-  db: Queryable,
-  treeId: number,
-  node: { readonly level: number; readonly index: number },
-  atEvent: number,
-): Promise<Buffer[] | undefined> {
-  const result = await db.query<{ input_hashes: Buffer[] }>(
-    `SELECT input_hashes FROM optchat.nodes
-      WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint AND tree_event <= $4::bigint
-      ORDER BY revision DESC LIMIT 1`,
-    [treeId, node.level, node.index, atEvent],
-  );
-  return result.rows[0]?.input_hashes;
 }

@@ -1,5 +1,6 @@
 import { payloadAsText } from "../core/payload.js";
 import type { Queryable } from "./db.js";
+import { visibleAtEpoch } from "./nodes.js";
 
 /** What a search may see: the caller's scope and pinned snapshot, applied in SQL before any text is read. */
 export interface SearchScope {
@@ -10,6 +11,8 @@ export interface SearchScope {
   readonly ownGeneration: number;
   /** Own records [0, ownBoundary) are searchable; the live turn is in the transcript. */
   readonly ownBoundary: number;
+  /** Summaries are searched as the snapshot's revision epoch resolves them (migration 014). */
+  readonly revisionEpoch: number;
 }
 
 export interface SearchFilters {
@@ -150,7 +153,7 @@ export interface RankedSearch {
   readonly nodeCandidateCap: number;
 }
 
-const FIXED_PARAMS = 21;
+const FIXED_PARAMS = 22;
 
 /** The BM25 score of alias `x` (presence of each unit, length in distinct terms), over numbered parameters. */
 function scoreExpression(alias: string, units: number, averageParam: string): string {
@@ -199,6 +202,7 @@ function indexedRecords(match: string, and: string): string {
  * - records and session nodes of other sessions of the scope, current generation, inside one node of the source
  *   cover of one of their publications below the high-water mark (the turn's own records only);
  * - shared-tree nodes whose whole range is below the high-water mark.
+ * Of a node address, the revision the snapshot's revision epoch sees (a rebuild since is not searched).
  * Candidates are the visible rows matching `candidates` (through the GIN indexes), at most `candidateCap` per source;
  * each is scored by the units it contains, weighted by the caller's idf, times BM25's length factor. Ordered by
  * score, then recency; the best `limit` rows. The caller merges them into places (src/memory/search.ts).
@@ -280,13 +284,15 @@ export async function searchRanked(
          JOIN optchat.trees t ON t.kind = 'session' AND t.session_id = v.session_id AND t.generation = v.generation
          JOIN optchat.nodes n ON n.tree_id = t.tree_id AND n.level > 0
           AND n.idx * (1::bigint << n.level) >= v.start_seq AND (n.idx + 1) * (1::bigint << n.level) <= v.end_seq
-        WHERE n.search @@ q.query AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
+        WHERE n.search @@ q.query AND ${visibleAtEpoch("n", "$22::int")}
+          AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
         LIMIT $21::int
      ),
      shared_candidates AS (
        SELECT n.level, n.idx, n.text, n.search
          FROM q JOIN optchat.nodes n ON n.tree_id = $7::bigint AND (n.idx + 1) * (1::bigint << n.level) <= $3::bigint
-        WHERE n.search @@ q.query AND $8::text IS NULL AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
+        WHERE n.search @@ q.query AND ${visibleAtEpoch("n", "$22::int")}
+          AND $8::text IS NULL AND $9::timestamptz IS NULL AND $10::timestamptz IS NULL
         LIMIT $21::int
      ),
      hits AS (
@@ -342,6 +348,7 @@ export async function searchRanked(
       search.preferred,
       search.preferred !== search.candidates,
       search.nodeCandidateCap,
+      scope.revisionEpoch,
       ...unitParams,
     ],
   );

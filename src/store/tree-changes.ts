@@ -4,7 +4,7 @@
  * writes its plan (the rows themselves: trees.ts, nodes.ts, view-revisions.ts, tree-log.ts).
  */
 import { createHash } from "node:crypto";
-import type { FoldParams } from "../core/fold.js";
+import { type FoldParams, foldParamsFor } from "../core/fold.js";
 import { payloadAsText } from "../core/payload.js";
 import { type LeafSourceRecord, leafSourceText, NODE_BYTES } from "../core/summary.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
@@ -168,21 +168,22 @@ export async function planTreeChanges(
   params: FoldParams,
   options: PlanOptions = {},
 ): Promise<TreeChangePlan> {
+  const fold = foldParamsFor(tree.kind, params);
   const io = treeEngineIo(db, tree, options.leafSource);
   if (options.readOnly) {
     io.storeNode = () => {
       throw new NeedsTreeLock(tree.treeId);
     };
   }
-  const plan = await planTreeEvents(tree, changes, params, io, {
+  const plan = await planTreeEvents(tree, changes, fold, io, {
     buildFreeInline: options.buildFreeInline ?? false,
   });
   const { built, ...decided } = plan;
   return {
     ...decided,
     treeId: tree.treeId,
-    upperBytes: params.upperBytes,
-    lowerBytes: params.lowerBytes,
+    upperBytes: fold.upperBytes,
+    lowerBytes: fold.lowerBytes,
     notify: built > 0,
   };
 }
@@ -405,22 +406,25 @@ function sha256(text: string): Buffer {
 async function insertNode(db: Queryable, treeId: number, node: NewNode, eventNo: number): Promise<void> {
   await db.query(
     // The tree's search statistics (migrations/007) in the same statement; the writer holds the tree row's lock. A
-    // new revision of a built address (a rebuild) supersedes the previous one: only the newest is searched and counted
-    // (migration 013).
+    // new revision of a built address (a rebuild) supersedes the previous one (migration 013): only the newest is
+    // counted; both carry the revision clock a rebuild advanced (migration 014), so a snapshot pinned before it keeps
+    // seeing, and searching, the previous one. A first build is epoch 0 (nothing to tell apart).
     `WITH previous AS (
        SELECT revision, length(search) AS terms FROM optchat.nodes
         WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint AND NOT superseded
+     ), epoch AS (
+       SELECT CASE WHEN EXISTS (SELECT 1 FROM previous) THEN (SELECT epoch FROM optchat.revision_clock) ELSE 0 END AS epoch
      ), superseded AS (
-       UPDATE optchat.nodes n SET superseded = true, search = NULL FROM previous p
+       UPDATE optchat.nodes n SET superseded = true, superseded_epoch = (SELECT epoch FROM epoch) FROM previous p
         WHERE n.tree_id = $1::bigint AND n.level = $2::int AND n.idx = $3::bigint AND n.revision = p.revision
        RETURNING p.terms
      ), node AS (
        INSERT INTO optchat.nodes (tree_id, level, idx, revision, text, byte_length, input_hashes, summarizer, prompt_version,
-                                  attempts, overshoot, tree_event, job_id, job_attempt, search)
+                                  attempts, overshoot, tree_event, job_id, job_attempt, search, revision_epoch)
        VALUES ($1::bigint, $2::int, $3::bigint,
                coalesce((SELECT max(revision) + 1 FROM optchat.nodes WHERE tree_id = $1::bigint AND level = $2::int AND idx = $3::bigint), 0),
                $4::text, octet_length($4::text), $5::bytea[], $6::text, $7::text, $8::int, $9::boolean, $10::bigint, $11::uuid, $12::int,
-               $13::tsvector)
+               $13::tsvector, (SELECT epoch FROM epoch))
        RETURNING tree_id, length(search) AS terms
      )
      INSERT INTO optchat.search_tree_stats AS s (scope_id, tree_id, documents, total_length)

@@ -19,6 +19,7 @@ export interface TurnRow {
   scope_id: string;
   policy_revision: number;
   retention_epoch: number;
+  revision_epoch: number;
   shared_tree_id: number | null;
   shared_view_revision: number | null;
   publication_high_water: number;
@@ -35,6 +36,8 @@ export interface Snapshot {
   readonly scopeId: string;
   readonly policyRevision: number;
   readonly retentionEpoch: number;
+  /** The revision clock at admission (migration 014): which node revisions the turn's reads resolve to. */
+  readonly revisionEpoch: number;
   readonly sharedTreeId: number | null;
   readonly sharedViewRevision: number | null;
   /** Publications numbered below this are visible. */
@@ -76,6 +79,7 @@ export function toTurn(row: TurnRow): Turn {
       scopeId: row.scope_id,
       policyRevision: row.policy_revision,
       retentionEpoch: row.retention_epoch,
+      revisionEpoch: row.revision_epoch,
       sharedTreeId: row.shared_tree_id,
       sharedViewRevision: row.shared_view_revision,
       publicationHighWater: row.publication_high_water,
@@ -93,11 +97,12 @@ export function toTurn(row: TurnRow): Turn {
 }
 
 export const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at, finished_at, query, publishes, scope_id,
-  policy_revision, retention_epoch, shared_tree_id, shared_view_revision, publication_high_water, own_boundary,
-  own_view_revision, admission_seq, run_starts, run_ends, publication_state`;
+  policy_revision, retention_epoch, revision_epoch, shared_tree_id, shared_view_revision, publication_high_water,
+  own_boundary, own_view_revision, admission_seq, run_starts, run_ends, publication_state`;
 
 /**
- * Admits a turn, pinning its snapshot in one statement: the scope's policy revision and retention epoch, its shared
+ * Admits a turn, pinning its snapshot in one statement: the scope's policy revision and retention epoch, the revision
+ * clock (in the same statement as the shared view, so the two agree: migration 014), its shared
  * tree's current view revision and publication count, and the session's own boundary (the records before the turn's
  * first record; all records so far when the turn has none yet). Re-admitting an existing turn returns it unchanged.
  */
@@ -107,10 +112,10 @@ export async function admitTurn(
 ): Promise<{ turn: Turn; created: boolean }> {
   const inserted = await db.query<TurnRow>(
     `INSERT INTO optchat.turns (session_id, generation, turn_id, state, query, publishes, scope_id, policy_revision,
-                                retention_epoch, shared_tree_id, shared_view_revision, publication_high_water,
-                                own_boundary, publication_state)
+                                retention_epoch, revision_epoch, shared_tree_id, shared_view_revision,
+                                publication_high_water, own_boundary, publication_state)
      SELECT s.session_id, s.current_generation, $2::text, 'active', $3::text, $4::boolean AND sc.kind <> 'isolated',
-            sc.scope_id, sc.policy_revision, sc.retention_epoch, st.tree_id, nullif(st.view_revision, 0),
+            sc.scope_id, sc.policy_revision, sc.retention_epoch, rc.epoch, st.tree_id, nullif(st.view_revision, 0),
             coalesce(st.leaf_count, 0),
             coalesce((SELECT min(r.seq) FROM optchat.records r
                        WHERE r.session_id = s.session_id AND r.generation = s.current_generation AND r.turn_id = $2::text),
@@ -119,6 +124,7 @@ export async function admitTurn(
        FROM optchat.sessions s
        JOIN optchat.scopes sc ON sc.scope_id = s.scope_id
        JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation
+       CROSS JOIN optchat.revision_clock rc
        LEFT JOIN optchat.trees st ON st.kind = 'shared' AND st.scope_id = sc.scope_id AND sc.kind <> 'isolated'
       WHERE s.session_id = $1::text
      ON CONFLICT (session_id, generation, turn_id) DO NOTHING

@@ -89,15 +89,6 @@ export async function findViewRevision(
   return row ? toViewRevision(row, partsInOrder(row.levels, row.idxs)) : undefined;
 }
 
-/** The event a view revision was folded at (what its parts resolve at); undefined when the revision is gone. */
-export async function findViewEvent(db: Queryable, treeId: number, revision: number): Promise<number | undefined> {
-  const result = await db.query<{ event_no: string }>(
-    "SELECT event_no FROM optchat.view_revisions WHERE tree_id = $1::bigint AND revision = $2::int",
-    [treeId, revision],
-  );
-  return result.rows[0] ? Number(result.rows[0].event_no) : undefined;
-}
-
 /** Every persisted revision of a tree with its parts, oldest first (audits: reads the tree's whole history). */
 export async function listViewRevisions(db: Queryable, treeId: number): Promise<ViewRevision[]> {
   const [revisions, parts] = await Promise.all([

@@ -7,7 +7,7 @@ describe("npm run demo", () => {
     expect(result.code, result.stderr).toBe(0);
     expect(result.stdout).toMatch(/B's first model request \(#\d+\) carried, before any tool call:/);
     expect(result.stdout).toContain(
-      "| pub:0+1|[turn completed] user: We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY",
+      "| pub:0+1|user: We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY",
     );
     expect(result.stdout).toMatch(/memory_zoom (mem_\w+:0:0\+1) -> <original_message ref="\1" kind="user"/);
     expect(result.stdout).toContain("Done: B saw A's decision without asking, and reached A's exact words in 3 zooms.");

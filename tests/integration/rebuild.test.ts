@@ -9,7 +9,15 @@ import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { countFallbackNodes } from "../../src/store/compactor-calls.js";
 import type { Session } from "../../src/store/sessions.js";
 import type { Turn } from "../../src/store/turns.js";
-import { eventually, LARGE_WINDOW, runCli, turnWriter, useTestMemory, waitForIdleQueues } from "../helpers.js";
+import {
+  eventually,
+  LARGE_WINDOW,
+  messageWriter,
+  runCli,
+  turnWriter,
+  useTestMemory,
+  waitForIdleQueues,
+} from "../helpers.js";
 
 // Issue 15 item 1: a node is rebuilt as a new revision (another model or prompt version, or a labelled fallback);
 // views and publications move to the new revisions; a snapshot pinned before keeps resolving exactly what it pinned;
@@ -85,6 +93,35 @@ async function turn(session: Session, turnId: string, words: string): Promise<vo
   );
 }
 
+/**
+ * A turn finished only once the parent of its two records (0+2) is built, so its publication's cover is that one node
+ * (the coarsest built cover, compactor/publish.ts): a summary of the session's own tree another session may open.
+ */
+async function turnOverOneNode(session: Session, turnId: string, words: string): Promise<void> {
+  const write = messageWriter(db, Date.UTC(2026, 10, 22, 8));
+  const long = "the importer moves to the durable broker queue; ".repeat(12);
+  await db.memory.admitTurn({ sessionId: session.sessionId, turnId, publishes: true });
+  // Message ids of their own: the other turns' writer numbers its messages m1, m2, … in every session.
+  await write(session, turnId, "user", `please ${words} ${long}`, { messageId: `${turnId}-user` });
+  await write(session, turnId, "assistant", `done: ${words} ${long}`, { messageId: `${turnId}-assistant` });
+  const parentBuilt = `SELECT count(*) AS n FROM optchat.nodes n JOIN optchat.trees t ON t.tree_id = n.tree_id
+                        WHERE t.session_id = $1 AND n.level = 1 AND n.idx = 0`;
+  await eventually(
+    async () => ((await count(parentBuilt, [session.sessionId])) > 0 ? true : undefined),
+    30_000,
+    `node 0+2 of ${turnId}`,
+  );
+  await db.memory.finishTurn({ sessionId: session.sessionId, turnId }, "completed");
+  await eventually(
+    async () =>
+      (await count("SELECT count(*) AS n FROM optchat.publications WHERE turn_id = $1", [turnId])) > 0
+        ? true
+        : undefined,
+    30_000,
+    `publication of ${turnId}`,
+  );
+}
+
 async function contextText(turn: Pick<Turn, "sessionId" | "turnId">): Promise<{ shared: string; own: string }> {
   const context = await db.memory.assembleContext(turn, WINDOW);
   const block = (name: string) => context.blocks.find((x) => x.name === name)?.text ?? "";
@@ -99,6 +136,19 @@ let pinnedZoomBefore: string;
 let pinnedOwnZoomBefore: string;
 /** And of a publication of B, into its source cover. */
 let pinnedCoverBefore: string;
+/** And of A's own session tree, which B sees through A's publication (no view of it is pinned). */
+let pinnedForeignZoomBefore: string;
+/** The summaries a search from the pinned turn found (refs and excerpts). */
+let pinnedSearchBefore: string;
+/** A turn of A admitted before the rebuilds that never assembled its context (so pinned no own view). */
+let early: Turn;
+let earlyOwnZoomBefore: string;
+
+/** What a search shows: refs and excerpts of summary hits. */
+async function summaryHits(turn: Turn, query: string): Promise<string> {
+  const answer = await db.memory.search(turn, { query });
+  return JSON.stringify(answer.hits.filter((h) => h.source !== "message").map((h) => [h.ref, h.excerpt]));
+}
 
 beforeAll(async () => {
   // A budget of one token: the first model call spends it, every node after it is a labelled fallback.
@@ -108,7 +158,8 @@ beforeAll(async () => {
     a = await db.memory.openSession({ host: "test", hostSessionId: "A", projectId: "prj_rebuild" });
     b = await db.memory.openSession({ host: "test", hostSessionId: "B", projectId: "prj_rebuild" });
     for (let k = 0; k < 3; k++) {
-      await turn(a, `a${k}`, `alpha ${k} wombat`);
+      if (k === 0) await turnOverOneNode(a, "a0", "alpha 0 wombat");
+      else await turn(a, `a${k}`, `alpha ${k} wombat`);
       await turn(b, `b${k}`, `beta ${k} parser`);
     }
     await waitForIdleQueues(db.memory.pool);
@@ -122,6 +173,11 @@ beforeAll(async () => {
   pinnedZoomBefore = await zoomLines(pinned, "pub:0+2");
   pinnedOwnZoomBefore = await zoomLines({ sessionId: b.sessionId, turnId: "b-pinned" }, "0+2");
   pinnedCoverBefore = await zoomCover(pinned, "pub:1+1");
+  pinnedForeignZoomBefore = await zoomLines(pinned, `${a.sessionId}:0:0+2`);
+  // "summarized" occurs only in fallback lines ("[not summarized by a model — zoom to read]"), never in a record.
+  pinnedSearchBefore = await summaryHits(pinned, "summarized");
+  early = await db.memory.admitTurn({ sessionId: a.sessionId, turnId: "a-early", publishes: true });
+  earlyOwnZoomBefore = await zoomLines(early, "0+2");
 }, 120_000);
 
 afterAll(async () => {
@@ -181,6 +237,15 @@ describe("optchat rebuild", () => {
     // A publication opens into the cover its pinned leaf revision was made from (by its input hashes).
     expect(pinnedCoverBefore).toContain(FALLBACK_LABEL);
     expect(await zoomCover(pinned, "pub:1+1")).toBe(pinnedCoverBefore);
+    // Reads no pinned view covers resolve to the snapshot's revision epoch (migration 014): a zoom into another
+    // session's tree, into the own tree of a turn that never assembled, and search over summaries.
+    expect(pinnedForeignZoomBefore).toContain(FALLBACK_LABEL);
+    expect(await zoomLines(pinned, `${a.sessionId}:0:0+2`)).toBe(pinnedForeignZoomBefore);
+    expect(earlyOwnZoomBefore).toContain(FALLBACK_LABEL);
+    expect(await zoomLines(early, "0+2")).toBe(earlyOwnZoomBefore);
+    expect(pinnedSearchBefore).toContain(FALLBACK_LABEL);
+    expect(await summaryHits(pinned, "summarized")).toBe(pinnedSearchBefore);
+    await db.memory.finishTurn(early, "completed");
   });
 
   it("a new request sees the new revisions", async () => {
@@ -193,11 +258,13 @@ describe("optchat rebuild", () => {
     expect(await zoomLines(fresh, "pub:0+2")).not.toContain(FALLBACK_LABEL);
     expect(await zoomLines({ sessionId: b.sessionId, turnId: "b-next" }, "0+2")).not.toContain(FALLBACK_LABEL);
     expect(await zoomCover(fresh, "pub:1+1")).not.toContain(FALLBACK_LABEL);
+    expect(await zoomLines(fresh, `${a.sessionId}:0:0+2`)).not.toContain(FALLBACK_LABEL);
     await db.memory.finishTurn({ sessionId: b.sessionId, turnId: "b-next" }, "completed");
-    // Search finds each node once: a superseded revision is not searched.
+    // Search finds each node once, as its newest revision: a superseded one is not searched by a new snapshot.
     const hits = await db.memory.search(fresh, { query: "wombat" });
     const refs = hits.hits.map((h) => h.ref);
     expect(new Set(refs).size).toBe(refs.length);
+    expect(await summaryHits(fresh, "summarized")).toBe("[]");
   });
 
   it("rebuilding what is current changes nothing", async () => {

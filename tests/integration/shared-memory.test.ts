@@ -84,10 +84,7 @@ describe("shared memory across sessions", () => {
     const context = await db.memory.assembleContext({ sessionId: b.sessionId, turnId: "b1" }, WINDOW);
     const shared = context.blocks.find((block) => block.name === "shared_memory");
     expect(shared?.text).toContain(
-      "pub:0+1|[turn completed] user: We need a persistent queue for the importer. Let&#39;s not use Redis".replace(
-        "&#39;",
-        "'",
-      ),
+      "pub:0+1|user: We need a persistent queue for the importer. Let&#39;s not use Redis".replace("&#39;", "'"),
     );
     // No snapshot number in the block's head: it changes every publication, and would break the cached prefix there
     // (docs/caching.md); the plugin states it after all stable text.

@@ -12,6 +12,8 @@ describe("resolveConfig", () => {
       databaseRetryMs: 10_000,
       viewBytes: 128_000,
       viewLowerBytes: 128_000,
+      sharedViewBytes: 32_000,
+      sharedViewLowerBytes: 24_000,
       workerConcurrency: 8,
       failureRetrySeconds: 10,
       summarizer: "auto",
@@ -52,6 +54,12 @@ describe("resolveConfig", () => {
       "OPTCHAT_VIEW_LOWER_BYTES",
       /above OPTCHAT_VIEW_BYTES/,
     ],
+    [
+      { OPTCHAT_SHARED_VIEW_BYTES: "4000", OPTCHAT_SHARED_VIEW_LOWER_BYTES: "5000" },
+      "OPTCHAT_SHARED_VIEW_LOWER_BYTES",
+      /above OPTCHAT_SHARED_VIEW_BYTES/,
+    ],
+    [{ OPTCHAT_SHARED_VIEW_BYTES: "100" }, "OPTCHAT_SHARED_VIEW_BYTES", /below 1024/],
     [{ OPTCHAT_SUMMARIZER: "gemini" }, "OPTCHAT_SUMMARIZER", /not a known summarizer; accepted: 'auto'/],
     [
       { OPTCHAT_SUMMARIZER_URL: "http://127.0.0.1:8080" },

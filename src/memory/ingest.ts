@@ -1,5 +1,4 @@
-import type { PgBoss } from "pg-boss";
-import { enqueueNodeJobs } from "../compactor/queue.js";
+import { enqueueNodeJobs, type JobInserter } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { databaseFailureOf, isUniqueViolationOf, type Pool, withTransaction } from "../store/db.js";
@@ -41,7 +40,7 @@ export interface IngestOptions {
 export interface IngestDeps {
   readonly pool: Pool;
   /** The producer's job queue, started when first needed (src/memory/service.ts); awaited before the transaction. */
-  readonly jobQueue: () => Promise<PgBoss>;
+  readonly jobQueue: () => Promise<JobInserter>;
   readonly fold: FoldParams;
   /** Which sessions' ingests try the unlocked way first (see ingestUnlocked); one per service. */
   readonly routing: IngestRouting;
@@ -84,7 +83,7 @@ export async function ingestMany(
 /** The locked way: one transaction that stages, seals under the lookup's locks, and enqueues. */
 async function ingestLocked(
   deps: IngestDeps,
-  boss: PgBoss,
+  boss: JobInserter,
   valid: readonly ValidIngestEvent[],
   prepared: readonly RecordToSeal[],
   options: IngestOptions,
@@ -141,7 +140,7 @@ async function ingestLocked(
  */
 async function ingestUnlocked(
   deps: IngestDeps,
-  boss: PgBoss,
+  boss: JobInserter,
   prepared: readonly RecordToSeal[],
   options: IngestOptions,
 ): Promise<SealedAndAppended | undefined> {

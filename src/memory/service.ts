@@ -22,7 +22,7 @@ import { type Config, foldParamsOf } from "./config.js";
 import type { ForgetOptions, ForgetReport, ForgetRequest, ForgetSummary } from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
-import { type IngestDeps, type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
+import { type IngestOptions, type IngestResult, ingest, ingestMany } from "./ingest.js";
 import { IngestRouting } from "./ingest-routing.js";
 import type { InheritResult, RewindResult } from "./inherit.js";
 import { openSession } from "./open-session.js";
@@ -223,7 +223,7 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
   // ingest.ts still declares its queue as a PgBoss; it only hands it to enqueueNodeJobs, which takes a JobInserter.
   const ingestion = {
     pool,
-    jobQueue: jobQueue as unknown as IngestDeps["jobQueue"],
+    jobQueue,
     fold,
     routing: new IngestRouting(),
   };

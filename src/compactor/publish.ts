@@ -228,8 +228,8 @@ export async function publicationLeaf(
 ): Promise<PublicationLeaf> {
   const tag = outcomeTag(state);
   const lead = tag === "" ? "" : `${tag} `;
-  const free = fitsInBytes(`${lead}${coverText}`, NODE_BYTES) ? `${lead}${coverText}` : undefined;
-  if (free !== undefined) return { text: free, calls: 0, overshoot: false, fallback: false };
+  const free = `${lead}${coverText}`;
+  if (fitsInBytes(free, NODE_BYTES)) return { text: free, calls: 0, overshoot: false, fallback: false };
   const { sharedTree } = where;
   if (!(await withinBudget(deps, sharedTree)))
     return { text: fallbackTurnText(tag, records), calls: 0, overshoot: false, fallback: true };

@@ -210,11 +210,10 @@ export async function zoomTree(db: Queryable, tree: Tree, ref: string): Promise<
 
 /**
  * The two lines a summary opens into (seed 002 §7.1), named by `name`; undefined when either is not built, which
- * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet). `at` says which revisions a
- * reader's snapshot resolves to (docs/compactor.md "Revisions and rebuild"): with a pinned view's event, each child is
- * the revision that view resolves to, so a line of a pinned view opens into what it was made of even after a rebuild;
- * a child built after that event (a line found by search, not in the pinned view) is read as `fallback` resolves it
- * (the reader's revision epoch). Without either, the newest revisions (operators' reads).
+ * every zoom reports as "no such line" (a summary over unbuilt parts cannot exist yet). `at` is the revisions a
+ * reader's snapshot resolves to (docs/compactor.md "Revisions and rebuild": at its revision epoch every built address
+ * has exactly one, so a line opens into what it was made of even after a rebuild); without it, the newest revisions
+ * (operators' reads).
  */
 export async function childLinesOf(
   db: Queryable,
@@ -222,13 +221,9 @@ export async function childLinesOf(
   node: NodeAddress,
   name: (node: NodeAddress) => string,
   at?: RevisionsAt,
-  fallback?: RevisionsAt,
 ): Promise<ViewLine[] | undefined> {
   const children = childrenOf(node);
   const nodes = await findNodes(db, treeId, children, at);
-  if (at !== undefined && nodes.size < children.length)
-    for (const [key, found] of await findNodes(db, treeId, children, fallback))
-      if (!nodes.has(key)) nodes.set(key, found);
   const lines: ViewLine[] = [];
   for (const child of children) {
     const found = nodes.get(nodeKey(child));

@@ -23,14 +23,17 @@ export const MEMORY_CONTINUED = "optchat memory, continued:";
 
 export interface MemoryLayout {
   /**
-   * The memory message's text parts, most stable first: the head, then the shared block's opening and its lines, in
+   * The memory message's text parts, most stable first: the head, then the leading block's opening and its lines, in
    * parts that end wherever an earlier rendering ended (plugin/shared-parts.ts; no closing tag: the next epoch appends
-   * lines after the last one). Byte-identical across turns, part for part, while the shared view only grew.
+   * lines after the last one). Byte-identical across turns, part for part, while that block's view only grew. The
+   * leading block is the shared block; without one (an isolated session, or the shared block left out) the session
+   * block, which then holds all of the session's history.
    */
   readonly stable: readonly string[];
   /**
-   * Everything that changes per turn: the counters and snapshot number, the shared block's closing tag, what was
-   * left out, the session block (this session's history the shared block does not hold yet) and the previous exchange.
+   * Everything that changes per turn: the counters and snapshot numbers, the leading block's closing tag, what was
+   * left out, the session block when it does not lead (this session's history the shared block does not hold yet) and
+   * the previous exchange.
    */
   readonly volatile: string;
 }
@@ -41,33 +44,49 @@ interface LayoutBlock {
   readonly pieces: readonly string[];
 }
 
+/** The counters of the volatile part's status line. */
+export interface MemoryStatus {
+  /** Native messages the memory stands for in this request. */
+  readonly replaced: number;
+  readonly publicationHighWater: number;
+  /** The session's records before the turn (the session block holds history up to there). */
+  readonly ownBoundary: number;
+}
+
 export function memoryLayout(
   blocks: readonly LayoutBlock[],
   omitted: readonly string[],
-  replaced: number,
-  publicationHighWater: number,
-  sharedParts: SharedParts = processSharedParts,
+  status: MemoryStatus,
+  lineParts: SharedParts = processSharedParts,
 ): MemoryLayout {
   const shared = blocks.find((b) => b.name === "shared_memory");
+  const own = blocks.find((b) => b.name === "session_memory");
+  // Without a shared block the session block leads: an isolated session's whole history is otherwise re-sent after
+  // the last cache entry at every epoch (bench cache, OPTCHAT_SCOPE=isolated: s2's volatile part was 162k of its
+  // 393k billed tokens under Anthropic).
+  const leading = shared ?? own;
   const stable = [`${MEMORY_HEAD}\n\n`];
-  if (shared) {
-    const opening = `${shared.pieces[0] as string}\n`;
+  if (leading) {
+    const opening = `${leading.pieces[0] as string}\n`;
     stable.push(
       opening,
-      ...sharedParts.group(
+      ...lineParts.group(
         opening,
-        shared.pieces.slice(1, -1).map((line) => `${line}\n`),
+        leading.pieces.slice(1, -1).map((line) => `${line}\n`),
       ),
     );
   }
-  const status = [
-    `${MEMORY_CONTINUED} shared memory as of publication ${publicationHighWater}`,
-    ...(replaced > 0 ? [`${replaced} earlier messages of this conversation are represented by the memory`] : []),
+  const counters = [
+    `${MEMORY_CONTINUED} shared memory as of publication ${status.publicationHighWater}`,
+    ...(own ? [`session memory before record ${status.ownBoundary}`] : []),
+    ...(status.replaced > 0
+      ? [`${status.replaced} earlier messages of this conversation are represented by the memory`]
+      : []),
   ].join("; ");
   const volatile = [
-    [`${status}.`, ...(shared ? [shared.pieces.at(-1) as string] : [])].join("\n"),
+    [`${counters}.`, ...(leading ? [leading.pieces.at(-1) as string] : [])].join("\n"),
     ...(omitted.length > 0 ? [`Not included: ${omitted.join("; ")}`] : []),
-    ...blocks.filter((b) => b !== shared).map((b) => b.text),
+    ...blocks.filter((b) => b !== leading).map((b) => b.text),
   ].join("\n\n");
   return { stable, volatile: `${volatile}\n\n` };
 }

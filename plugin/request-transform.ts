@@ -307,7 +307,8 @@ export class RequestTransform {
     const { hostSessionId, turnId, request, replace, context } = at;
     const mode = this.deps.config.plugin.mode;
     const blocks = mode === "augment" ? context.blocks.filter((b) => b.name === "shared_memory") : context.blocks;
-    const layout = memoryLayout(blocks, context.omitted, replace, context.snapshot.publicationHighWater);
+    const { publicationHighWater, ownBoundary } = context.snapshot;
+    const layout = memoryLayout(blocks, context.omitted, { replaced: replace, publicationHighWater, ownBoundary });
     const anchorIndex = messages.findIndex((m, i) => i >= replace && m.info.role === "user");
     const anchor = anchorIndex >= 0 ? messages[anchorIndex] : (request ?? messages.at(-1));
     const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];

@@ -5,7 +5,8 @@
  * so the shares add up to the request's billed tokens.
  *
  * Pieces: tool definitions (OpenCode's, optchat's memory_* tools), the system prompt, and every message content
- * block, named by what it is: optchat's memory head, the shared block's opening and lines, the volatile part, a shared
+ * block, named by what it is: optchat's memory head, the shared block's opening and lines (or the session block's,
+ * where it leads the memory), the volatile part, a shared
  * update, the person's prompt (the bench's `[bench sN tK]` marker), or native history (everything else).
  */
 import { BYTES_PER_TOKEN } from "../prompt-cache.js";
@@ -20,6 +21,8 @@ export const PIECES = [
   "memoryHead",
   "sharedOpening",
   "sharedLines",
+  "sessionOpening",
+  "sessionLines",
   "memoryVolatile",
   "sharedUpdate",
   "prompt",
@@ -31,6 +34,9 @@ function textPiece(text: string): Piece {
   if (text.startsWith("optchat memory. ")) return "memoryHead";
   if (text.startsWith("<shared_memory")) return "sharedOpening";
   if (text.startsWith("pub:")) return "sharedLines";
+  // The session block leads the stable memory when there is no shared block (an isolated session).
+  if (text.startsWith("<session_memory")) return "sessionOpening";
+  if (/^\d+\+\d+\|/.test(text)) return "sessionLines";
   if (text.startsWith("optchat memory, continued: published")) return "sharedUpdate";
   if (text.startsWith("optchat memory, continued:")) return "memoryVolatile";
   if (/\[bench s\d t\d+\]/.test(text)) return "prompt";

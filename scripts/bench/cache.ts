@@ -32,7 +32,8 @@
  * Environment:
  *   OPTCHAT_BENCH_CACHE_TURNS      turns per session (default 60)
  *   OPTCHAT_BENCH_CACHE_PROVIDERS  comma-separated subset of anthropic-sim,openai-sim
- *   OPTCHAT_BENCH_CACHE_VARIANTS   comma-separated subset of native,optchat
+ *   OPTCHAT_BENCH_CACHE_VARIANTS   comma-separated subset of native,optchat,optchat-isolated (default native,optchat;
+ *                                  optchat-isolated: the plugin with OPTCHAT_SCOPE=isolated, no shared memory)
  *   OPTCHAT_BENCH_CACHE_PLOT       where the SVG goes (default $TMPDIR/optchat-bench-cache.svg)
  *   OPTCHAT_BENCH_CACHE_DUMP       a path prefix: every request the model received goes to <prefix>.<provider>.<variant>.jsonl
  */
@@ -63,7 +64,9 @@ import {
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const PROVIDERS = ["anthropic-sim", "openai-sim"] as const;
-const VARIANTS = ["native", "optchat"] as const;
+const VARIANTS = ["native", "optchat", "optchat-isolated"] as const;
+/** The variants run unless OPTCHAT_BENCH_CACHE_VARIANTS names others (the issue's comparison). */
+const DEFAULT_VARIANTS = ["native", "optchat"] as const;
 type Provider = (typeof PROVIDERS)[number];
 type Variant = (typeof VARIANTS)[number];
 const SESSIONS = ["s1", "s2"] as const;
@@ -230,7 +233,7 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
   const dump = process.env.OPTCHAT_BENCH_CACHE_DUMP;
   const model = await startModelServer(dump ? { logFile: `${dump}.${provider}.${variant}.jsonl` } : {});
   const name = scratchDatabaseName(`cache_${variant}_${provider.replace("-", "_")}`);
-  const url = variant === "optchat" ? withDatabase(context.serverUrl, name) : undefined;
+  const url = variant === "native" ? undefined : withDatabase(context.serverUrl, name);
   if (url) {
     await createDatabase(context.serverUrl, name);
     await migrateAll(url);
@@ -239,7 +242,10 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
     modelUrl: model.url,
     modelApi: provider === "anthropic-sim" ? "anthropic" : "openai-compatible",
     ...(url ? { pluginPath: join(ROOT, "plugin", "index.ts"), pluginOptions: { databaseUrl: url } } : {}),
-    extraEnv: { OPTCHAT_READINESS_WAIT_MS: "60000" },
+    extraEnv: {
+      OPTCHAT_READINESS_WAIT_MS: "60000",
+      ...(variant === "optchat-isolated" ? { OPTCHAT_SCOPE: "isolated" } : {}),
+    },
   });
   try {
     mkdirSync(join(env.projectDir, "data"), { recursive: true });
@@ -284,9 +290,9 @@ async function ask(server: OpencodeServer, session: string, text: string): Promi
   await server.waitIdle(session, TURN_WAIT_MS);
 }
 
-function listSetting<T extends string>(name: string, all: readonly T[]): readonly T[] {
+function listSetting<T extends string>(name: string, all: readonly T[], defaults = all): readonly T[] {
   const raw = process.env[name];
-  if (!raw) return all;
+  if (!raw) return defaults;
   const picked = raw.split(",").map((s) => s.trim());
   const unknown = picked.filter((p) => !all.includes(p as T));
   if (unknown.length > 0) throw new Error(`${name}: unknown ${unknown.join(", ")}; accepted: ${all.join(", ")}`);
@@ -298,7 +304,7 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
   const turns = raw ? Number(raw) : 60;
   if (!Number.isInteger(turns) || turns < 2) throw new Error(`OPTCHAT_BENCH_CACHE_TURNS=${raw}: an integer >= 2`);
   const providers = listSetting("OPTCHAT_BENCH_CACHE_PROVIDERS", PROVIDERS);
-  const variants = listSetting("OPTCHAT_BENCH_CACHE_VARIANTS", VARIANTS);
+  const variants = listSetting("OPTCHAT_BENCH_CACHE_VARIANTS", VARIANTS, DEFAULT_VARIANTS);
   const plotPath = process.env.OPTCHAT_BENCH_CACHE_PLOT || join(tmpdir(), "optchat-bench-cache.svg");
   const runs: CacheRun[] = [];
   const figures = new Map<string, ReturnType<typeof summarize>>();
@@ -332,18 +338,22 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
   }
   const ratios: Record<string, unknown> = {};
   for (const provider of providers) {
-    const of = (key: string, field: "billedInputTokens" | "inputTokens") =>
-      ratio(figures.get(`${provider}/optchat${key}`)?.[field], figures.get(`${provider}/native${key}`)?.[field]);
-    const sessionRatio = (session: SessionName) =>
+    const of = (variant: Variant, field: "billedInputTokens" | "inputTokens") =>
+      ratio(figures.get(`${provider}/${variant}`)?.[field], figures.get(`${provider}/native`)?.[field]);
+    const sessionRatio = (variant: Variant, session: SessionName) =>
       ratio(
-        sessionFigures.get(`${provider}/optchat/${session}`)?.billedInputTokens,
+        sessionFigures.get(`${provider}/${variant}/${session}`)?.billedInputTokens,
         sessionFigures.get(`${provider}/native/${session}`)?.billedInputTokens,
       );
+    const versus = (variant: Variant) => ({
+      billedInputTokens: of(variant, "billedInputTokens"),
+      inputTokens: of(variant, "inputTokens"),
+      billedS1: sessionRatio(variant, "s1"),
+      billedS2: sessionRatio(variant, "s2"),
+    });
     ratios[provider] = {
-      billedInputTokens: of("", "billedInputTokens"),
-      inputTokens: of("", "inputTokens"),
-      billedS1: sessionRatio("s1"),
-      billedS2: sessionRatio("s2"),
+      ...versus("optchat"),
+      ...(variants.includes("optchat-isolated") ? { isolated: versus("optchat-isolated") } : {}),
     };
   }
   writeFileSync(plotPath, plotSvg(runs, turns));
@@ -362,6 +372,8 @@ export function plotSvg(runs: readonly CacheRun[], turns: number): string {
     "native/s2": "#9ecae1",
     "optchat/s1": "#d62728",
     "optchat/s2": "#ff9896",
+    "optchat-isolated/s1": "#2ca02c",
+    "optchat-isolated/s2": "#98df8a",
   };
   const parts: string[] = [];
   providers.forEach((provider, p) => {

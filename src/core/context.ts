@@ -143,14 +143,19 @@ export function renderSharedBlock(
   );
 }
 
+/**
+ * Like the shared block, the session block's tag carries nothing that changes per turn (the turn's boundary goes in
+ * the plugin's status line), so that where it leads the stable memory (no shared block: an isolated session, or the
+ * shared block left out) it too grows only by appending lines (docs/caching.md "Without a shared block").
+ */
 export function renderSessionBlock(
-  meta: { sessionId: string; generation: number; through: number; note?: string },
+  meta: { sessionId: string; generation: number; note?: string },
   lines: readonly MemoryLine[],
 ): RenderedBlock {
   return rendered(
     renderBlockPieces(
       "session_memory",
-      { session: meta.sessionId, generation: meta.generation, through: meta.through },
+      { session: meta.sessionId, generation: meta.generation },
       "This conversation's latest history that shared_memory does not hold yet, oldest first, as summaries of messages start+count (this session's own refs).",
       renderLineList(lines),
       meta.note,

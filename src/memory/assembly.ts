@@ -178,8 +178,12 @@ export async function assembleContext(
   if (previous) {
     const left = available - sharedTokens - ownTokens;
     if (previous.tokens <= left) {
-      // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget.
-      ownTokens = dropRepeatedLines(blocks, new Set(ready.previousVerbatim));
+      // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget. Not
+      // without a shared block: the session block then holds the session's whole history and leads the cache-stable
+      // memory (docs/caching.md "Without a shared block"), where lines dropped at one turn and present at the next
+      // would end the common prefix before them (bench cache, OPTCHAT_SCOPE=isolated: every epoch of s2 wrote its
+      // whole memory again).
+      if (sharedTokens > 0) ownTokens = dropRepeatedLines(blocks, new Set(ready.previousVerbatim));
       blocks.push(previous);
       previousTokens = previous.tokens;
     } else {
@@ -260,7 +264,6 @@ function ownRenderer(turn: Turn, ready: boolean, from: number): (lines: readonly
       {
         sessionId: turn.sessionId,
         generation: turn.generation,
-        through: turn.snapshot.ownBoundary,
         ...(ready
           ? {}
           : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),

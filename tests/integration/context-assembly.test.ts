@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { estimateTokens } from "../../src/core/context.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { MEDIUM_WINDOW, messageWriter, useTestMemory } from "../helpers.js";
+import { MEDIUM_WINDOW, messageWriter, useTestMemory, waitForPublications } from "../helpers.js";
 
 const db = useTestMemory({ viewBytes: 4000 });
 let session: Session;
@@ -49,7 +49,9 @@ describe("context assembly", () => {
       await ingest("t2", "user", "what did we decide?");
       const context = await db.memory.assembleContext(ctx, WINDOW);
       const own = context.blocks.find((b) => b.name === "session_memory");
-      expect(own?.text).toContain(`<session_memory session="${session.sessionId}" generation="0" through="2">`);
+      expect(own?.text).toContain(`<session_memory session="${session.sessionId}" generation="0">`);
+      // The turn's boundary (the session's records before it) is served with the snapshot, not in the block's tag.
+      expect(context.snapshot.ownBoundary).toBe(2);
       // The long user message is summarized (a cut line): the session block keeps its line.
       expect(own?.text).toMatch(/\n0\+1\|user: Please document the retry policy: .* \.\.\.\n/);
       // The current request is not part of the own history: it appears once, as live dialogue, from the host.
@@ -57,9 +59,11 @@ describe("context assembly", () => {
       const previous = context.blocks.find((b) => b.name === "previous_exchange");
       expect(previous?.text).toContain("A detailed rendering of the last exchange");
       expect(previous?.text).toContain("assistant: Documented in docs/retries.md.");
-      // The assistant's reply is a free line, the message word for word: sent once, in the previous exchange, not
-      // again in the session block (docs/caching.md). Without the previous exchange the session block holds it.
-      expect(own?.text).not.toContain("Documented in docs/retries.md.");
+      // No shared block at this snapshot (nothing was published when t2 was admitted): the session block holds the
+      // whole history and leads the cache-stable memory, so it keeps even the lines the previous exchange repeats
+      // (docs/caching.md "Without a shared block"; the next test drops them next to a shared block).
+      expect(context.blocks.map((b) => b.name)).toEqual(["session_memory", "previous_exchange"]);
+      expect(own?.text).toContain("1+1|assistant: Documented in docs/retries.md.");
       const without = await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false });
       expect(without.blocks.find((b) => b.name === "session_memory")?.text).toContain(
         "1+1|assistant: Documented in docs/retries.md.",
@@ -73,6 +77,39 @@ describe("context assembly", () => {
       // Prepared before the budget was known (the plugin does at admission), then fitted: the very same memory.
       const prepared = await db.memory.prepareContext(ctx, {});
       expect(await db.memory.assembleContext(ctx, WINDOW, prepared)).toEqual(context);
+    } finally {
+      await worker.stop();
+    }
+  });
+
+  it("next to a shared block, leaves out of the session block the lines the previous exchange repeats word for word", async () => {
+    const other = await db.memory.openSession({ host: "test", hostSessionId: "ctx-shared", projectId: "prj_shared" });
+    const say = (turnId: string, kind: "user" | "assistant", text: string) => writeMessage(other, turnId, kind, text);
+    const worker = await startWorker(db.memory, db.config, () => {});
+    try {
+      await db.memory.admitTurn({ sessionId: other.sessionId, turnId: "s1", publishes: true });
+      await say("s1", "user", "Which port does the gateway use?");
+      await say("s1", "assistant", "Port 8443.");
+      await db.memory.finishTurn({ sessionId: other.sessionId, turnId: "s1" }, "completed");
+      await waitForPublications(db.memory.pool, 1, 30_000, "s1 published");
+      // A turn that is never published (publishes: false): its lines stay in the session block.
+      await db.memory.admitTurn({ sessionId: other.sessionId, turnId: "s2", publishes: false });
+      await say("s2", "user", "And the timeout?");
+      await say("s2", "assistant", "Thirty seconds.");
+      await db.memory.finishTurn({ sessionId: other.sessionId, turnId: "s2" }, "completed");
+      await db.memory.settle(other.sessionId, { timeoutMs: 20_000 });
+      const ctx = { sessionId: other.sessionId, turnId: "s3" };
+      await db.memory.admitTurn({ ...ctx, publishes: true });
+      const context = await db.memory.assembleContext(ctx, WINDOW);
+      expect(context.blocks.map((b) => b.name)).toEqual(["shared_memory", "session_memory", "previous_exchange"]);
+      expect(context.blocks[0]?.text).toContain("Port 8443.");
+      // Each of s2's messages is a free line, word for word: sent once, in the previous exchange (docs/caching.md).
+      const own = context.blocks[1]?.text ?? "";
+      expect(own).not.toContain("Thirty seconds.");
+      expect(own).not.toContain("And the timeout?");
+      expect(context.blocks[2]?.text).toContain("assistant: Thirty seconds.");
+      const without = await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false });
+      expect(without.blocks.find((b) => b.name === "session_memory")?.text).toContain("3+1|assistant: Thirty seconds.");
     } finally {
       await worker.stop();
     }

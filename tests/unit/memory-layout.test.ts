@@ -22,7 +22,20 @@ const sharedOf = (n: number) => ({
 });
 const sessionOf = (through: number) => ({
   name: "session_memory",
-  ...renderSessionBlock({ sessionId: "ses", generation: 0, through }, [{ ref: `${through - 1}+1`, text: "latest" }]),
+  ...renderSessionBlock({ sessionId: "ses", generation: 0 }, [{ ref: `${through - 1}+1`, text: "latest" }]),
+});
+/** An isolated session's block: its whole history, one line per message. */
+const wholeSessionOf = (n: number) => ({
+  name: "session_memory",
+  ...renderSessionBlock(
+    { sessionId: "ses", generation: 0 },
+    Array.from({ length: n }, (_, k) => ({ ref: `${k}+1`, text: `user: message ${k}` })),
+  ),
+});
+const status = (replaced: number, publicationHighWater: number, ownBoundary = 0) => ({
+  replaced,
+  publicationHighWater,
+  ownBoundary,
 });
 const previous = {
   name: "previous_exchange",
@@ -31,13 +44,16 @@ const previous = {
 
 describe("memory layout", () => {
   it("keeps every counter and snapshot number out of the stable parts, after them in the volatile part", () => {
-    const layout = memoryLayout([sharedOf(3), sessionOf(12), previous], [], 9, 3);
+    const layout = memoryLayout([sharedOf(3), sessionOf(12), previous], [], status(9, 3, 12));
     const stable = layout.stable.join("");
     expect(stable.startsWith(`${MEMORY_HEAD}\n\n<shared_memory scope="project:p">\n`)).toBe(true);
     expect(stable).not.toContain("snapshot");
     expect(stable).not.toContain("</shared_memory>");
     expect(stable).not.toContain("session_memory");
-    expect(layout.volatile.startsWith(`${MEMORY_CONTINUED} shared memory as of publication 3; 9 earlier`)).toBe(true);
+    expect(layout.volatile.startsWith(`${MEMORY_CONTINUED} shared memory as of publication 3; session memory`)).toBe(
+      true,
+    );
+    expect(layout.volatile).toContain("session memory before record 12; 9 earlier messages");
     expect(layout.volatile).toContain("</shared_memory>");
     expect(layout.volatile.indexOf("</shared_memory>")).toBeLessThan(layout.volatile.indexOf("<session_memory"));
     expect(layout.volatile.indexOf("<session_memory")).toBeLessThan(layout.volatile.indexOf("<previous_exchange"));
@@ -45,8 +61,8 @@ describe("memory layout", () => {
 
   it("keeps a grown view's earlier stable parts byte-identical and sends the lines it gained as one more part", () => {
     const parts = new SharedParts();
-    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], 7, 3, parts);
-    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], 11, 5, parts);
+    const before = memoryLayout([sharedOf(3), sessionOf(10)], [], status(7, 3, 10), parts);
+    const after = memoryLayout([sharedOf(5), sessionOf(14)], [], status(11, 5, 14), parts);
     // head, opening, the three lines as one part; then the two lines gained as one more.
     expect(before.stable).toHaveLength(1 + 1 + 1);
     expect(after.stable.slice(0, before.stable.length)).toEqual(before.stable);
@@ -55,8 +71,34 @@ describe("memory layout", () => {
     expect(before.volatile).not.toBe(after.volatile);
   });
 
+  it("without a shared block leads the stable memory with the session block, its closing and counters after", () => {
+    const layout = memoryLayout([wholeSessionOf(4), previous], [], status(6, 0, 4));
+    const stable = layout.stable.join("");
+    expect(stable.startsWith(`${MEMORY_HEAD}\n\n<session_memory session="ses" generation="0">\n`)).toBe(true);
+    expect(stable).toContain("3+1|user: message 3\n");
+    expect(stable).not.toMatch(/<\/session_memory>|record \d|previous_exchange/);
+    expect(
+      layout.volatile.startsWith(
+        `${MEMORY_CONTINUED} shared memory as of publication 0; session memory before record 4`,
+      ),
+    ).toBe(true);
+    expect(layout.volatile.indexOf("</session_memory>")).toBeLessThan(layout.volatile.indexOf("<previous_exchange"));
+    expect(layout.volatile).not.toContain("<session_memory");
+  });
+
+  it("keeps an isolated session's earlier stable parts byte-identical as its history grows", () => {
+    const parts = new SharedParts();
+    const before = memoryLayout([wholeSessionOf(5)], [], status(5, 0, 5), parts);
+    const after = memoryLayout([wholeSessionOf(9), previous], [], status(9, 0, 9), parts);
+    expect(after.stable.slice(0, before.stable.length)).toEqual(before.stable);
+    expect(after.stable).toHaveLength(before.stable.length + 1);
+    expect(after.stable.at(-1)).toBe(
+      "5+1|user: message 5\n6+1|user: message 6\n7+1|user: message 7\n8+1|user: message 8\n",
+    );
+  });
+
   it("opens with a constant head carrying the zoom, say-what-you-learned and evidence rules", () => {
-    expect(memoryLayout([], [], 0, 0).stable).toEqual([`${MEMORY_HEAD}\n\n`]);
+    expect(memoryLayout([], [], status(0, 0)).stable).toEqual([`${MEMORY_HEAD}\n\n`]);
     expect(MEMORY_HEAD).toMatch(/^optchat memory\./);
     expect(MEMORY_HEAD).toMatch(/memory_zoom/);
     expect(MEMORY_HEAD).toMatch(/Before you act on, guess from or ask about something a line only mentions, open it/);
@@ -99,7 +141,7 @@ describe("memory layout", () => {
       { seq: 7, kind: "assistant", text: "done" },
     ];
     const verbatim = new Set(verbatimSessionLines(exchange));
-    const block = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
+    const block = renderSessionBlock({ sessionId: "ses", generation: 0 }, [
       { ref: "3+1", text: "user: earlier" },
       { ref: "4+1", text: "user: use <b> & keep\nit" },
       { ref: "5+1", text: "tool_call: bash ls" },
@@ -120,9 +162,7 @@ describe("memory layout", () => {
     ]);
     expect(kept?.text).toBe(kept?.pieces.join("\n"));
     expect(withoutLines(block, new Set())).toBe(block);
-    const only = renderSessionBlock({ sessionId: "ses", generation: 0, through: 8 }, [
-      { ref: "7+1", text: "assistant: done" },
-    ]);
+    const only = renderSessionBlock({ sessionId: "ses", generation: 0 }, [{ ref: "7+1", text: "assistant: done" }]);
     // With no line left the block stays, empty: its presence says the session's history is complete.
     expect(withoutLines(only, verbatim).pieces).toEqual([only.pieces[0], "</session_memory>"]);
   });

@@ -2,6 +2,7 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { CapturedRequest, ModelServer } from "../../scripts/model-server.js";
 import type { OpencodeServer } from "../../scripts/opencode-harness.js";
+import { anthropicBlocks, estimateTokensOfBytes } from "../../scripts/prompt-cache.js";
 import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 
 /**
@@ -47,14 +48,14 @@ function blocksOf(request: CapturedRequest): { role: string; block: Block }[] {
 function turnRequests(marker: string): CapturedRequest[] {
   return model.requests().filter((r) => {
     if (r.kind !== "main") return false;
-    const prompts = blocksOf(r).filter(({ block }) => block.type === "text" && /^(CL|OT)-\d/.test(block.text));
+    const prompts = blocksOf(r).filter(({ block }) => block.type === "text" && /^(CL|OT|IS)-\d/.test(block.text));
     return prompts.at(-1)?.block.text.startsWith(marker) === true;
   });
 }
 
-async function ask(session: string, text: string): Promise<void> {
-  await server.prompt(session, text);
-  await server.waitIdle(session, WAIT);
+async function ask(session: string, text: string, on: OpencodeServer = server): Promise<void> {
+  await on.prompt(session, text);
+  await on.waitIdle(session, WAIT);
 }
 
 async function waitPublished(count: number): Promise<void> {
@@ -181,5 +182,45 @@ describe("the injected memory's cache layout under OpenCode's Anthropic provider
     expect(JSON.stringify((fifth as CapturedRequest).body)).not.toContain("z".repeat(2000));
     const usage5 = (fifth as CapturedRequest).cache;
     expect(usage5?.cacheReadTokens ?? 0).toBeGreaterThan(4 * (usage5?.cacheWriteTokens ?? 0));
+  });
+  it("leads an isolated session's stable memory with its session block, which the next epoch extends and reads", async () => {
+    // Isolated: no shared block, so the session block holds the whole history (docs/caching.md "Without a shared
+    // block"). Two turns per epoch: IS-3 and IS-5 each begin one.
+    const isolated = await world.server(
+      await world.env({ modelApi: "anthropic", pluginOptions: { scope: "isolated", cacheEpochTurns: 2 } }),
+    );
+    const session = await isolated.createSession("isolated cache layout");
+    await ask(session, "IS-1 Decision: the parser uses a Pratt loop. REPLY=Noted: Pratt loop.", isolated);
+    await ask(session, "IS-2 Decision: errors carry spans. REPLY=Noted: spans.", isolated);
+    await ask(session, "IS-3 Decision: tokens are interned. REPLY=Noted: interned.", isolated);
+    await ask(session, "IS-4 Decision: the AST is immutable. REPLY=Noted: immutable.", isolated);
+    await ask(session, "IS-5 what did we decide about the parser? REPLY=A Pratt loop.", isolated);
+    const [third] = turnRequests("IS-3");
+    const [fifth] = turnRequests("IS-5");
+    const three = layoutOf(third as CapturedRequest, "IS-3");
+    const five = layoutOf(fifth as CapturedRequest, "IS-5");
+
+    // The session block's opening and lines are stable memory; its closing and the turn's boundary are volatile.
+    expect(three.stable[1].text).toMatch(/^<session_memory session="[^"]+" generation="0">\n/);
+    const stable3 = three.stable.map((b: Block) => b.text).join("");
+    expect(stable3).toContain("IS-1 Decision: the parser uses a Pratt loop.");
+    expect(stable3).not.toMatch(/<\/session_memory>|through=|before record|<previous_exchange|<shared_memory/);
+    expect(three.volatile.text).toMatch(/session memory before record \d+/);
+    expect(three.volatile.text).toContain("</session_memory>");
+    expect(marks(third as CapturedRequest)).toEqual([three.volatileAt - 1, three.promptAt]);
+
+    // The next epoch's stable memory extends it block for block, and the simulated cache reads all of it.
+    expect(five.stable.length).toBeGreaterThan(three.stable.length);
+    expect(five.stable.slice(0, three.stable.length).map(strip)).toEqual(three.stable.map(strip));
+    expect(five.stable.map((b: Block) => b.text).join("")).toContain("IS-3 Decision: tokens are interned.");
+    const body3 = (third as CapturedRequest).body;
+    const throughStable3 = (body3.tools?.length ?? 0) + (body3.system?.length ?? 0) + three.stable.length;
+    // The simulator's count of the prefix ending with IS-3's stable memory (its tokens are the prefix's bytes / 3.5).
+    const stablePrefixTokens = estimateTokensOfBytes(
+      anthropicBlocks(body3)
+        .slice(0, throughStable3)
+        .reduce((sum, block) => sum + Buffer.byteLength(block.json), 0),
+    );
+    expect((fifth as CapturedRequest).cache?.cacheReadTokens ?? 0).toBeGreaterThanOrEqual(stablePrefixTokens);
   });
 });

@@ -144,19 +144,21 @@ export function renderSharedBlock(
 }
 
 /**
+ * `whole`: the block holds all of the session's history (no shared block holds any of it).
  * Like the shared block, the session block's tag carries nothing that changes per turn (the turn's boundary goes in
  * the plugin's status line), so that where it leads the stable memory (no shared block: an isolated session, or the
  * shared block left out) it too grows only by appending lines (docs/caching.md "Without a shared block").
  */
 export function renderSessionBlock(
-  meta: { sessionId: string; generation: number; note?: string },
+  meta: { sessionId: string; generation: number; note?: string; whole?: boolean },
   lines: readonly MemoryLine[],
 ): RenderedBlock {
+  const what = meta.whole ? "history" : "latest history that shared_memory does not hold yet";
   return rendered(
     renderBlockPieces(
       "session_memory",
       { session: meta.sessionId, generation: meta.generation },
-      "This conversation's latest history that shared_memory does not hold yet, oldest first, as summaries of messages start+count (this session's own refs).",
+      `This conversation's ${what}, oldest first, as summaries of messages start+count (this session's own refs).`,
       renderLineList(lines),
       meta.note,
     ),

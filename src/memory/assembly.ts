@@ -248,7 +248,8 @@ async function fitMemoryBlocks(
     // of this session is shown there: the session block then shows all of it.
     const from = sharedTokens === 0 ? 0 : publishedOwn;
     const left = available - sharedTokens;
-    ownTokens = await fitBlock(fitting, "session_memory", own.lines, ownRenderer(turn, own.ready, from), left, left);
+    const render = ownRenderer(turn, own.ready, from, sharedTokens === 0);
+    ownTokens = await fitBlock(fitting, "session_memory", own.lines, render, left, left);
   }
   return { sharedTokens, ownTokens };
 }
@@ -257,13 +258,19 @@ function sharedRenderer(turn: Turn): (lines: readonly MemoryLine[]) => RenderedB
   return (lines) => renderSharedBlock({ scopeId: turn.snapshot.scopeId }, lines);
 }
 
-/** The session block's renderer, showing only the lines that end past record `from`. */
-function ownRenderer(turn: Turn, ready: boolean, from: number): (lines: readonly MemoryLine[]) => RenderedBlock {
+/** The session block's renderer, showing only the lines that end past record `from`; `whole` when no shared block is sent. */
+function ownRenderer(
+  turn: Turn,
+  ready: boolean,
+  from: number,
+  whole = false,
+): (lines: readonly MemoryLine[]) => RenderedBlock {
   return (lines) =>
     renderSessionBlock(
       {
         sessionId: turn.sessionId,
         generation: turn.generation,
+        whole,
         ...(ready
           ? {}
           : { note: "Partial: some earlier messages are not summarized yet; they are missing from this view." }),

@@ -20,6 +20,7 @@
  *   OPTCHAT_BENCH_PGBENCH_SECONDS    pgbench -T for the multi-client run (default 10; 0 skips pgbench)
  *   OPTCHAT_BENCH_PGBENCH_SCALE      pgbench -i -s (default 10)
  *   OPTCHAT_BENCH_PGBENCH            path of the pgbench binary (default: PATH, /usr/bin, /usr/lib/postgresql/N/bin)
+ *   OPTCHAT_BENCH_INGEST_CASES       comma-separated case names to run (default: all; for profiling one case)
  *
  *   growth                            turns through a worker, rows per record in every table before and after the
  *                                     retention floor, next to the documented bound (scripts/bench/growth.ts;
@@ -64,6 +65,8 @@ interface Settings {
   readonly pgbenchSeconds: number;
   readonly pgbenchScale: number;
   readonly prefill: number;
+  /** Only these cases (undefined: all). */
+  readonly cases: readonly string[] | undefined;
 }
 
 function readSettings(): Settings {
@@ -75,6 +78,7 @@ function readSettings(): Settings {
     pgbenchSeconds: envNumber("OPTCHAT_BENCH_PGBENCH_SECONDS", 10, { integer: true }),
     pgbenchScale: envNumber("OPTCHAT_BENCH_PGBENCH_SCALE", 10, { min: 1, integer: true }),
     prefill: envNumber("OPTCHAT_BENCH_PREFILL", 1000, { integer: true }),
+    cases: process.env.OPTCHAT_BENCH_INGEST_CASES?.split(",").map((c) => c.trim()),
   };
 }
 
@@ -89,9 +93,9 @@ interface CaseSpec {
   readonly prefill?: number;
 }
 
-function caseSpecs({ clients, batch, prefill }: Settings): CaseSpec[] {
+function caseSpecs({ clients, batch, prefill, cases }: Settings): CaseSpec[] {
   const many = `${clients}clients`;
-  return [
+  const all: CaseSpec[] = [
     { name: "ingest-1client", clients: 1, oneSession: false, batch: 1 },
     { name: `ingest-${many}-own-sessions`, clients, oneSession: false, batch: 1 },
     ...(prefill > 0
@@ -101,6 +105,7 @@ function caseSpecs({ clients, batch, prefill }: Settings): CaseSpec[] {
     { name: `ingestMany${batch}-1client`, clients: 1, oneSession: false, batch },
     { name: `ingestMany${batch}-${many}-own-sessions`, clients, oneSession: false, batch },
   ];
+  return cases === undefined ? all : all.filter((spec) => cases.includes(spec.name));
 }
 
 /**

@@ -135,8 +135,9 @@ async function ingestLocked(
  * whose leaves became ready writes and enqueues their jobs in one transaction (BEGIN, the guarded write, pg-boss's
  * insert, COMMIT: the same five statements as the locked way). Returns undefined, having written nothing, when the
  * batch must run the locked way: the plan would build a node (NeedsTreeLock), record a conflict or write a large
- * payload on its own, the guard found a target changed (or a key sealed, or a generation started), or the write met a
- * lock conflict (deadlock).
+ * payload on its own, the guard found a target changed (or a generation started), or the write met a lock conflict
+ * (deadlock). A key sealed since the lookup fails the write on records.event_key, having written nothing: the retry
+ * (retryOnTwinInsert) looks up again and reports the twin.
  */
 async function ingestUnlocked(
   deps: IngestDeps,
@@ -195,9 +196,10 @@ export async function ingest(deps: IngestDeps, event: IngestEvent): Promise<Inge
 
 /**
  * Two writers can deliver the same finalization key to different sessions' locks at the same moment; the loser gets
- * unique_violation on records.event_key (its named constraint); the locked way's guard fails (GuardFailed) when the
- * winner committed while the lookup waited for its locks. Running the transaction again then sees the winner's record
- * and reports a duplicate or a conflict, as a sequential delivery would.
+ * unique_violation on records.event_key (its named constraint), as does a writer whose lookup missed the winner's
+ * commit (the unlocked way's lookup, or the locked one's snapshot from before it waited for its locks). Running the
+ * transaction again then sees the winner's record and reports a duplicate or a conflict, as a sequential delivery
+ * would; the locked way's guard fails (GuardFailed) when a generation started meanwhile.
  */
 async function retryOnTwinInsert<T>(run: () => Promise<T>): Promise<T> {
   try {

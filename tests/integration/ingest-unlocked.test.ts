@@ -11,6 +11,7 @@ import { prepareEvents } from "../../src/memory/ingest-prep.js";
 import type { IngestEvent } from "../../src/memory/schemas.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import { planSeal, writeSeal } from "../../src/store/ingest-commit.js";
+import { EVENT_KEY_CONSTRAINT } from "../../src/store/records.js";
 import { collect, ingestEvent, startScript, useTestMemory, waitForLine } from "../helpers.js";
 
 const db = useTestMemory();
@@ -68,7 +69,7 @@ describe("the unlocked way", () => {
     const session = await db.memory.openSession({ host: "test", hostSessionId: "two", projectId: "prj_unlocked" });
     await db.memory.ingest(event(session.sessionId, "two", 0)); // the first leaf's job: a transaction
     const seen = await statementsOf(() => db.memory.ingest(event(session.sessionId, "two", 1)));
-    expect(seen).toEqual(["optchat.ingest.read_targets", "optchat.ingest.seal_and_append"]);
+    expect(seen).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_and_append"]);
     expect(await stored(session.sessionId)).toMatchObject({ records: 2, next_seq: 2, leaf_count: 2, event_count: 2 });
   });
 
@@ -81,7 +82,7 @@ describe("the unlocked way", () => {
       result = await db.memory.ingest(event(session.sessionId, "redo", 1));
     });
     expect(result).toMatchObject({ status: "duplicate", seq: 1 });
-    expect(seen).toEqual(["optchat.ingest.read_targets"]);
+    expect(seen).toEqual(["optchat.ingest.read_one_target"]);
     expect(await stored(session.sessionId)).toEqual(before);
   });
 
@@ -138,6 +139,51 @@ describe("the unlocked way", () => {
     expect((await auditAll(db.memory.pool)).violations).toEqual([]);
   });
 
+  it("writes nothing when a twin was sealed after the lookup: the insert fails on the key, the retry finds the twin", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "twin", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "twin", 0));
+    const { prepared } = await prepareEvents([event(session.sessionId, "twin", 1)], "ingest");
+    const fold = { upperBytes: db.config.viewBytes, lowerBytes: db.config.viewLowerBytes };
+    const plan = await planSeal(db.memory.pool, prepared, fold, { lock: false });
+    expect(plan.fresh.map((e) => e.seq)).toEqual([1]);
+
+    // The same finalization is delivered again and sealed in between, into another session (the guard's counters of
+    // this session still hold): only the key's unique index stops the stale plan.
+    const other = await db.memory.openSession({ host: "test", hostSessionId: "twin-other", projectId: "prj_unlocked" });
+    const twin = await db.memory.ingest({ ...event(session.sessionId, "twin", 1), sessionId: other.sessionId });
+    expect(twin).toMatchObject({ status: "sealed", sessionId: other.sessionId });
+    const between = await stored(session.sessionId);
+    const failure = await writeSeal(db.memory.pool, plan).catch((error: unknown) => error);
+    expect(failure).toMatchObject({ code: "23505", constraint: EVENT_KEY_CONSTRAINT });
+    expect(await stored(session.sessionId)).toEqual(between);
+
+    // Run again, the ingest finds the twin (sealed into another session: a conflict, recorded) and seals nothing.
+    await expect(db.memory.ingest(event(session.sessionId, "twin", 1))).rejects.toMatchObject({
+      code: "INGEST_CONFLICT",
+    });
+    expect(await stored(session.sessionId)).toEqual(between);
+    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
+  });
+
+  it("plans its statements once per connection, not on every ingest", async () => {
+    // One connection, so the prepared statements seen below are the ingests' own.
+    const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 1 } }));
+    extra.push(memory);
+    const session = await memory.openSession({ host: "test", hostSessionId: "plans", projectId: "prj_unlocked" });
+    for (let n = 0; n < 20; n++) await memory.ingest(event(session.sessionId, "plans", n));
+    const { rows } = await memory.pool.query(
+      `SELECT name, generic_plans::int, custom_plans::int FROM pg_prepared_statements
+        WHERE name IN ('optchat.ingest.read_one_target', 'optchat.ingest.seal_and_append') ORDER BY name`,
+    );
+    // PostgreSQL plans a prepared statement for its parameters the first five times, then keeps the generic plan
+    // unless a custom one looks cheaper; the lookup's custom plans always did while it took arrays.
+    expect(rows.map((r) => r.name)).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_and_append"]);
+    for (const row of rows) {
+      expect(row.custom_plans).toBeLessThanOrEqual(5);
+      expect(row.generic_plans).toBeGreaterThan(0);
+    }
+  });
+
   it("builds a free leaf inline the locked way, then keeps that session on the locked way for a while", async () => {
     const session = await db.memory.openSession({ host: "test", hostSessionId: "free", projectId: "prj_unlocked" });
     await db.memory.ingestMany([event(session.sessionId, "free", 0, "ok")], { buildFreeInline: true });
@@ -151,7 +197,7 @@ describe("the unlocked way", () => {
       db.memory.ingestMany([event(session.sessionId, "free", 1, "ok too")], { buildFreeInline: true }),
     );
     expect(seen[0]).toBe("BEGIN");
-    expect(seen).not.toContain("optchat.ingest.read_targets");
+    expect(seen).not.toContain("optchat.ingest.read_one_target");
   });
 
   it("keeps 8 connections writing one session gapless, every revision equal to a refold", async () => {

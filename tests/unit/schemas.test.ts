@@ -1,4 +1,6 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { z } from "zod";
 import { InputInvalidError } from "../../src/core/errors.js";
 import {
   admitTurnSchema,
@@ -24,6 +26,40 @@ const valid = {
 };
 
 describe("ingest event schema", () => {
+  it("accepts exactly the timestamps zod's own ISO 8601 check accepts, and Dates", () => {
+    const reference = z.string().datetime({ offset: true });
+    const pieces = fc.constantFrom(
+      "2026",
+      "-",
+      "11",
+      "20",
+      "T",
+      "10",
+      ":",
+      "00",
+      ".",
+      "123",
+      "Z",
+      "+01:00",
+      "+0100",
+      " ",
+    );
+    const candidates = fc.oneof(
+      fc.array(pieces, { maxLength: 12 }).map((p) => p.join("")),
+      fc.date({ noInvalidDate: true }).map((d) => d.toISOString()),
+      fc.string({ maxLength: 30 }),
+    );
+    fc.assert(
+      fc.property(candidates, (occurredAt) => {
+        const ours = ingestEventSchema.safeParse({ ...valid, occurredAt }).success;
+        expect(ours).toBe(reference.safeParse(occurredAt).success);
+      }),
+      { numRuns: 3000 },
+    );
+    expect(ingestEventSchema.safeParse({ ...valid, occurredAt: new Date() }).success).toBe(true);
+    expect(ingestEventSchema.safeParse({ ...valid, occurredAt: "2026-11-20T10:00:00+01:00" }).success).toBe(true);
+  });
+
   it("accepts a tool call with bytes as content and fills defaults", () => {
     const parsed = parseInput(ingestEventSchema, valid, "test");
     expect(parsed.final).toBe(true);

@@ -7,10 +7,12 @@ import {
   MAX_TERM_BYTES,
   MAX_TOKENS,
   queryGroups,
+  segments,
   type Token,
   tokenize,
   toTsqueryLiteral,
   toTsvectorLiteral,
+  unicodeSegments,
   utf8Length,
 } from "../../src/core/tokenize.js";
 
@@ -271,6 +273,32 @@ describe("tokenize: positions and limits", () => {
       }),
       { numRuns: 3000 },
     );
+  });
+});
+
+describe("tokenize: the ASCII path", () => {
+  // Every ASCII character class the rules distinguish: letters of both cases, digits, `_`, punctuation, symbols,
+  // whitespace and control characters.
+  const asciiText = fc.string({
+    unit: fc.oneof(
+      fc.constantFrom(..."aZ9_ _-.'/\\\t\n\u0000\u007f~!"),
+      fc.integer({ min: 0, max: 0x7f }).map((c) => String.fromCharCode(c)),
+    ),
+    maxLength: 80,
+  });
+
+  it("segments ASCII text exactly as the general Unicode rules do", () => {
+    fc.assert(
+      fc.property(asciiText, (text) => {
+        expect([...segments(text)]).toEqual([...unicodeSegments(text)]);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it("takes the general rules for any text with a non-ASCII character", () => {
+    expect(terms("Straße max_tokens")).toEqual(["straße", "max_tokens", "max", "tokens"]);
+    expect(terms("ＡＢＣ abc")).toEqual(["abc", "abc"]);
   });
 });
 

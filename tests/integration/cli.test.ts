@@ -9,6 +9,9 @@ import { startWorker } from "../../src/memory/worker.js";
 import { findOrRegisterSession } from "../../src/store/sessions.js";
 import { collect, ingestEvent, ROOT, runCli, useTestMemory } from "../helpers.js";
 
+/** Each test runs the CLI as several processes (~1.5 s each idle, 10 s and more at load average ~20): a hang bound. */
+const CLI_TEST_TIMEOUT_MS = 180_000;
+
 /** The `optchat` conventions of issue 12 item 4: help, pipes, session ids, scopes. */
 
 const db = useTestMemory();
@@ -42,7 +45,7 @@ beforeAll(async () => {
   }
 });
 
-describe("--help", () => {
+describe("--help", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   // An invalid setting and an unreachable server: help must need neither.
   const broken = { OPTCHAT_POOL_SIZE: "lots", DATABASE_URL: "postgres://postgres@127.0.0.1:1/none" };
 
@@ -79,7 +82,7 @@ describe("--help", () => {
   });
 });
 
-describe("a closed output pipe", () => {
+describe("a closed output pipe", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it("ends the command quietly, without a stack trace (optchat status | head -1)", async () => {
     for (const args of [["status"], ["status", "--json"], ["view", optchatId], ["help"]]) {
       const child = spawn(process.execPath, [`${ROOT}/bin/optchat.mjs`, ...args], {
@@ -109,7 +112,7 @@ describe("a closed output pipe", () => {
   });
 });
 
-describe("session ids", () => {
+describe("session ids", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it("gives new sessions an id of their own kind, mem_…, never mistaken for OpenCode's ses_…", () => {
     expect(optchatId).toMatch(/^mem_[0-9a-z]{26}$/);
   });
@@ -164,7 +167,7 @@ describe("session ids", () => {
   });
 });
 
-describe("progress", () => {
+describe("progress", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it("is shown off a terminal only when asked, on stderr, never in the --json answer", async () => {
     const file = join(mkdtempSync(join(tmpdir(), "optchat-cli-")), "p.jsonl");
     writeFileSync(
@@ -189,7 +192,7 @@ describe("progress", () => {
   });
 });
 
-describe("optchat scopes", () => {
+describe("optchat scopes", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
   it("lists each scope with its sessions per host and publications", async () => {
     const result = await runCli(["scopes", "--json"], { DATABASE_URL: db.url });
     expect(result.code, result.stderr).toBe(0);

@@ -316,7 +316,15 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     assembleContext: async (ctx, options, prepared) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
-      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions, prepared);
+      // A preparation of this turn holds the turn as stored (its snapshot pinned at admission): only the epoch check
+      // is read again, as for every read of a turn the caller holds (one round trip less in the request's transform).
+      const held = prepared?.turn.sessionId === valid.sessionId && prepared.turn.turnId === valid.turnId;
+      return await assembleContext(
+        shared,
+        await turnOrThrow(pool, held ? prepared.turn : valid),
+        validOptions,
+        prepared,
+      );
     },
     prepareContext: async (ctx, options) => {
       const valid = parseInput(turnContextSchema, ctx, "prepareContext");

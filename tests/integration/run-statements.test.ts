@@ -2,7 +2,7 @@ import pg from "pg";
 import { afterEach, describe, expect, it } from "vitest";
 import { startWorker } from "../../src/memory/index.js";
 import { openMemory } from "../../src/memory/service.js";
-import { freshDatabaseName, ingestEvent, useTestMemory } from "../helpers.js";
+import { freshDatabaseName, ingestEvent, LARGE_WINDOW, useTestMemory } from "../helpers.js";
 
 // What one `opencode run` pays in round trips (issue 9 item 2): every statement of the open, the admission and the
 // turn's finish is waited for by OpenCode (or competes with it on its one JavaScript thread), so their number is
@@ -123,5 +123,32 @@ describe("the statements of one run", () => {
     await expect(db.memory.finishTurn({ ...ctx, turnId: "never" }, "completed")).rejects.toMatchObject({
       code: "INPUT_INVALID",
     });
+  });
+
+  it("a request's assembly from the turn's preparation reads one statement: the snapshot's standing", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "h-assemble", projectId: "p-run" });
+    const first = { sessionId: session.sessionId, turnId: "t1" };
+    await db.memory.admitTurn(first);
+    await db.memory.ingest(
+      ingestEvent({
+        ...first,
+        kind: "user",
+        host: "h-assemble",
+        messageId: "m1",
+        occurredAt: "2026-12-01T10:00:00Z",
+        content: "remember the kestrel",
+      }),
+    );
+    await db.memory.finishTurn(first, "completed");
+    const ctx = { sessionId: session.sessionId, turnId: "t2" };
+    await db.memory.admitTurn(ctx);
+    const options = { previousExchange: true, readiness: "partial", waitMs: 0 } as const;
+    const prepared = await db.memory.prepareContext(ctx, options);
+    const { result, statements } = await statementsOf(() =>
+      db.memory.assembleContext(ctx, { ...LARGE_WINDOW, ...options }, prepared),
+    );
+    expect(statements, statements.join("\n")).toHaveLength(1);
+    // The same memory as an assembly that reads everything itself.
+    expect(result).toEqual(await db.memory.assembleContext(ctx, { ...LARGE_WINDOW, ...options }));
   });
 });

@@ -137,7 +137,8 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       await withAdapter((adapter) => adapter.noteCompacting(hookInput.sessionID));
     },
 
-    tool: memoryTools(ready),
+    // JSON Schema arguments (plugin/tool-args.ts): @opencode-ai/plugin's types only describe zod ones.
+    tool: memoryTools(ready) as unknown as Hooks["tool"],
 
     dispose: async () => {
       // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.

@@ -11,11 +11,14 @@
  *   admit      per user message: chat.message (session lease, turn admission with its snapshot, the user record)
  *   ingest     per finalized assistant message: its records sealed (tree leaves, view fold, search tokens, jobs)
  *   model      per main request: the scripted model's answer time, the baseline the plugin's time compares to
+ *   import     importing the plugin's entry module in OpenCode's Bun: wall and CPU ms (scripts/bench/plugin-import.ts)
  *   run        per `opencode run` invocation: wall time with and without the plugin, interleaved (scripts/bench/
  *              plugin-run.ts); measured first, on the fresh database
  * Environment:
  *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40; 0 skips the serve cases)
  *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 7; 0 skips the run case)
+ *   OPTCHAT_BENCH_PLUGIN_IMPORTS rounds of the import case (default 9; 0 skips it)
+ *   OPTCHAT_BENCH_PLUGIN_BASELINE another checkout's plugin/index.ts, measured in the same rounds (import and run)
  */
 import { readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,6 +37,7 @@ import {
   summarizeLatencies,
   withScratchDatabase,
 } from "./common.js";
+import { runPluginImportBench } from "./plugin-import.js";
 import { runPluginRunBench } from "./plugin-run.js";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
@@ -56,6 +60,11 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
   });
   const bare = await createOpencodeEnv({ modelUrl: model.url });
   try {
+    await runPluginImportBench(
+      join(ROOT, "plugin", "index.ts"),
+      context.signal,
+      process.env.OPTCHAT_BENCH_PLUGIN_BASELINE,
+    );
     await migrateAll(url);
     if (runs > 0) {
       const db = new pg.Pool({ connectionString: url, max: 1 });

@@ -23,16 +23,24 @@ export interface SessionTreeRef {
   readonly generation: number;
 }
 
-/** Enqueues the session's next publication when it became ready; returns its turn id, or undefined. */
+/**
+ * Enqueues the session's next publication when it became ready; returns its turn id, or undefined. `builtLeaves`: the
+ * tree's built leaves as this transaction read them under the lock, when it has built none since (finishing a turn):
+ * they are then not read again.
+ */
 export async function schedulePublicationIfReady(
   boss: JobInserter,
   tx: Queryable,
-  tree: SessionTreeRef,
+  tree: SessionTreeRef & { readonly builtLeaves?: number },
 ): Promise<string | undefined> {
   const turn = await nextTurnToPublish(tx, tree.sessionId, tree.generation);
   const lastRun = turn?.runs?.[turn.runs.length - 1];
   if (!turn || turn.state === "active" || !lastRun) return undefined;
-  if (!(await leavesBuiltUpTo(tx, tree.treeId, lastRun.end))) return undefined;
+  const built =
+    tree.builtLeaves !== undefined
+      ? tree.builtLeaves >= lastRun.end
+      : await leavesBuiltUpTo(tx, tree.treeId, lastRun.end);
+  if (!built) return undefined;
   // Several commits can find the same turn ready before its job runs (each node commit of the session re-checks);
   // one job is enough. Exact under the tree lock: the job is created and completed by transactions that hold it.
   if (await hasOpenPublicationJob(tx, turn)) return undefined;

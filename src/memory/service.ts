@@ -3,8 +3,7 @@ import { type JobInserter, producerJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
 import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
-import { jobQueueInstalled } from "../store/job-queue.js";
-import { readSchemaVersion, SCHEMA_VERSION } from "../store/migrate.js";
+import { readSchemaState, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
 import { listRecords, type SourceRecord } from "../store/records.js";
 import { findSession, type Session } from "../store/sessions.js";
@@ -173,7 +172,7 @@ export async function openMemory(
   const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false);
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
-    const version = await readSchemaVersion(pool);
+    const { version, jobQueue } = await readSchemaState(pool);
     const expected = SCHEMA_VERSION;
     if (version < expected) {
       throw new OptchatError(
@@ -182,7 +181,7 @@ export async function openMemory(
         { version, expected },
       );
     }
-    if (!(await jobQueueInstalled(pool))) {
+    if (!jobQueue) {
       throw new OptchatError(
         "SCHEMA_OUT_OF_DATE",
         "The job queue (pg-boss schema) is not installed: run `optchat migrate`",
@@ -317,7 +316,15 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
     assembleContext: async (ctx, options, prepared) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
-      return await assembleContext(shared, await turnOrThrow(pool, valid), validOptions, prepared);
+      // A preparation of this turn holds the turn as stored (its snapshot pinned at admission): only the epoch check
+      // is read again, as for every read of a turn the caller holds (one round trip less in the request's transform).
+      const held = prepared?.turn.sessionId === valid.sessionId && prepared.turn.turnId === valid.turnId;
+      return await assembleContext(
+        shared,
+        await turnOrThrow(pool, held ? prepared.turn : valid),
+        validOptions,
+        prepared,
+      );
     },
     prepareContext: async (ctx, options) => {
       const valid = parseInput(turnContextSchema, ctx, "prepareContext");

@@ -2,32 +2,28 @@ import type { JobInserter } from "../compactor/queue.js";
 import { schedulePublicationIfReady } from "../compactor/schedule-publication.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import { type Pool, withTransaction } from "../store/db.js";
-import { findSession } from "../store/sessions.js";
-import { lockTree } from "../store/tree-changes.js";
-import {
-  admitTurn as admitTurnRow,
-  findTurn,
-  finishTurn as finishTurnRow,
-  type Turn,
-  type TurnOutcome,
-} from "../store/turns.js";
+import { lockCurrentSessionTree } from "../store/trees.js";
+import { admitTurn as admitTurnRow, finishTurn as finishTurnRow, type Turn, type TurnOutcome } from "../store/turns.js";
 import type { TurnContext } from "./reader.js";
 
-/** Admits a turn and pins its snapshot (seed 000 §9); re-admitting returns the same turn. */
+/**
+ * Admits a turn and pins its snapshot (seed 000 §9); re-admitting returns the same turn. One statement: the session is
+ * read by the insert itself (a separate read of it was one more round trip of every prompt, issue 9 item 2).
+ */
 export async function admitTurn(
   deps: { readonly pool: Pool },
   input: { sessionId: string; turnId: string; query?: string; publishes?: boolean },
 ): Promise<Turn> {
-  const session = await findSession(deps.pool, input.sessionId);
-  if (!session) throw new OptchatError("SESSION_NOT_FOUND", `No session ${input.sessionId}`, { field: "sessionId" });
-  const { turn } = await admitTurnRow(deps.pool, {
-    sessionId: session.sessionId,
+  const admitted = await admitTurnRow(deps.pool, {
+    sessionId: input.sessionId,
     turnId: input.turnId,
     query: input.query ?? null,
-    // Subagent sessions are recorded but not published: their report reaches the parent as a tool result.
-    publishes: (input.publishes ?? true) && session.parentSessionId === null,
+    // Subagent sessions are recorded but not published (the insert checks the parent): their report reaches the
+    // parent as a tool result.
+    publishes: input.publishes ?? true,
   });
-  return turn;
+  if (!admitted) throw new OptchatError("SESSION_NOT_FOUND", `No session ${input.sessionId}`, { field: "sessionId" });
+  return admitted.turn;
 }
 
 /**
@@ -45,21 +41,24 @@ export async function finishTurn(
     new InputInvalidError("finishTurn", [
       { field: "turnId", problem: `turn ${ctx.turnId} of session ${ctx.sessionId} was not admitted` },
     ]);
-  const admitted = await findTurn(deps.pool, ctx.sessionId, ctx.turnId);
-  if (!admitted) throw notAdmitted();
   const boss = await deps.jobQueue();
   return await withTransaction(deps.pool, async (tx) => {
     // The session tree's lock first, like every writer of the tree: records sealed and nodes built by other
     // transactions are then either committed before the runs and the readiness are read here, or they see this
-    // turn finished when they check readiness themselves.
-    const locked = await lockTree(tx, { sessionId: admitted.sessionId, generation: admitted.generation });
+    // turn finished when they check readiness themselves. The turn is finished only in the session's current
+    // generation (finishTurnRow checks it), whose tree this locks.
+    const locked = await lockCurrentSessionTree(tx, ctx.sessionId);
     const result = await finishTurnRow(tx, ctx.sessionId, ctx.turnId, outcome);
     if (!result) throw notAdmitted();
-    if (result.finished && locked) {
+    // A generation that changed between the two statements (a rewind) is not scheduled from here: the start-up sweep
+    // schedules a finished turn whose publication has no job (compactor/worker.ts).
+    if (result.finished && locked && locked.generation === result.turn.generation) {
       await schedulePublicationIfReady(boss, tx, {
-        treeId: locked.tree.treeId,
+        treeId: locked.treeId,
         sessionId: result.turn.sessionId,
         generation: result.turn.generation,
+        // Read under the lock just now; this transaction builds no leaf.
+        builtLeaves: locked.builtLeaves,
       });
     }
     return result;

@@ -1,7 +1,7 @@
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { OptchatError } from "../core/errors.js";
-import { connectClient, databaseUnavailable, sqlStateOf } from "./db.js";
+import { connectClient, databaseUnavailable, type Queryable, sqlStateOf } from "./db.js";
 
 export const MIGRATIONS_DIRECTORY = fileURLToPath(new URL("../../migrations/", import.meta.url));
 
@@ -83,6 +83,26 @@ export async function migrateDatabase(
     return { databaseCreated, applied: applied.map((m) => `${m.id}_${m.name}`), schemaVersion };
   } finally {
     await client.end().catch(() => {});
+  }
+}
+
+/**
+ * What opening memory checks, in one round trip: the highest applied migration id (0 when the schema has never been
+ * migrated) and whether pg-boss's schema is installed. It was three statements, each waited for by a host's first
+ * prompt while OpenCode starts (issue 9 item 2).
+ */
+export async function readSchemaState(db: Queryable): Promise<{ version: number; jobQueue: boolean }> {
+  try {
+    const result = await db.query<{ version: number | null; job_queue: boolean }>(
+      `SELECT (SELECT max(id)::int FROM optchat.migrations) AS version,
+              to_regclass('pgboss.job') IS NOT NULL AS job_queue`,
+    );
+    return { version: result.rows[0]?.version ?? 0, jobQueue: result.rows[0]?.job_queue === true };
+  } catch (error) {
+    // Never migrated: no optchat schema (3F000) or no migrations table (42P01). The version alone refuses the open.
+    const state = sqlStateOf(error);
+    if (state === "42P01" || state === "3F000") return { version: 0, jobQueue: false };
+    throw error;
   }
 }
 

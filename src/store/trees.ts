@@ -60,6 +60,22 @@ export async function findSessionTree(
   return result.rows[0] ? toTree(result.rows[0]) : undefined;
 }
 
+/**
+ * The session's tree of its current generation, locked (FOR UPDATE), in one statement: finishing a turn took a read of
+ * the turn first only to learn the generation to lock (issue 9 item 2).
+ */
+export async function lockCurrentSessionTree(db: Queryable, sessionId: string): Promise<Tree | undefined> {
+  const result = await db.query<TreeRow>({
+    name: "optchat.trees.lock_current_session",
+    text: `SELECT ${TREE_COLUMNS} FROM optchat.trees
+      WHERE kind = 'session' AND session_id = $1::text
+        AND generation = (SELECT current_generation FROM optchat.sessions WHERE session_id = $1::text)
+        FOR UPDATE`,
+    values: [sessionId],
+  });
+  return result.rows[0] ? toTree(result.rows[0]) : undefined;
+}
+
 export async function findTree(db: Queryable, treeId: number): Promise<Tree | undefined> {
   const result = await db.query<TreeRow>(`SELECT ${TREE_COLUMNS} FROM optchat.trees WHERE tree_id = $1::bigint`, [
     treeId,

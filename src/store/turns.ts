@@ -105,22 +105,25 @@ export const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at
  * clock (in the same statement as the shared view, so the two agree: migration 014), its shared
  * tree's current view revision and publication count, and the session's own boundary (the records before the turn's
  * first record; all records so far when the turn has none yet). Re-admitting an existing turn returns it unchanged.
+ * A subagent's session (one with a parent) never publishes, whatever `publishes` says. Undefined when the session
+ * does not exist.
  */
 export async function admitTurn(
   db: Queryable,
   input: { sessionId: string; turnId: string; query: string | null; publishes: boolean },
-): Promise<{ turn: Turn; created: boolean }> {
+): Promise<{ turn: Turn; created: boolean } | undefined> {
   const inserted = await db.query<TurnRow>(
     `INSERT INTO optchat.turns (session_id, generation, turn_id, state, query, publishes, scope_id, policy_revision,
                                 retention_epoch, revision_epoch, shared_tree_id, shared_view_revision,
                                 publication_high_water, own_boundary, publication_state)
-     SELECT s.session_id, s.current_generation, $2::text, 'active', $3::text, $4::boolean AND sc.kind <> 'isolated',
+     SELECT s.session_id, s.current_generation, $2::text, 'active', $3::text,
+            $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated',
             sc.scope_id, sc.policy_revision, sc.retention_epoch, rc.epoch, st.tree_id, nullif(st.view_revision, 0),
             coalesce(st.leaf_count, 0),
             coalesce((SELECT min(r.seq) FROM optchat.records r
                        WHERE r.session_id = s.session_id AND r.generation = s.current_generation AND r.turn_id = $2::text),
                      g.next_seq),
-            CASE WHEN $4::boolean AND sc.kind <> 'isolated' THEN 'pending' ELSE 'none' END
+            CASE WHEN $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated' THEN 'pending' ELSE 'none' END
        FROM optchat.sessions s
        JOIN optchat.scopes sc ON sc.scope_id = s.scope_id
        JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation
@@ -133,8 +136,7 @@ export async function admitTurn(
   );
   if (inserted.rows[0]) return { turn: toTurn(inserted.rows[0]), created: true };
   const existing = await findTurn(db, input.sessionId, input.turnId);
-  if (!existing) throw new Error(`admitTurn: session ${input.sessionId} vanished`);
-  return { turn: existing, created: false };
+  return existing ? { turn: existing, created: false } : undefined;
 }
 
 /** A turn of a given generation (current or not). */

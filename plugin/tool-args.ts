@@ -39,16 +39,16 @@ export type ArgsOf<Specs extends ArgSpecs> = {
 
 type JsonSchema = Record<string, unknown>;
 
+/**
+ * The schema the model sees: the type and the description only. The bounds are checked here (parseToolArgs) and a
+ * bad argument's error names them; left out of the schema they cost nothing in every request (the tools are resent
+ * with each one: the bounds were ~200 of the memory tools' ~4,070 bytes, bench cache `memoryTools`).
+ */
 function schemaOf(spec: ArgSpec): JsonSchema {
   const nullable = spec.optional === true;
   switch (spec.type) {
     case "string":
-      return {
-        type: nullable ? ["string", "null"] : "string",
-        ...(spec.minLength !== undefined ? { minLength: spec.minLength } : {}),
-        maxLength: spec.maxLength,
-        description: spec.description,
-      };
+      return { type: nullable ? ["string", "null"] : "string", description: spec.description };
     case "enum":
       return {
         type: nullable ? ["string", "null"] : "string",
@@ -56,12 +56,7 @@ function schemaOf(spec: ArgSpec): JsonSchema {
         description: spec.description,
       };
     case "integer":
-      return {
-        type: nullable ? ["integer", "null"] : "integer",
-        minimum: spec.minimum,
-        maximum: spec.maximum,
-        description: spec.description,
-      };
+      return { type: nullable ? ["integer", "null"] : "integer", description: spec.description };
   }
 }
 

@@ -84,7 +84,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
           minimum: 1,
           maximum: 50,
           optional: true,
-          description: "Hits per page (default 10)",
+          description: "Hits per page, 1-50 (default 10)",
         },
       },
       async (args, ctx, adapter) => {
@@ -131,7 +131,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
           minimum: 1,
           maximum: 50,
           optional: true,
-          description: "Sessions per page (default 20)",
+          description: "Sessions per page, 1-50 (default 20)",
         },
       },
       async (args, ctx, adapter) => {

@@ -13,11 +13,11 @@ const SPECS = {
 } as const;
 
 describe("memory tool arguments as JSON Schema (plugin/tool-args.ts)", () => {
-  it("describes every argument as JSON Schema, an optional one as nullable", () => {
+  it("describes every argument as JSON Schema, an optional one as nullable, its bounds checked but not sent", () => {
     expect(jsonSchemaArgs(SPECS)).toEqual({
-      query: { type: "string", minLength: 1, maxLength: 10, description: "words" },
+      query: { type: "string", description: "words" },
       match: { type: ["string", "null"], enum: ["all", "any", null], description: "how" },
-      limit: { type: ["integer", "null"], minimum: 1, maximum: 50, description: "hits" },
+      limit: { type: ["integer", "null"], description: "hits" },
     });
   });
 

@@ -23,6 +23,17 @@ export interface MemoryTool {
 
 const REF = { type: "string", maxLength: 300, description: "A ref from memory or a memory tool result" } as const;
 
+/** A paged tool's page size argument. */
+function pageLimit(what: string, fallback: number) {
+  return {
+    type: "integer",
+    minimum: 1,
+    maximum: 50,
+    optional: true,
+    description: `${what} per page, 1-50 (default ${fallback})`,
+  } as const;
+}
+
 /**
  * The memory tools. Named `memory_*`: OpenCode 1.18.33 lets a plugin tool silently replace a built-in of the same name
  * (facts §4), and seed 004 saw generic names shadow the harness's own tools. Every result is bounded and paged.
@@ -79,13 +90,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
         before: { type: "string", maxLength: 40, optional: true, description: "ISO 8601: only older" },
         after: { type: "string", maxLength: 40, optional: true, description: "ISO 8601: only newer" },
         cursor: { type: "string", maxLength: 40, optional: true, description: "The previous page's cursor" },
-        limit: {
-          type: "integer",
-          minimum: 1,
-          maximum: 50,
-          optional: true,
-          description: "Hits per page, 1-50 (default 10)",
-        },
+        limit: pageLimit("Hits", 10),
       },
       async (args, ctx, adapter) => {
         const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
@@ -126,13 +131,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<strin
       "This project's sessions visible to this turn (id, title, when, turns published), newest first, paged.",
       {
         cursor: { type: "string", maxLength: 100, optional: true, description: "The previous page's cursor" },
-        limit: {
-          type: "integer",
-          minimum: 1,
-          maximum: 50,
-          optional: true,
-          description: "Sessions per page, 1-50 (default 20)",
-        },
+        limit: pageLimit("Sessions", 20),
       },
       async (args, ctx, adapter) => {
         const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);

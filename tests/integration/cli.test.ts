@@ -7,7 +7,7 @@ import { main } from "../../src/cli/main.js";
 import { COMMANDS } from "../../src/cli/registry.js";
 import { startWorker } from "../../src/memory/worker.js";
 import { findOrRegisterSession } from "../../src/store/sessions.js";
-import { collect, ingestEvent, ROOT, runCli, useTestMemory } from "../helpers.js";
+import { collect, ingestEvent, ROOT, runCli, useTestMemory, waitForPublications } from "../helpers.js";
 
 /** Each test runs the CLI as several processes (~1.5 s each idle, 10 s and more at load average ~20): a hang bound. */
 const CLI_TEST_TIMEOUT_MS = 180_000;
@@ -40,6 +40,9 @@ beforeAll(async () => {
   const worker = await startWorker(db.memory, db.config, () => {});
   try {
     await db.memory.settle(optchatId, { timeoutMs: 60_000 });
+    // The scope's search below reads published turns: the turn's publication runs after its leaves, so wait for it
+    // before the worker stops (in a loaded CI run the worker was stopped first and the search found nothing).
+    await waitForPublications(db.memory.pool, 1, 60_000, "the turn published");
   } finally {
     await worker.stop();
   }

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { estimateTokens } from "../../src/core/context.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { MEDIUM_WINDOW, messageWriter, useTestMemory, waitForPublications } from "../helpers.js";
+import { MEDIUM_WINDOW, messageWriter, retrying, useTestMemory } from "../helpers.js";
 
 const db = useTestMemory({ viewBytes: 4000 });
 let session: Session;
@@ -91,7 +91,18 @@ describe("context assembly", () => {
       await say("s1", "user", "Which port does the gateway use?");
       await say("s1", "assistant", "Port 8443.");
       await db.memory.finishTurn({ sessionId: other.sessionId, turnId: "s1" }, "completed");
-      await waitForPublications(db.memory.pool, 1, 30_000, "s1 published");
+      // This session's own publication (the file's earlier tests publish in another scope).
+      await retrying(
+        async () => {
+          const { rows } = await db.memory.pool.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM optchat.publications WHERE session_id = $1::text",
+            [other.sessionId],
+          );
+          if (rows[0]?.n !== 1) throw new Error(`${rows[0]?.n} publications of s1`);
+        },
+        30_000,
+        "s1 published",
+      );
       // A turn that is never published (publishes: false): its lines stay in the session block.
       await db.memory.admitTurn({ sessionId: other.sessionId, turnId: "s2", publishes: false });
       await say("s2", "user", "And the timeout?");

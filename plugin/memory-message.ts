@@ -76,15 +76,19 @@ export function memoryLayout(
       ),
     );
   }
+  // An isolated session (or one whose shared block was left out: `omitted` says so) has no shared memory to date, and
+  // "as of publication 0" read as if it had an empty one; without either block the high-water mark still dates the
+  // (empty) shared memory of a project scope.
   const counters = [
-    `${MEMORY_CONTINUED} shared memory as of publication ${status.publicationHighWater}`,
+    ...(shared || !own ? [`shared memory as of publication ${status.publicationHighWater}`] : []),
     ...(own ? [`session memory before record ${status.ownBoundary}`] : []),
     ...(status.replaced > 0
       ? [`${status.replaced} earlier messages of this conversation are represented by the memory`]
       : []),
-  ].join("; ");
+  ];
+  const statusLine = `${MEMORY_CONTINUED} ${counters.join("; ")}.`;
   const volatile = [
-    [`${counters}.`, ...(leading ? [leading.pieces.at(-1) as string] : [])].join("\n"),
+    [statusLine, ...(leading ? [leading.pieces.at(-1) as string] : [])].join("\n"),
     ...(omitted.length > 0 ? [`Not included: ${omitted.join("; ")}`] : []),
     ...blocks.filter((b) => b !== leading).map((b) => b.text),
   ].join("\n\n");

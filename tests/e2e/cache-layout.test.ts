@@ -205,7 +205,9 @@ describe("the injected memory's cache layout under OpenCode's Anthropic provider
     const stable3 = three.stable.map((b: Block) => b.text).join("");
     expect(stable3).toContain("IS-1 Decision: the parser uses a Pratt loop.");
     expect(stable3).not.toMatch(/<\/session_memory>|through=|before record|<previous_exchange|<shared_memory/);
-    expect(three.volatile.text).toMatch(/session memory before record \d+/);
+    expect(three.volatile.text).toMatch(/^optchat memory, continued: session memory before record \d+/);
+    // No shared memory to date in an isolated scope: the status line says nothing of one.
+    expect(three.volatile.text).not.toContain("shared memory");
     expect(three.volatile.text).toContain("</session_memory>");
     expect(marks(third as CapturedRequest)).toEqual([three.volatileAt - 1, three.promptAt]);
 

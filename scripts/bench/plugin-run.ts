@@ -31,6 +31,8 @@ interface RunFigures {
   lastRequestToExitS: number | null;
   /** Seconds OpenCode waited for the plugin's hooks (null without a timings file). */
   awaitedS: number | null;
+  /** The same by hook (chat.message, transform: every request's, dispose). */
+  awaitedByOpS: Record<string, number> | null;
 }
 
 export interface BenchVariant {
@@ -43,18 +45,17 @@ const PROMPT = 'RUN-BENCH TOOLS=[{"name":"bash","args":{"command":"echo bench","
 /** The hook timings OpenCode waits for (plugin/index.ts, plugin/adapter.ts `recordTiming`). */
 const AWAITED_OPS = new Set(["chat.message", "transform", "dispose"]);
 
-function awaitedSeconds(timings: string | undefined): number | null {
+/** Seconds OpenCode waited for each awaited hook in one run (summed over its calls), from the timings file. */
+function awaitedByOp(timings: string | undefined): Record<string, number> | null {
   if (!timings || !existsSync(timings)) return null;
-  let ms = 0;
-  let seen = false;
+  const byOp: Record<string, number> = {};
   for (const line of readFileSync(timings, "utf8").split("\n")) {
     if (!line.trim()) continue;
     const entry = JSON.parse(line) as { op: string; ms: number };
     if (!AWAITED_OPS.has(entry.op)) continue;
-    ms += entry.ms;
-    seen = true;
+    byOp[entry.op] = (byOp[entry.op] ?? 0) + entry.ms / 1000;
   }
-  return seen ? ms / 1000 : null;
+  return Object.keys(byOp).length > 0 ? byOp : null;
 }
 
 async function timedRun(variant: BenchVariant, model: ModelServer, marker: string): Promise<RunFigures> {
@@ -79,11 +80,17 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
     cpuS: result.cpuS ?? null,
     toFirstRequestS: first ? (Date.parse(first.at) - started) / 1000 : null,
     lastRequestToExitS: last ? (ended - (Date.parse(last.at) + last.replyMs)) / 1000 : null,
-    awaitedS: awaitedSeconds(variant.timings),
+    ...(() => {
+      const byOp = awaitedByOp(variant.timings);
+      return {
+        awaitedS: byOp ? Object.values(byOp).reduce((sum, s) => sum + s, 0) : null,
+        awaitedByOpS: byOp,
+      };
+    })(),
   };
 }
 
-function medianOf(runs: readonly RunFigures[], key: keyof RunFigures): number | null {
+function medianOf(runs: readonly RunFigures[], key: Exclude<keyof RunFigures, "awaitedByOpS">): number | null {
   const m = median(runs.flatMap((run) => (run[key] === null ? [] : [run[key] as number])));
   return m === null ? null : round(m);
 }
@@ -149,6 +156,12 @@ export async function runPluginRunBench(
     addedS: medianAdded(a, b, "wallS"),
     addedCpuS: medianAdded(a, b, "cpuS"),
     awaitedS: medianOf(a, "awaitedS"),
+    awaitedMedianByOpS: Object.fromEntries(
+      [...AWAITED_OPS].map((op) => [
+        op,
+        round(median(a.flatMap((run) => (run.awaitedByOpS?.[op] === undefined ? [] : [run.awaitedByOpS[op]]))) ?? 0),
+      ]),
+    ),
     withPluginMedianS: medianOf(a, "wallS"),
     withoutPluginMedianS: medianOf(b, "wallS"),
     toFirstRequestS: { with: medianOf(a, "toFirstRequestS"), without: medianOf(b, "toFirstRequestS") },

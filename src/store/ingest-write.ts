@@ -16,6 +16,7 @@
 
 import type { Queryable } from "./db.js";
 import type { FreshRecord, LockedTargets } from "./ingest-commit.js";
+import { writeOneSealed } from "./ingest-write-one.js";
 import type { RecordToSeal } from "./records.js";
 import {
   TREE_WRITE_PARAMS,
@@ -57,6 +58,11 @@ export async function writeSealed(
   targets: LockedTargets,
   plans: readonly TreeChangePlan[],
 ): Promise<Map<number, Tree> | undefined> {
+  const [only] = fresh;
+  const [plan] = plans;
+  // One fresh record (every host ingest): its own statement with scalar parameters (see store/ingest-write-one.ts).
+  if (fresh.length === 1 && only && plans.length === 1 && plan && only.item.payload.length <= INLINE_BLOB_BYTES)
+    return await writeOneSealed(db, only, targets, plan);
   // Blobs in hash order: two batches sharing payloads (common tool outputs) then lock the same keys in the same order
   // and cannot deadlock on the blobs primary key (reproduced: 25 deadlocks in 200 rounds of reversed batches).
   const blobs = new Map<string, RecordToSeal>();

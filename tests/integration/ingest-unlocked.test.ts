@@ -69,8 +69,59 @@ describe("the unlocked way", () => {
     const session = await db.memory.openSession({ host: "test", hostSessionId: "two", projectId: "prj_unlocked" });
     await db.memory.ingest(event(session.sessionId, "two", 0)); // the first leaf's job: a transaction
     const seen = await statementsOf(() => db.memory.ingest(event(session.sessionId, "two", 1)));
-    expect(seen).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_and_append"]);
+    expect(seen).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_one"]);
     expect(await stored(session.sessionId)).toMatchObject({ records: 2, next_seq: 2, leaf_count: 2, event_count: 2 });
+  });
+
+  it("writes a batch of plain appends with the batch statement, in two statements too", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "pair", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "pair", 0));
+    const seen = await statementsOf(() =>
+      db.memory.ingestMany([event(session.sessionId, "pair", 1), event(session.sessionId, "pair", 2)]),
+    );
+    expect(seen).toEqual(["optchat.ingest.read_targets", "optchat.ingest.seal_and_append"]);
+    expect(await stored(session.sessionId)).toMatchObject({ records: 3, next_seq: 3, leaf_count: 3, event_count: 3 });
+  });
+
+  it("writes one record through keys only: its generic plan has no sequential scan and no view_parts update", async () => {
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "keys", projectId: "prj_unlocked" });
+    await db.memory.ingest(event(session.sessionId, "keys", 0));
+    const sent: { name?: string; text: string; values?: unknown[] }[] = [];
+    const proto = pg.Client.prototype as unknown as { query: (...args: unknown[]) => unknown };
+    const original = proto.query;
+    proto.query = function (this: unknown, ...args: unknown[]) {
+      if (typeof args[0] === "object") sent.push(args[0] as (typeof sent)[number]);
+      return original.apply(this, args);
+    };
+    try {
+      await db.memory.ingest(event(session.sessionId, "keys", 1));
+    } finally {
+      proto.query = original;
+    }
+    const write = sent[sent.length - 1] as (typeof sent)[number];
+    // The plan PostgreSQL keeps for every later ingest on the connection (generic: made without the parameters'
+    // values), on tables that were small and never analyzed when it was made, as in a new database: a sequential scan
+    // there reads every session, generation or tree on each ingest once the tables have grown.
+    const client = await db.memory.pool.connect();
+    try {
+      await client.query("SET plan_cache_mode = force_generic_plan");
+      await client.query(`PREPARE probe AS ${write.text}`);
+      const nulls = (write.values ?? []).map(() => "NULL").join(", ");
+      const { rows } = await client.query(`EXPLAIN (FORMAT JSON) EXECUTE probe(${nulls})`);
+      const nodes: { "Node Type": string; Operation?: string; "Relation Name"?: string }[] = [];
+      const walk = (node: (typeof nodes)[number] & { Plans?: unknown[] }) => {
+        nodes.push(node);
+        for (const child of node.Plans ?? []) walk(child as typeof node);
+      };
+      walk(rows[0]["QUERY PLAN"][0].Plan);
+      expect(nodes.filter((n) => n["Node Type"] === "Seq Scan").map((n) => n["Relation Name"])).toEqual([]);
+      const updated = nodes.filter((n) => n["Node Type"] === "ModifyTable" && n.Operation === "Update");
+      expect(updated.map((n) => n["Relation Name"]).sort()).toEqual(["generations", "trees"]);
+    } finally {
+      await client.query("DEALLOCATE probe").catch(() => {});
+      await client.query("RESET plan_cache_mode").catch(() => {});
+      client.release();
+    }
   });
 
   it("answers a re-delivery with one statement and writes nothing", async () => {
@@ -173,11 +224,11 @@ describe("the unlocked way", () => {
     for (let n = 0; n < 20; n++) await memory.ingest(event(session.sessionId, "plans", n));
     const { rows } = await memory.pool.query(
       `SELECT name, generic_plans::int, custom_plans::int FROM pg_prepared_statements
-        WHERE name IN ('optchat.ingest.read_one_target', 'optchat.ingest.seal_and_append') ORDER BY name`,
+        WHERE name IN ('optchat.ingest.read_one_target', 'optchat.ingest.seal_one') ORDER BY name`,
     );
     // PostgreSQL plans a prepared statement for its parameters the first five times, then keeps the generic plan
     // unless a custom one looks cheaper; the lookup's custom plans always did while it took arrays.
-    expect(rows.map((r) => r.name)).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_and_append"]);
+    expect(rows.map((r) => r.name)).toEqual(["optchat.ingest.read_one_target", "optchat.ingest.seal_one"]);
     for (const row of rows) {
       expect(row.custom_plans).toBeLessThanOrEqual(5);
       expect(row.generic_plans).toBeGreaterThan(0);

@@ -75,6 +75,12 @@ export const PLUGIN_SETTINGS = {
     accepted:
       "an integer from 0 to 60000: how long closing OpenCode (dispose, SIGTERM, SIGINT, SIGHUP) waits for pending ingestion and turn outcomes before it exits",
   },
+  thread: {
+    env: "OPTCHAT_PLUGIN_THREAD",
+    default: "on",
+    accepted:
+      "'on' or 'off': run the plugin's work (database, ingestion, memory assembly, the embedded compactor) in a thread of its own beside OpenCode's, which only forwards its hooks (docs/opencode-notes.md \"The plugin's thread\"); off runs everything in OpenCode's thread",
+  },
   embeddedWorkerConcurrency: {
     env: "OPTCHAT_EMBEDDED_WORKER_CONCURRENCY",
     default: 2,
@@ -141,6 +147,7 @@ const pluginSchema = z.object({
   cacheEpochTurns: integerFrom(1, 1000),
   cacheEpochKeptTokens: integerFrom(0, 1_000_000),
   embeddedWorker: onOff,
+  thread: onOff,
   embeddedWorkerConcurrency: integerFrom(1, 64),
   embeddedWorkerStartMs: integerFrom(0, 600_000),
   closeFlushMs: integerFrom(0, 60_000),

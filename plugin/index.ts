@@ -1,154 +1,30 @@
 import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
-import type { OpencodeAdapter } from "./adapter.js";
-import { openAdapterLazily } from "./adapter-opener.js";
-import { clientLookups, withTimeout } from "./client-lookups.js";
-import { compactorModel } from "./compactor-model.js";
-import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
-import { PromptRefused } from "./lease.js";
-import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
-import { bounded } from "./shutdown.js";
-import { memoryTools } from "./tools.js";
 
 /**
  * The optchat plugin for OpenCode 1.18.33. Add it to opencode.json as
  * `"plugin": [["/absolute/path/to/optchat/plugin/index.ts", { "databaseUrl": "postgres://…" }]]`
  * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
+ *
+ * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
+ * only the bridge and the tools' declarations, and forwards the hooks. `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off)
+ * runs everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
-  const log = (level: "info" | "warn" | "error", message: string) => {
-    // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.
-    if (level !== "info" || process.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
-  };
-  let config: ResolvedPluginConfig;
-  try {
-    config = resolvePluginConfig(options, process.env);
-  } catch (error) {
-    // Every prompt is refused with the configuration error: running silently without memory would hide it.
-    const message = error instanceof Error ? error.message : String(error);
-    log("error", message);
-    return {
-      "chat.message": async () => {
-        throw new PromptRefused(message);
-      },
-    };
+  if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {
+    const { threadedHooks, workerClass } = await import("./thread-bridge.js");
+    const WorkerClass = workerClass();
+    if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
   }
-
-  const lookups = clientLookups(input);
-  // The embedded compactor's model: OpenCode's small_model, else a cheap model of the main provider (issue 13 item 2).
-  const compactor = compactorModel(
-    {
-      configGet: () => withTimeout(input.client.config.get()),
-      configProviders: () => withTimeout(input.client.config.providers()),
-    },
-    config.core,
-    log,
-  );
-  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor.summarizer, log);
-  const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
-    ready()
-      .then(work, () => undefined)
-      .catch((error) => log("error", `optchat: ${String(error)}`));
-
-  return {
-    "chat.message": async (hookInput, output) => {
-      // The whole hook, the wait for the database's open included: what OpenCode waits for before it goes on.
-      const started = performance.now();
-      let adapter: OpencodeAdapter;
-      try {
-        adapter = await ready();
-      } catch {
-        // Strict readiness: say why memory is missing instead of answering without it; partial: run natively.
-        if (config.plugin.readiness === "strict")
-          throw new PromptRefused(`${unavailable()} (or set OPTCHAT_READINESS=partial to continue without memory)`);
-        return;
-      }
-      // No usable compactor model (strict, never the fake in its place): say what to set instead of going on.
-      const noModel = compactor.problem();
-      if (noModel) throw new PromptRefused(noModel);
-      try {
-        await adapter.admit(
-          hookInput.sessionID,
-          output.message as unknown as HostMessageInfo,
-          output.parts as unknown as HostPart[],
-        );
-      } catch (error) {
-        if (error instanceof PromptRefused) {
-          // OpenCode 1.18.33 reports a chat.message throw only as "Unexpected server error" (the prompt is not
-          // stored, which is the point): the reason goes to stderr, and to adapter_problems for memory_inspect.
-          await adapter.problem("lease", hookInput.sessionID, error);
-          throw error;
-        }
-        await adapter.problem("admit", hookInput.sessionID, error);
-      } finally {
-        adapter.recordTiming("chat.message", started);
-      }
-    },
-
-    event: async ({ event }) => {
-      await withAdapter((adapter) =>
-        adapter.onEvent(event as unknown as { type?: string; properties?: Record<string, unknown> }),
-      );
-    },
-
-    "experimental.chat.messages.transform": async (_hookInput, output) => {
-      // Never throws (a throw kills the turn in OpenCode 1.18.33): the adapter catches and records everything.
-      await withAdapter((adapter) => adapter.transform(output.messages as unknown as HostMessage[]));
-    },
-
-    "experimental.chat.system.transform": async (hookInput, output) => {
-      await withAdapter((adapter) => {
-        if (hookInput.sessionID) adapter.noteSystemPrompt(hookInput.sessionID, output.system);
-      });
-    },
-
-    "chat.params": async (hookInput) => {
-      let adapter: OpencodeAdapter | undefined;
-      try {
-        adapter = await ready();
-      } catch {
-        return;
-      }
-      try {
-        // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
-        const model = hookInput.model as unknown as {
-          id?: string;
-          providerID?: string;
-          limit?: { context?: number; output?: number };
-        };
-        if (model?.providerID && model.id) {
-          adapter.noteModelLimits(model.providerID, model.id, model.limit);
-          // The title request runs beside the turn's own requests, often with another model.
-          if (hookInput.agent !== "title")
-            adapter.checkUnsized(hookInput.sessionID, `${model.providerID}/${model.id}`, model.limit);
-        }
-      } catch (error) {
-        await adapter.problem("params", hookInput.sessionID, error);
-      }
-      // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
-      // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
-      if (hookInput.agent !== "title") {
-        adapter.noteRequestSent();
-        const pending = adapter.takePendingError(hookInput.sessionID);
-        if (pending) throw new PromptRefused(pending);
-      }
-    },
-
-    "experimental.session.compacting": async (hookInput) => {
-      await withAdapter((adapter) => adapter.noteCompacting(hookInput.sessionID));
-    },
-
-    // JSON Schema arguments (plugin/tool-args.ts): @opencode-ai/plugin's types only describe zod ones.
-    tool: memoryTools(ready) as unknown as Hooks["tool"],
-
-    dispose: async () => {
-      // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.
-      const started = performance.now();
-      await withAdapter(async (adapter) => {
-        await bounded(adapter.close(config.plugin.closeFlushMs), config.plugin.closeFlushMs + 500);
-        adapter.recordTiming("dispose", started);
-        // OpenCode may load the plugin again in this process (a new instance); this adapter is done.
-        unregister();
-      });
-    },
-  };
+  const { optchatHooks } = await import("./hooks.js");
+  return optchatHooks(input, options);
 };
+
+/**
+ * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/config.ts,
+ * setting `thread`) refuses every prompt with the error, as for any other bad setting.
+ */
+function threadWanted(setting: unknown): boolean {
+  if (typeof (globalThis as { Bun?: unknown }).Bun === "undefined") return false;
+  if (setting === undefined || setting === "" || setting === true) return true;
+  return setting === "on" || setting === "true" || setting === "1";
+}

@@ -4,15 +4,10 @@ import type { Memory, Session } from "../src/memory/index.js";
 import type { Clock } from "./clock.js";
 import type { Diagnostics } from "./diagnostics.js";
 import { HOST } from "./identity.js";
+import { PromptRefused } from "./prompt-refused.js";
 import type { SessionState } from "./session-state.js";
 
-/** Thrown from `chat.message` to refuse a prompt; the only error the adapter lets reach OpenCode on purpose. */
-export class PromptRefused extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "PromptRefused";
-  }
-}
+export { PromptRefused } from "./prompt-refused.js";
 
 /**
  * A session's lease (seed 000 §13): one OpenCode process drives a session at a time. Claimed at each admission, renewed

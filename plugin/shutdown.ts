@@ -20,6 +20,8 @@ export interface Closable {
 const open = new Map<Closable, number>();
 let installed = false;
 let terminating = false;
+/** False in the plugin's thread (plugin/thread-entry.ts): the main thread owns the signals and forwards them. */
+let listenToSignals = true;
 
 /**
  * Registers an adapter to be flushed and closed when the process is told to stop; returns the unregistration. OpenCode
@@ -28,34 +30,62 @@ let terminating = false;
  */
 export function closeOnSignals(target: Closable, budgetMs: number): () => void {
   open.set(target, budgetMs);
-  if (!installed) {
+  if (!installed && listenToSignals) {
     installed = true;
-    process.on("SIGTERM", onTerminate);
-    process.on("SIGHUP", onTerminate);
-    process.on("SIGINT", onInterrupt);
+    onStopSignals(onTerminate, onInterrupt);
   }
   return () => {
     open.delete(target);
   };
 }
 
-function onTerminate(signal: NodeJS.Signals): void {
-  if (terminating) return;
-  terminating = true;
-  const targets = [...open];
-  open.clear();
-  void Promise.allSettled(targets.map(([target, budget]) => bounded(target.close(budget), budget + 500))).finally(
-    () => {
-      process.off("SIGTERM", onTerminate);
-      process.off("SIGHUP", onTerminate);
+/**
+ * In a worker thread signals reach only the main thread: there the bridge (plugin/thread-bridge.ts) listens and
+ * forwards each signal to the thread, which answers with `closeRegistered` / `flushRegistered`.
+ */
+export function leaveSignalsToMainThread(): void {
+  listenToSignals = false;
+}
+
+/**
+ * Listens for the signals that stop OpenCode: SIGTERM and SIGHUP end it (after `terminate`, whose promise is awaited
+ * before the signal is raised again with these listeners removed, so the process still ends by that signal), SIGINT
+ * only flushes (1.18.33 survives it). Installed once per process by whoever owns the adapters' close.
+ */
+export function onStopSignals(terminate: () => Promise<unknown>, interrupt: () => void): void {
+  const onSignal = (signal: NodeJS.Signals): void => {
+    if (terminating) return;
+    terminating = true;
+    void terminate().finally(() => {
+      process.off("SIGTERM", onSignal);
+      process.off("SIGHUP", onSignal);
       // Someone else listens (a later OpenCode version, a test): they decide. Otherwise end as the signal would have.
       if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
-    },
-  );
+    });
+  };
+  process.on("SIGTERM", onSignal);
+  process.on("SIGHUP", onSignal);
+  process.on("SIGINT", interrupt);
+}
+
+/** Flushes and closes every registered adapter, each within its budget (plus 500 ms); never rejects. */
+export async function closeRegistered(): Promise<void> {
+  const targets = [...open];
+  open.clear();
+  await Promise.allSettled(targets.map(([target, budget]) => bounded(target.close(budget), budget + 500)));
+}
+
+/** Flushes every registered adapter (SIGINT), keeping them open; never rejects. */
+export async function flushRegistered(): Promise<void> {
+  await Promise.allSettled([...open].map(([target, budget]) => bounded(target.flush(budget), budget)));
+}
+
+function onTerminate(): Promise<void> {
+  return closeRegistered();
 }
 
 function onInterrupt(): void {
-  for (const [target, budget] of open) void bounded(target.flush(budget), budget);
+  void flushRegistered();
 }
 
 /**

@@ -9,7 +9,8 @@ import {
 } from "../src/memory/index.js";
 import type { OpencodeAdapter } from "./adapter.js";
 import { holderIsDead } from "./lease.js";
-import { type ArgSpecs, type ArgsOf, jsonSchemaArgs, parseToolArgs } from "./tool-args.js";
+import { type ArgsOf, jsonSchemaArgs, parseToolArgs } from "./tool-args.js";
+import { MEMORY_TOOL_SPECS, type MemoryToolName } from "./tool-specs.js";
 
 /** Largest zoom page handed to the model, in estimated tokens; longer messages continue with the cursor. */
 const ZOOM_PAGE_TOKENS = 6_000;
@@ -21,138 +22,88 @@ export interface MemoryTool {
   execute(args: unknown, context: ToolContext): Promise<string>;
 }
 
-const REF = { type: "string", maxLength: 300, description: "A ref from memory or a memory tool result" } as const;
-
-/** A paged tool's page size argument. */
-function pageLimit(what: string, fallback: number) {
-  return {
-    type: "integer",
-    minimum: 1,
-    maximum: 50,
-    optional: true,
-    description: `${what} per page, 1-50 (default ${fallback})`,
-  } as const;
-}
-
 /**
- * The memory tools. Named `memory_*`: OpenCode 1.18.33 lets a plugin tool silently replace a built-in of the same name
- * (facts §4), and seed 004 saw generic names shadow the harness's own tools. Every result is bounded and paged.
+ * The memory tools, run by the adapter (their names, descriptions and arguments: plugin/tool-specs.ts). Every result is
+ * bounded and paged.
  */
-export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<string, MemoryTool> {
-  const memoryTool = <const Specs extends ArgSpecs>(
-    name: string,
-    description: string,
-    specs: Specs,
-    work: (args: ArgsOf<Specs>, context: ToolContext, adapter: OpencodeAdapter) => Promise<string>,
-  ): MemoryTool => ({
-    description,
-    args: jsonSchemaArgs(specs),
-    async execute(raw, context) {
-      try {
-        const args = parseToolArgs(name, specs, raw);
-        return await work(args, context, await ready());
-      } catch (error) {
-        // A thrown error becomes the tool's result text; say what failed and what to try.
-        if (isOptchatError(error)) throw new Error(`${name} failed: ${error.code}: ${error.message}`);
-        throw new Error(`${name} failed: ${error instanceof Error ? error.message : String(error)}`);
-      }
-    },
-  });
-  return {
-    memory_zoom: memoryTool(
-      "memory_zoom",
-      "Open a memory line by its ref, exactly as shown (pub:24+1, 0+8, <session>:<generation>:0+8): a summary opens into its two finer lines, a publication into its session's lines, a message into its exact original text (paged by cursor).",
-      {
-        ref: REF,
-        cursor: { type: "string", maxLength: 100, optional: true, description: "The cursor ending the previous page" },
-      },
-      async (args, ctx, adapter) => {
-        const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
-        const answer = await adapter.memory.zoom(turn, args.ref, {
-          maxTokens: ZOOM_PAGE_TOKENS,
-          ...(args.cursor ? { cursor: args.cursor } : {}),
-        });
-        return renderZoom(answer);
-      },
-    ),
-    memory_search: memoryTool(
-      "memory_search",
-      "Find a literal detail the summaries dropped in this project's memory (this conversation and other sessions' published turns). Write the distinctive words you expect (names, numbers, paths, identifiers, errors; or a question): rarer words weigh more and not every word must occur (match all: each must; \"quote phrases\"). Hits, best first, show a ref, kind, session, time and excerpt: open one with memory_zoom. Paged by cursor.",
-      {
-        query: { type: "string", minLength: 1, maxLength: 2000, description: "Words to find, or a question" },
-        match: { type: "enum", values: ["all", "any"], optional: true, description: "any (default) or all words" },
-        session: {
-          type: "string",
-          maxLength: 200,
-          optional: true,
-          description: "Only this session id (memory_sessions)",
-        },
-        before: { type: "string", maxLength: 40, optional: true, description: "ISO 8601: only older" },
-        after: { type: "string", maxLength: 40, optional: true, description: "ISO 8601: only newer" },
-        cursor: { type: "string", maxLength: 40, optional: true, description: "The previous page's cursor" },
-        limit: pageLimit("Hits", 10),
-      },
-      async (args, ctx, adapter) => {
-        const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
-        const search = (match: "all" | "any") =>
-          adapter.memory.search(turn, {
-            query: args.query,
-            match,
-            ...(args.session ? { sessionId: args.session } : {}),
-            ...(args.before ? { before: args.before } : {}),
-            ...(args.after ? { after: args.after } : {}),
-            ...(args.cursor ? { cursor: args.cursor } : {}),
-            limit: args.limit ?? 10,
-          });
-        const asked = args.match ?? "any";
-        const answer = await search(asked);
-        // Every word rarely occurs in one text: with match all and nothing found, fall back to any word, and say so.
-        if (answer.hits.length === 0 && asked === "all" && !args.cursor && /\s/.test(args.query.trim())) {
-          const any = await search("any");
-          if (any.hits.length > 0) {
-            return `No text has every word; texts with any of them, best first:\n${renderSearch(args.query, any, "any")}`;
-          }
+export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<MemoryToolName, MemoryTool> {
+  const memoryTool = <const Name extends MemoryToolName>(
+    name: Name,
+    work: (
+      args: ArgsOf<(typeof MEMORY_TOOL_SPECS)[Name]["args"]>,
+      context: ToolContext,
+      adapter: OpencodeAdapter,
+    ) => Promise<string>,
+  ): MemoryTool => {
+    const { description, args: specs } = MEMORY_TOOL_SPECS[name];
+    return {
+      description,
+      args: jsonSchemaArgs(specs),
+      async execute(raw, context) {
+        try {
+          const args = parseToolArgs(name, specs, raw);
+          return await work(args, context, await ready());
+        } catch (error) {
+          // A thrown error becomes the tool's result text; say what failed and what to try.
+          if (isOptchatError(error)) throw new Error(`${name} failed: ${error.code}: ${error.message}`);
+          throw new Error(`${name} failed: ${error instanceof Error ? error.message : String(error)}`);
         }
-        return renderSearch(args.query, answer, asked);
       },
-    ),
-    memory_date: memoryTool(
-      "memory_date",
-      "First and last time (ISO 8601) of the messages under a memory ref.",
-      { ref: REF },
-      async (args, ctx, adapter) => {
-        const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
-        const answer = await adapter.memory.date(turn, args.ref);
-        return `ref ${answer.ref}: first ${answer.first}, last ${answer.last}`;
-      },
-    ),
-    memory_sessions: memoryTool(
-      "memory_sessions",
-      "This project's sessions visible to this turn (id, title, when, turns published), newest first, paged.",
-      {
-        cursor: { type: "string", maxLength: 100, optional: true, description: "The previous page's cursor" },
-        limit: pageLimit("Sessions", 20),
-      },
-      async (args, ctx, adapter) => {
-        const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
-        const answer = await adapter.memory.sessions(turn, {
-          limit: args.limit ?? 20,
+    };
+  };
+  return {
+    memory_zoom: memoryTool("memory_zoom", async (args, ctx, adapter) => {
+      const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
+      const answer = await adapter.memory.zoom(turn, args.ref, {
+        maxTokens: ZOOM_PAGE_TOKENS,
+        ...(args.cursor ? { cursor: args.cursor } : {}),
+      });
+      return renderZoom(answer);
+    }),
+    memory_search: memoryTool("memory_search", async (args, ctx, adapter) => {
+      const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
+      const search = (match: "all" | "any") =>
+        adapter.memory.search(turn, {
+          query: args.query,
+          match,
+          ...(args.session ? { sessionId: args.session } : {}),
+          ...(args.before ? { before: args.before } : {}),
+          ...(args.after ? { after: args.after } : {}),
           ...(args.cursor ? { cursor: args.cursor } : {}),
+          limit: args.limit ?? 10,
         });
-        const lines = answer.sessions.map((s) => escapeMemoryText(JSON.stringify(s)));
-        return [
-          `<memory_sessions snapshot="${answer.snapshot.publicationHighWater}">`,
-          ...lines,
-          "</memory_sessions>",
-          answer.nextCursor ? `more: call memory_sessions with cursor "${answer.nextCursor}"` : "end of list",
-        ].join("\n");
-      },
-    ),
-    memory_inspect: memoryTool(
-      "memory_inspect",
-      "Health of optchat memory for this session (last injection, compactor backlog and failures, last publication, lease, recent errors): use it when memory looks missing or stale.",
-      {},
-      async (_args, ctx, adapter) => JSON.stringify(await inspectSession(adapter, ctx.sessionID), null, 2),
+      const asked = args.match ?? "any";
+      const answer = await search(asked);
+      // Every word rarely occurs in one text: with match all and nothing found, fall back to any word, and say so.
+      if (answer.hits.length === 0 && asked === "all" && !args.cursor && /\s/.test(args.query.trim())) {
+        const any = await search("any");
+        if (any.hits.length > 0) {
+          return `No text has every word; texts with any of them, best first:\n${renderSearch(args.query, any, "any")}`;
+        }
+      }
+      return renderSearch(args.query, answer, asked);
+    }),
+    memory_date: memoryTool("memory_date", async (args, ctx, adapter) => {
+      const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
+      const answer = await adapter.memory.date(turn, args.ref);
+      return `ref ${answer.ref}: first ${answer.first}, last ${answer.last}`;
+    }),
+    memory_sessions: memoryTool("memory_sessions", async (args, ctx, adapter) => {
+      const turn = await adapter.toolTurn(ctx.sessionID, ctx.messageID);
+      const answer = await adapter.memory.sessions(turn, {
+        limit: args.limit ?? 20,
+        ...(args.cursor ? { cursor: args.cursor } : {}),
+      });
+      const lines = answer.sessions.map((s) => escapeMemoryText(JSON.stringify(s)));
+      return [
+        `<memory_sessions snapshot="${answer.snapshot.publicationHighWater}">`,
+        ...lines,
+        "</memory_sessions>",
+        answer.nextCursor ? `more: call memory_sessions with cursor "${answer.nextCursor}"` : "end of list",
+      ].join("\n");
+    }),
+    memory_inspect: memoryTool("memory_inspect", async (_args, ctx, adapter) =>
+      JSON.stringify(await inspectSession(adapter, ctx.sessionID), null, 2),
     ),
   };
 }

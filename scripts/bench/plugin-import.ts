@@ -5,6 +5,11 @@
  * process's CPU time over the import (all threads: Bun's transpiler and the modules' own code). With
  * OPTCHAT_BENCH_PLUGIN_BASELINE the baseline's module is imported in the same rounds, alternating order.
  *
+ * The plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports the entry module and the
+ * bridge (`importMs`, `importCpuMs`: what the run waits for), the plugin's thread the rest beside it (`threadImportMs`,
+ * `threadImportCpuMs`: plugin/hooks.ts, which the thread's entry imports; CPU on another core). Each is measured in
+ * its own process. The baseline entry is imported alone, as OpenCode imports any plugin.
+ *
  * CPU time is the steadier figure on a busy machine: the wall time also counts waiting for a core. A bare Bun start
  * imports nothing of the plugin; builtins the plugin needs (`node:net`, `node:crypto`...) are counted here although
  * OpenCode has loaded some of them already, so both figures are upper bounds of what a run pays.
@@ -20,7 +25,7 @@ import { emit, envNumber, median, round } from "./common.js";
 
 const SCRIPT = `const started = performance.now();
 const cpu = process.cpuUsage();
-await import(process.env.OPTCHAT_BENCH_IMPORT);
+for (const module of process.env.OPTCHAT_BENCH_IMPORT.split(",")) await import(module);
 const used = process.cpuUsage(cpu);
 console.log(JSON.stringify({ ms: performance.now() - started, cpuMs: (used.user + used.system) / 1000 }));
 `;
@@ -59,7 +64,15 @@ const medianOf = (figures: readonly ImportFigures[], key: keyof ImportFigures) =
   return m === null ? null : round(m, 1);
 };
 
-export async function runPluginImportBench(entry: string, signal: AbortSignal, baselineEntry?: string): Promise<void> {
+/**
+ * `entry`: the modules OpenCode's thread imports (comma-separated), `threadEntry` those the plugin's thread imports.
+ */
+export async function runPluginImportBench(
+  entry: string,
+  threadEntry: string,
+  signal: AbortSignal,
+  baselineEntry?: string,
+): Promise<void> {
   const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_IMPORTS", 9, { min: 0, integer: true });
   if (rounds === 0) return;
   const dir = mkdtempSync(join(tmpdir(), "optchat-bench-import-"));
@@ -68,14 +81,17 @@ export async function runPluginImportBench(entry: string, signal: AbortSignal, b
   try {
     // One warm-up each: the first start of the binary reads it from disk.
     await importOnce(script, entry);
+    await importOnce(script, threadEntry);
     if (baselineEntry) await importOnce(script, baselineEntry);
     const mine: ImportFigures[] = [];
+    const thread: ImportFigures[] = [];
     const base: ImportFigures[] = [];
     for (let i = 0; i < rounds && !signal.aborted; i++) {
-      const order: [string, ImportFigures[]][] = [[entry, mine], ...(baselineEntry ? [[baselineEntry, base]] : [])] as [
-        string,
-        ImportFigures[],
-      ][];
+      const order = [
+        [entry, mine],
+        [threadEntry, thread],
+        ...(baselineEntry ? [[baselineEntry, base]] : []),
+      ] as [string, ImportFigures[]][];
       if (i % 2 === 1) order.reverse();
       for (const [which, into] of order) into.push(await importOnce(script, which));
     }
@@ -83,6 +99,8 @@ export async function runPluginImportBench(entry: string, signal: AbortSignal, b
       rounds: mine.length,
       importMs: medianOf(mine, "ms"),
       importCpuMs: medianOf(mine, "cpuMs"),
+      threadImportMs: medianOf(thread, "ms"),
+      threadImportCpuMs: medianOf(thread, "cpuMs"),
       ...(baselineEntry
         ? { baselineImportMs: medianOf(base, "ms"), baselineImportCpuMs: medianOf(base, "cpuMs") }
         : {}),

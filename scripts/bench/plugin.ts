@@ -11,7 +11,8 @@
  *   admit      per user message: chat.message (session lease, turn admission with its snapshot, the user record)
  *   ingest     per finalized assistant message: its records sealed (tree leaves, view fold, search tokens, jobs)
  *   model      per main request: the scripted model's answer time, the baseline the plugin's time compares to
- *   import     importing the plugin's entry module in OpenCode's Bun: wall and CPU ms (scripts/bench/plugin-import.ts)
+ *   import     importing the plugin in OpenCode's Bun, wall and CPU ms: what OpenCode's thread imports (the entry and
+ *              the thread bridge) and what the plugin's thread imports (scripts/bench/plugin-import.ts)
  *   run        per `opencode run` invocation: wall time with and without the plugin, interleaved (scripts/bench/
  *              plugin-run.ts); measured first, on the fresh database
  * Environment:
@@ -61,7 +62,9 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
   const bare = await createOpencodeEnv({ modelUrl: model.url });
   try {
     await runPluginImportBench(
-      join(ROOT, "plugin", "index.ts"),
+      // What OpenCode's thread imports (the entry and the bridge), and what the plugin's thread imports.
+      [join(ROOT, "plugin", "index.ts"), join(ROOT, "plugin", "thread-bridge.ts")].join(","),
+      join(ROOT, "plugin", "hooks.ts"),
       context.signal,
       process.env.OPTCHAT_BENCH_PLUGIN_BASELINE,
     );

@@ -1,0 +1,118 @@
+/**
+ * The plugin's thread: a Bun worker started by plugin/thread-bridge.ts, holding everything that does work (the
+ * adapter, the memory service and its database pool, the embedded compactor). It runs the very hooks an in-process
+ * plugin runs (plugin/hooks.ts), on the data the main thread forwards, and asks the main thread whenever it needs
+ * OpenCode's client. Why a thread: docs/opencode-notes.md "The plugin's thread".
+ */
+import type { Hooks, PluginInput } from "@opencode-ai/plugin";
+import { optchatHooks } from "./hooks.js";
+import { PromptRefused } from "./prompt-refused.js";
+import { closeRegistered, flushRegistered, leaveSignalsToMainThread } from "./shutdown.js";
+import {
+  type ClientCall,
+  type ForwardedHook,
+  type ThreadError,
+  type ToMainThread,
+  type ToolCallContext,
+  type ToPluginThread,
+  threadError,
+} from "./thread-protocol.js";
+
+declare const self: {
+  postMessage(message: ToMainThread): void;
+  onmessage: ((event: { data: ToPluginThread }) => void) | null;
+};
+
+leaveSignalsToMainThread();
+
+let nextClientId = 0;
+const clientCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
+
+/** OpenCode's client as the hooks use it, each call answered by the main thread (see ClientCall). */
+function askMain(call: ClientCall, args?: unknown): Promise<unknown> {
+  const id = nextClientId++;
+  return new Promise((resolve, reject) => {
+    clientCalls.set(id, { resolve, reject });
+    self.postMessage({ type: "client", id, call, args });
+  });
+}
+
+const clientStandIn = {
+  session: {
+    get: (args: unknown) => askMain("session.get", args),
+    messages: (args: unknown) => askMain("session.messages", args),
+  },
+  config: {
+    get: () => askMain("config.get"),
+    providers: () => askMain("config.providers"),
+  },
+};
+
+let resolveHooks: (hooks: Hooks) => void = () => {};
+/** The hooks once `init` arrived; every later message waits for them, in the order it came. */
+const hooks = new Promise<Hooks>((resolve) => {
+  resolveHooks = resolve;
+});
+
+function reply(id: number, value?: unknown, error?: ThreadError): void {
+  self.postMessage(error ? { type: "reply", id, error } : { type: "reply", id, value });
+}
+
+/** Runs a forwarded hook on the thread's copy of its input and output; answers with the output it may have changed. */
+async function runHook(id: number, name: ForwardedHook, input: unknown, output: unknown): Promise<void> {
+  try {
+    const hook = (await hooks)[name] as ((input: unknown, output: unknown) => Promise<void>) | undefined;
+    await hook?.(input, output);
+    reply(id, name === "experimental.chat.messages.transform" ? output : undefined);
+  } catch (error) {
+    reply(id, undefined, threadError(error));
+  }
+}
+
+async function runTool(id: number, name: string, args: unknown, context: ToolCallContext): Promise<void> {
+  try {
+    const tool = (await hooks).tool?.[name];
+    if (!tool) throw new Error(`${name}: no such optchat tool`);
+    // Only the fields the memory tools read cross the thread (ToolCallContext).
+    reply(id, await tool.execute(args as never, context as never));
+  } catch (error) {
+    reply(id, undefined, threadError(error));
+  }
+}
+
+self.onmessage = ({ data: message }) => {
+  switch (message.type) {
+    case "init": {
+      const input = { ...message.input, client: clientStandIn } as unknown as PluginInput;
+      // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
+      void optchatHooks(input, message.options).then(resolveHooks, (error: unknown) =>
+        resolveHooks({
+          "chat.message": async () => {
+            throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
+          },
+        }),
+      );
+      return;
+    }
+    case "hook":
+      void runHook(message.id, message.hook, message.input, message.output);
+      return;
+    case "event":
+      void hooks.then((h) => h.event?.({ event: message.event as never })).catch(() => {});
+      return;
+    case "tool":
+      void runTool(message.id, message.name, message.args, message.context);
+      return;
+    case "signal":
+      void (message.signal === "close" ? closeRegistered() : flushRegistered()).then(() => reply(message.id));
+      return;
+    case "client-reply": {
+      const pending = clientCalls.get(message.id);
+      clientCalls.delete(message.id);
+      if (!pending) return;
+      if (message.error) pending.reject(Object.assign(new Error(message.error.message), { name: message.error.name }));
+      else pending.resolve(message.value);
+      return;
+    }
+  }
+};

@@ -10,6 +10,8 @@
  * 1.18.33 (`opencode run` and `serve` both survived it): the plugin flushes on it and leaves the process running.
  */
 
+import { runsInPluginThread } from "./thread-state.js";
+
 export interface Closable {
   /** Flushes pending work (at most `budgetMs`) and releases everything; the same promise for every caller. */
   close(budgetMs: number): Promise<void>;
@@ -20,8 +22,6 @@ export interface Closable {
 const open = new Map<Closable, number>();
 let installed = false;
 let terminating = false;
-/** False in the plugin's thread (plugin/thread-entry.ts): the main thread owns the signals and forwards them. */
-let listenToSignals = true;
 
 /**
  * Registers an adapter to be flushed and closed when the process is told to stop; returns the unregistration. OpenCode
@@ -30,21 +30,15 @@ let listenToSignals = true;
  */
 export function closeOnSignals(target: Closable, budgetMs: number): () => void {
   open.set(target, budgetMs);
-  if (!installed && listenToSignals) {
+  // In the plugin's thread signals reach only the main thread: there the bridge (plugin/thread-bridge.ts) listens and
+  // forwards each signal to the thread, which answers with `closeRegistered` / `flushRegistered`.
+  if (!installed && !runsInPluginThread()) {
     installed = true;
     onStopSignals(onTerminate, onInterrupt);
   }
   return () => {
     open.delete(target);
   };
-}
-
-/**
- * In a worker thread signals reach only the main thread: there the bridge (plugin/thread-bridge.ts) listens and
- * forwards each signal to the thread, which answers with `closeRegistered` / `flushRegistered`.
- */
-export function leaveSignalsToMainThread(): void {
-  listenToSignals = false;
 }
 
 /**

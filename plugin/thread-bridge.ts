@@ -87,15 +87,15 @@ class ThreadBridge {
 
   /** Ends the thread (after its dispose): requests still waiting are refused. */
   stop(): void {
-    this.fail("it was stopped after OpenCode's dispose");
+    this.fail("it was stopped after OpenCode's dispose", false);
     this.worker.terminate();
   }
 
-  private fail(reason: string): void {
+  private fail(reason: string, report = true): void {
     if (this.stopped) return;
     this.stopped = reason;
     bridges.delete(this);
-    process.stderr.write(`optchat: the plugin's thread stopped: ${reason}\n`);
+    if (report) process.stderr.write(`optchat: the plugin's thread stopped: ${reason}\n`);
     for (const [, pending] of this.pending)
       pending.reject(new Error(`optchat: the plugin's thread stopped: ${reason}`));
     this.pending.clear();
@@ -210,13 +210,15 @@ function mainSettings(options: Record<string, unknown> | undefined, env: NodeJS.
 }
 
 /**
- * The hooks OpenCode gets when the plugin runs in its thread. `entry` is the thread's module (plugin/thread-entry.ts).
+ * The hooks OpenCode gets when the plugin runs in its thread. `entry` is the thread's module (plugin/thread-entry.ts);
+ * `listenToSignals` false leaves the process's signals alone (tests).
  */
 export function threadedHooks(
   input: PluginInput,
   options: Record<string, unknown> | undefined,
   entry: URL,
   WorkerClass: new (url: string) => BunWorker,
+  { listenToSignals = true }: { readonly listenToSignals?: boolean } = {},
 ): Hooks {
   const settings = mainSettings(options, process.env);
   const worker = new WorkerClass(entry.href);
@@ -224,7 +226,7 @@ export function threadedHooks(
   worker.unref();
   const bridge = new ThreadBridge(worker, input);
   bridges.add(bridge);
-  installSignals();
+  if (listenToSignals) installSignals();
   bridge.post({
     type: "init",
     input: { project: input.project as never, worktree: input.worktree, directory: input.directory },

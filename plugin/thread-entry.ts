@@ -7,7 +7,7 @@
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
 import { optchatHooks } from "./hooks.js";
 import { PromptRefused } from "./prompt-refused.js";
-import { closeRegistered, flushRegistered, leaveSignalsToMainThread } from "./shutdown.js";
+import { closeRegistered, flushRegistered } from "./shutdown.js";
 import {
   type ClientCall,
   type ForwardedHook,
@@ -17,13 +17,14 @@ import {
   type ToPluginThread,
   threadError,
 } from "./thread-protocol.js";
+import { markPluginThread } from "./thread-state.js";
 
 declare const self: {
   postMessage(message: ToMainThread): void;
   onmessage: ((event: { data: ToPluginThread }) => void) | null;
 };
 
-leaveSignalsToMainThread();
+markPluginThread();
 
 let nextClientId = 0;
 const clientCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();

@@ -9,6 +9,7 @@ import {
 } from "../src/memory/index.js";
 import type { OpencodeAdapter } from "./adapter.js";
 import { holderIsDead } from "./lease.js";
+import { runsInPluginThread } from "./thread-state.js";
 import { type ArgsOf, jsonSchemaArgs, parseToolArgs } from "./tool-args.js";
 import { MEMORY_TOOL_SPECS, type MemoryToolName } from "./tool-specs.js";
 
@@ -120,6 +121,7 @@ export async function inspectSession(
     process: {
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
+      runsIn: runsInPluginThread() ? "the plugin's own thread" : "OpenCode's thread",
       embeddedWorker: process.worker,
       workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,

@@ -72,7 +72,8 @@ beforeAll(async () => {
   world = await startPluginWorld();
   ({ db, model } = world);
   envA = await world.env();
-  envB = await world.env({ shareDataWith: envA });
+  // A runs the plugin in its own thread (the default), B in OpenCode's thread: every scenario below crosses the two.
+  envB = await world.env({ shareDataWith: envA, extraEnv: { OPTCHAT_PLUGIN_THREAD: "off" } });
   // One after the other: two first starts on one fresh OpenCode database raced into "Unexpected error" once here.
   serverA = await world.server(envA);
   serverB = await world.server(envB);
@@ -325,10 +326,23 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
     const after = requestsFor(model.requests(), "INS-2").at(-1) as never;
     const report = JSON.parse([...toolResults(after).values()][0] as string);
     expect(report.process.embeddedWorker).toBe("running");
+    expect(report.process.runsIn).toBe("OpenCode's thread");
     expect(report.lastInjection.status).toBe("injected");
     expect(report.lastInjection.blocks.map((b: { name: string }) => b.name)).toContain("shared_memory");
     expect(report.health.verdict).toMatch(/^(up to date|working)/);
     expect(report.health.records).toBeGreaterThanOrEqual(3);
+
+    // The same tool through A, whose plugin runs in its own thread: the call crosses to the thread and back.
+    const sessionOfA = await serverA.createSession("inspect A");
+    await ask(serverA, sessionOfA, "INS-A1 first turn REPLY=ok");
+    await ask(serverA, sessionOfA, 'INS-A2 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    const ofA = JSON.parse(
+      [...toolResults(requestsFor(model.requests(), "INS-A2").at(-1) as never).values()][0] as string,
+    );
+    expect(ofA.process.runsIn).toBe("the plugin's own thread");
+    expect(ofA.process.embeddedWorker).toBe("running");
+    expect(ofA.lastInjection.status).toBe("injected");
+    expect(ofA.health.records).toBeGreaterThanOrEqual(3);
   });
 
   it("refuses a second process prompting a session another process is driving, and nothing loops", async () => {

@@ -1,0 +1,281 @@
+import type { PluginInput } from "@opencode-ai/plugin";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { PromptRefused } from "../../plugin/prompt-refused.js";
+import { type BunWorker, providersForThread, threadedHooks } from "../../plugin/thread-bridge.js";
+import type { ToMainThread, ToPluginThread } from "../../plugin/thread-protocol.js";
+
+/**
+ * The plugin's main thread (plugin/thread-bridge.ts) against a stand-in for Bun's Worker: what it forwards, what it
+ * waits for, and what OpenCode sees when the thread answers, fails or never answers. The whole path through a real
+ * thread in OpenCode's Bun is in the e2e tests (every e2e file runs the plugin in its thread; plugin-memory's B does not).
+ */
+class FakeWorker implements BunWorker {
+  static last: FakeWorker | undefined;
+  readonly posted: ToPluginThread[] = [];
+  terminated = false;
+  unrefed = false;
+  private readonly listeners = new Map<string, ((event: never) => void)[]>();
+
+  constructor(readonly url: string) {
+    FakeWorker.last = this;
+  }
+  postMessage(message: unknown): void {
+    // What a real worker does with a value it cannot copy (a function): a DataCloneError.
+    this.posted.push(structuredClone(message) as ToPluginThread);
+  }
+  addEventListener(type: string, listener: (event: never) => void): void {
+    this.listeners.set(type, [...(this.listeners.get(type) ?? []), listener]);
+  }
+  terminate(): void {
+    this.terminated = true;
+  }
+  unref(): void {
+    this.unrefed = true;
+  }
+  emit(type: string, event: unknown): void {
+    for (const listener of this.listeners.get(type) ?? []) listener(event as never);
+  }
+  answer(message: ToMainThread): void {
+    this.emit("message", { data: message });
+  }
+  /** The newest request of `type` (with its id), once the bridge posted it. */
+  async request<T extends ToPluginThread["type"]>(type: T): Promise<Extract<ToPluginThread, { type: T }>> {
+    await vi.waitFor(() => expect(this.posted.some((m) => m.type === type)).toBe(true));
+    return this.posted.filter((m) => m.type === type).at(-1) as Extract<ToPluginThread, { type: T }>;
+  }
+}
+
+function start(options: Record<string, unknown> = {}, client: unknown = {}) {
+  const input = { project: { id: "p1" }, worktree: "/w", directory: "/w/d", client } as unknown as PluginInput;
+  const hooks = threadedHooks(input, options, new URL("file:///entry.ts"), FakeWorker, { listenToSignals: false });
+  const worker = FakeWorker.last as FakeWorker;
+  return { hooks, worker };
+}
+
+type Hook = (input: unknown, output: unknown) => Promise<void>;
+
+afterEach(() => {
+  vi.useRealTimers();
+});
+
+describe("the plugin's main thread", () => {
+  it("starts the thread unreferenced and sends it OpenCode's input data and the options first", () => {
+    const { worker } = start({ databaseUrl: "postgres://x" });
+    expect(worker.unrefed).toBe(true);
+    expect(worker.url).toBe("file:///entry.ts");
+    expect(worker.posted[0]).toEqual({
+      type: "init",
+      input: { project: { id: "p1" }, worktree: "/w", directory: "/w/d" },
+      options: { databaseUrl: "postgres://x" },
+    });
+  });
+
+  it("waits for chat.message and rethrows a refused prompt as a PromptRefused with the thread's words", async () => {
+    const { hooks, worker } = start();
+    const admitted = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] });
+    const request = await worker.request("hook");
+    expect(request).toMatchObject({
+      hook: "chat.message",
+      input: { sessionID: "s1" },
+      output: { message: { id: "m1" } },
+    });
+    worker.answer({
+      type: "reply",
+      id: request.id,
+      error: { name: "PromptRefused", message: "held by another process" },
+    });
+    const error = await admitted.catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(PromptRefused);
+    expect((error as Error).message).toBe("held by another process");
+
+    // Any other error of the thread's admission is its own to record: the prompt goes on.
+    const next = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] });
+    const second = await worker.request("hook");
+    worker.answer({ type: "reply", id: second.id, error: { name: "Error", message: "boom" } });
+    await expect(next).resolves.toBeUndefined();
+  });
+
+  it("replaces the request's messages in place with the thread's, and leaves them alone when the thread fails", async () => {
+    const { hooks, worker } = start();
+    const transform = hooks["experimental.chat.messages.transform"] as Hook;
+    const messages = [{ info: { id: "u1" }, parts: [] }];
+    const output = { messages };
+    const done = transform({}, output);
+    const request = await worker.request("hook");
+    expect(request.output).toEqual({ messages });
+    const replaced = [
+      { info: { id: "memory" }, parts: [] },
+      { info: { id: "u1" }, parts: [] },
+    ];
+    worker.answer({ type: "reply", id: request.id, value: { messages: replaced } });
+    await done;
+    expect(output.messages).toBe(messages);
+    expect(messages).toEqual(replaced);
+
+    const again = transform({}, output);
+    const failing = await worker.request("hook");
+    worker.answer({ type: "reply", id: failing.id, error: { name: "Error", message: "database down" } });
+    await expect(again).resolves.toBeUndefined();
+    expect(messages).toEqual(replaced);
+  });
+
+  it("refuses prompts once the thread failed (strict), says why, and rejects what was waiting", async () => {
+    const { hooks, worker } = start();
+    const waiting = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] });
+    await worker.request("hook");
+    worker.emit("error", { message: "out of memory" });
+    await expect(waiting).rejects.toThrow(
+      /plugin's thread stopped \(it failed: out of memory\).*OPTCHAT_READINESS=partial/,
+    );
+    await expect(
+      (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] }),
+    ).rejects.toBeInstanceOf(PromptRefused);
+    // The transform never throws, and nothing more is posted to a thread that is gone.
+    const posted = worker.posted.length;
+    await expect(
+      (hooks["experimental.chat.messages.transform"] as Hook)({}, { messages: [] }),
+    ).resolves.toBeUndefined();
+    expect(worker.posted).toHaveLength(posted);
+  });
+
+  it("lets prompts through without memory once the thread failed, when readiness is partial", async () => {
+    const { hooks, worker } = start({ readiness: "partial" });
+    worker.emit("close", {});
+    await expect(
+      (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] }),
+    ).resolves.toBeUndefined();
+  });
+
+  it("answers the thread's client calls, with only the providers' fields the thread reads, and their errors", async () => {
+    const providers = {
+      default: { anthropic: "claude" },
+      providers: [
+        {
+          id: "anthropic",
+          name: "Anthropic",
+          key: "sk-1",
+          options: { apiKey: "sk-2", baseURL: "http://x", fetch: "not copied" },
+          models: {
+            claude: {
+              name: "Claude",
+              cost: { input: 3 },
+              api: { id: "c", url: "u", npm: "@ai-sdk/anthropic" },
+              limit: { context: 200000, output: 8000 },
+            },
+          },
+        },
+      ],
+    };
+    const client = {
+      config: { providers: async () => ({ data: providers, response: { headers: () => {} } }) },
+      session: {
+        messages: async () => {
+          throw new Error("not found");
+        },
+      },
+    };
+    const { worker } = start({}, client);
+    worker.answer({ type: "client", id: 7, call: "config.providers", args: undefined });
+    const reply = await worker.request("client-reply");
+    expect(reply).toEqual({ type: "client-reply", id: 7, value: { data: providersForThread(providers) } });
+    expect(reply.value).toEqual({
+      data: {
+        default: { anthropic: "claude" },
+        providers: [
+          {
+            id: "anthropic",
+            key: "sk-1",
+            options: { apiKey: "sk-2", baseURL: "http://x" },
+            models: {
+              claude: {
+                api: { id: "c", url: "u", npm: "@ai-sdk/anthropic" },
+                limit: { context: 200000, output: 8000 },
+              },
+            },
+          },
+        ],
+      },
+    });
+    worker.answer({ type: "client", id: 8, call: "session.messages", args: { path: { id: "s1" } } });
+    await vi.waitFor(() => expect(worker.posted.filter((m) => m.type === "client-reply")).toHaveLength(2));
+    expect(worker.posted.at(-1)).toEqual({
+      type: "client-reply",
+      id: 8,
+      error: { name: "Error", message: "not found" },
+    });
+  });
+
+  it("posts events without waiting, as their JSON form when they hold something that cannot be copied", async () => {
+    const { hooks, worker } = start();
+    await (hooks.event as (input: unknown) => Promise<void>)({
+      event: { type: "message.updated", properties: { info: { id: "m1" }, callback: () => 1 } },
+    });
+    expect(worker.posted.at(-1)).toEqual({
+      type: "event",
+      event: { type: "message.updated", properties: { info: { id: "m1" } } },
+    });
+  });
+
+  it("declares the memory tools and runs each in the thread with the context fields the tools read", async () => {
+    const { hooks, worker } = start();
+    expect(Object.keys(hooks.tool ?? {}).sort()).toEqual([
+      "memory_date",
+      "memory_inspect",
+      "memory_search",
+      "memory_sessions",
+      "memory_zoom",
+    ]);
+    const zoom = hooks.tool?.memory_zoom as unknown as {
+      args: Record<string, unknown>;
+      execute(args: unknown, context: unknown): Promise<string>;
+    };
+    expect(zoom.args.ref).toMatchObject({ type: "string" });
+    const context = {
+      sessionID: "s1",
+      messageID: "m1",
+      agent: "build",
+      directory: "/d",
+      worktree: "/w",
+      abort: new AbortController().signal,
+      metadata: () => {},
+    };
+    const result = zoom.execute({ ref: "0+1" }, context);
+    const request = await worker.request("tool");
+    expect(request).toMatchObject({
+      name: "memory_zoom",
+      args: { ref: "0+1" },
+      context: { sessionID: "s1", messageID: "m1", agent: "build", directory: "/d", worktree: "/w" },
+    });
+    worker.answer({ type: "reply", id: request.id, value: "<memory_zoom>…</memory_zoom>" });
+    await expect(result).resolves.toBe("<memory_zoom>…</memory_zoom>");
+
+    const failing = zoom.execute({ ref: "nope" }, context);
+    const second = await worker.request("tool");
+    worker.answer({
+      type: "reply",
+      id: second.id,
+      error: { name: "Error", message: "memory_zoom failed: REF_INVALID: …" },
+    });
+    await expect(failing).rejects.toThrow("memory_zoom failed: REF_INVALID: …");
+  });
+
+  it("waits for the thread's flush at dispose, then ends the thread; a thread that never answers is ended after the bound", async () => {
+    const { hooks, worker } = start();
+    const disposed = (hooks.dispose as () => Promise<void>)();
+    const request = await worker.request("hook");
+    expect(request.hook).toBe("dispose");
+    expect(worker.terminated).toBe(false);
+    worker.answer({ type: "reply", id: request.id });
+    await disposed;
+    expect(worker.terminated).toBe(true);
+
+    vi.useFakeTimers();
+    const { hooks: hung, worker: silent } = start({ closeFlushMs: 1000 });
+    const waiting = (hung.dispose as () => Promise<void>)();
+    await vi.advanceTimersByTimeAsync(2_999);
+    expect(silent.terminated).toBe(false);
+    await vi.advanceTimersByTimeAsync(1);
+    await waiting;
+    expect(silent.terminated).toBe(true);
+  });
+});

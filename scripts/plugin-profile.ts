@@ -10,6 +10,10 @@
  * The sampler also stamps some idle time with the last stack it saw (a one-row query's callback in a background pass
  * got 19 samples): compare runs of two plugin versions rather than reading one function's count as its CPU time.
  *
+ * The sampler sees only the thread it runs in (OpenCode's): with the plugin in its own thread (the default since
+ * docs/opencode-notes.md "The plugin's thread") it shows what OpenCode's thread still does for the plugin; set
+ * OPTCHAT_PLUGIN_THREAD=off to sample the plugin's own work as before.
+ *
  * Use: point the `plugin` entry of an OpenCode config at this file instead of plugin/index.ts (same options), run
  * `opencode run` once, read the file. Only plugin functions are exported (OpenCode refuses a module exporting anything
  * else).

@@ -216,6 +216,30 @@ describe("the unlocked way", () => {
     expect((await auditAll(db.memory.pool)).violations).toEqual([]);
   });
 
+  it("writes one record whose append merges parts with its own statement, every revision equal to a refold", async () => {
+    // A small view and free leaves built inline (the locked way, as the plugin ingests): appends fold, and merge.
+    const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, viewBytes: 1024 } }));
+    extra.push(memory);
+    const session = await memory.openSession({ host: "test", hostSessionId: "merge", projectId: "prj_unlocked" });
+    const seen = await statementsOf(async () => {
+      for (let n = 0; n < 60; n++)
+        await memory.ingestMany([event(session.sessionId, "merge", n, `short message ${n} with a few words`)], {
+          buildFreeInline: true,
+        });
+    });
+    expect(seen).toContain("optchat.ingest.seal_one");
+    expect(seen).toContain("optchat.ingest.seal_one_merging");
+    expect(seen).not.toContain("optchat.ingest.seal_and_append");
+    const { rows } = await db.memory.pool.query(
+      `SELECT count(*) FILTER (WHERE p.until_revision IS NOT NULL)::int AS closed FROM optchat.view_parts p
+         JOIN optchat.trees t USING (tree_id) WHERE t.kind = 'session' AND t.session_id = $1`,
+      [session.sessionId],
+    );
+    expect(rows[0].closed).toBeGreaterThan(0);
+    expect(await stored(session.sessionId)).toMatchObject({ records: 60, next_seq: 60, leaf_count: 60 });
+    expect((await auditAll(db.memory.pool)).violations).toEqual([]);
+  });
+
   it("plans its statements once per connection, not on every ingest", async () => {
     // One connection, so the prepared statements seen below are the ingests' own.
     const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: db.url, poolSize: 1 } }));

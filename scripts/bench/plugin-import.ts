@@ -87,11 +87,10 @@ export async function runPluginImportBench(
     const thread: ImportFigures[] = [];
     const base: ImportFigures[] = [];
     for (let i = 0; i < rounds && !signal.aborted; i++) {
-      const order = [
-        [entry, mine],
-        [threadEntry, thread],
-        ...(baselineEntry ? [[baselineEntry, base]] : []),
-      ] as [string, ImportFigures[]][];
+      const order = [[entry, mine], [threadEntry, thread], ...(baselineEntry ? [[baselineEntry, base]] : [])] as [
+        string,
+        ImportFigures[],
+      ][];
       if (i % 2 === 1) order.reverse();
       for (const [which, into] of order) into.push(await importOnce(script, which));
     }

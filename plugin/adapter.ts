@@ -210,12 +210,6 @@ export class OpencodeAdapter {
   /** `chat.message` (plugin/admission.ts); throws PromptRefused when another live process drives the session. */
   async admit(hostSessionId: string, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
     const started = performance.now();
-    // The model's limits, asked now and not waited for: OpenCode answers `config.providers()` once its providers are
-    // up, which is just before the turn's first request; asked from that request's transform instead, the answer took
-    // 19-24 ms the request waited for (0.2-0.7 ms once asked here; `opencode run`, one tool call, quiet machine). A
-    // lookup that times out is not kept (ModelLimits, client-lookups.ts): the transform asks again.
-    const model = message.model;
-    if (model?.providerID && model.modelID) void this.limits.of(model.providerID, model.modelID).catch(() => {});
     try {
       await this.admission.admit(this.sessions.state(hostSessionId), message, parts);
     } finally {

@@ -16,6 +16,21 @@ export type HostEvent =
   | { readonly type: "updated"; readonly hostSessionId: string; readonly revertTo: string | undefined }
   | { readonly type: "removed"; readonly hostSessionId: string; readonly messageId: string | undefined };
 
+/**
+ * The event types readHostEvent reads (every other type reads as undefined). The plugin's main thread passes only these
+ * to the plugin's thread (plugin/thread-bridge.ts): a streamed answer's deltas are most of OpenCode's events.
+ */
+export const HOST_EVENT_TYPES: ReadonlySet<string> = new Set([
+  "message.part.updated",
+  "message.updated",
+  "session.created",
+  "session.deleted",
+  "session.status",
+  "session.idle",
+  "session.updated",
+  "message.removed",
+]);
+
 export function readHostEvent(event: { type?: string; properties?: Record<string, unknown> }): HostEvent | undefined {
   const props = event.properties ?? {};
   const sessionId = typeof props.sessionID === "string" ? props.sessionID : undefined;

@@ -13,7 +13,14 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
   if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {
     const { threadedHooks, workerClass } = await import("./thread-bridge.js");
     const WorkerClass = workerClass();
-    if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+    try {
+      if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+    } catch (error) {
+      // A thread that cannot start (Bun resolves the entry when the worker is made): run in OpenCode's thread.
+      process.stderr.write(
+        `optchat: the plugin's thread could not start (${String(error)}); running in OpenCode's thread\n`,
+      );
+    }
   }
   const { optchatHooks } = await import("./hooks.js");
   return optchatHooks(input, options);

@@ -24,58 +24,47 @@ let installed = false;
 let terminating = false;
 
 /**
- * Registers an adapter to be flushed and closed when the process is told to stop; returns the unregistration. OpenCode
- * may load the plugin several times in one process (one per instance, again after a dispose), so the listeners are
- * installed once per process and close every registered adapter.
+ * Registers an adapter (or, in OpenCode's thread, the bridge to a plugin thread) to be flushed and closed when the
+ * process is told to stop; returns the unregistration. OpenCode may load the plugin several times in one process (one
+ * per instance, again after a dispose), so the listeners are installed once per process and close every registered
+ * target: one owner of the signals, whichever way each instance runs.
  */
 export function closeOnSignals(target: Closable, budgetMs: number): () => void {
   open.set(target, budgetMs);
-  // In the plugin's thread signals reach only the main thread: there the bridge (plugin/thread-bridge.ts) listens and
-  // forwards each signal to the thread, which answers with `closeRegistered` / `flushRegistered`.
+  // Signals reach only OpenCode's thread: there the bridge (plugin/thread-bridge.ts) registers itself here, and the
+  // plugin's thread answers its forwarded close or flush with `closeRegistered` / `flushRegistered`.
   if (!installed && !runsInPluginThread()) {
     installed = true;
-    onStopSignals(onTerminate, onInterrupt);
+    process.on("SIGTERM", onTerminate);
+    process.on("SIGHUP", onTerminate);
+    process.on("SIGINT", onInterrupt);
   }
   return () => {
     open.delete(target);
   };
 }
 
-/**
- * Listens for the signals that stop OpenCode: SIGTERM and SIGHUP end it (after `terminate`, whose promise is awaited
- * before the signal is raised again with these listeners removed, so the process still ends by that signal), SIGINT
- * only flushes (1.18.33 survives it). Installed once per process by whoever owns the adapters' close.
- */
-export function onStopSignals(terminate: () => Promise<unknown>, interrupt: () => void): void {
-  const onSignal = (signal: NodeJS.Signals): void => {
-    if (terminating) return;
-    terminating = true;
-    void terminate().finally(() => {
-      process.off("SIGTERM", onSignal);
-      process.off("SIGHUP", onSignal);
-      // Someone else listens (a later OpenCode version, a test): they decide. Otherwise end as the signal would have.
-      if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
-    });
-  };
-  process.on("SIGTERM", onSignal);
-  process.on("SIGHUP", onSignal);
-  process.on("SIGINT", interrupt);
-}
-
-/** Flushes and closes every registered adapter, each within its budget (plus 500 ms); never rejects. */
+/** Flushes and closes every registered target, each within its budget (plus 500 ms); never rejects. */
 export async function closeRegistered(): Promise<void> {
   const targets = [...open];
   open.clear();
   await Promise.allSettled(targets.map(([target, budget]) => bounded(target.close(budget), budget + 500)));
 }
 
-/** Flushes every registered adapter (SIGINT), keeping them open; never rejects. */
+/** Flushes every registered target (SIGINT), keeping them open; never rejects. */
 export async function flushRegistered(): Promise<void> {
   await Promise.allSettled([...open].map(([target, budget]) => bounded(target.flush(budget), budget)));
 }
 
-function onTerminate(): Promise<void> {
-  return closeRegistered();
+function onTerminate(signal: NodeJS.Signals): void {
+  if (terminating) return;
+  terminating = true;
+  void closeRegistered().finally(() => {
+    process.off("SIGTERM", onTerminate);
+    process.off("SIGHUP", onTerminate);
+    // Someone else listens (a later OpenCode version, a test): they decide. Otherwise end as the signal would have.
+    if (process.listenerCount(signal) === 0) process.kill(process.pid, signal);
+  });
 }
 
 function onInterrupt(): void {

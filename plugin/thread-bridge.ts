@@ -10,8 +10,10 @@
  * module and the tools' declarations, and the thread's work runs beside OpenCode's on another core.
  */
 import type { Hooks, PluginInput, ToolContext } from "@opencode-ai/plugin";
+import { HOST_EVENT_TYPES } from "./host-events.js";
 import { PromptRefused } from "./prompt-refused.js";
-import { onStopSignals } from "./shutdown.js";
+import { withoutRetryTriggers } from "./retry-triggers.js";
+import { type Closable, closeOnSignals } from "./shutdown.js";
 import type {
   ClientCall,
   ForwardedHook,
@@ -30,6 +32,7 @@ export interface BunWorker {
   addEventListener(type: "error", listener: (event: { message?: string }) => void): void;
   addEventListener(type: "close", listener: () => void): void;
   terminate(): void;
+  ref(): void;
   unref(): void;
 }
 
@@ -39,21 +42,22 @@ export function workerClass(): (new (url: string) => BunWorker) | undefined {
   return typeof found === "function" ? (found as new (url: string) => BunWorker) : undefined;
 }
 
-/** The bridges of this process: OpenCode may load the plugin again in one process (a new instance after a dispose). */
-const bridges = new Set<ThreadBridge>();
-let signalsInstalled = false;
-
 interface Pending {
   resolve(value: unknown): void;
   reject(error: Error): void;
 }
 
-/** One plugin thread and the requests waiting for its answers. */
-class ThreadBridge {
+/**
+ * One plugin thread and the requests waiting for its answers. It is the Closable that plugin/shutdown.ts closes or
+ * flushes on a stop signal (signals reach only OpenCode's thread): it has the thread do it.
+ */
+class ThreadBridge implements Closable {
   private readonly pending = new Map<number, Pending>();
   private nextId = 0;
   /** Why the thread is gone (it failed, or it was stopped after the dispose), once it is. */
   stopped: string | undefined;
+  /** Stops closing this bridge on signals (set once registered). */
+  unregister: () => void = () => {};
 
   constructor(
     private readonly worker: BunWorker,
@@ -64,25 +68,46 @@ class ThreadBridge {
     worker.addEventListener("close", () => this.fail("it ended"));
   }
 
-  /** Sends a request and waits for its answer; rejects at once when the thread is gone. */
+  /**
+   * Sends a request and waits for its answer; rejects at once when the thread is gone. While any request waits, the
+   * thread holds the process open (an unreferenced one would let `opencode run` exit in the middle of a hook); idle, it
+   * never does.
+   */
   request(message: DistributiveOmit<Extract<ToPluginThread, { id: number }>, "id">): Promise<unknown> {
     if (this.stopped) return Promise.reject(new Error(`optchat: the plugin's thread stopped: ${this.stopped}`));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
+      if (this.pending.size === 0) this.worker.ref();
       this.pending.set(id, { resolve, reject });
-      this.post({ ...message, id } as ToPluginThread);
+      try {
+        this.post({ ...message, id } as ToPluginThread);
+      } catch (error) {
+        this.settle(id)?.reject(error instanceof Error ? error : new Error(String(error)));
+      }
     });
   }
 
-  /** Sends without waiting (events); dropped once the thread is gone. */
+  /**
+   * Sends without waiting (events); dropped once the thread is gone. A value that cannot be cloned (a function
+   * somewhere in an event) goes as its JSON form, which is what the hooks read; throws when even that fails.
+   */
   post(message: ToPluginThread): void {
     if (this.stopped) return;
     try {
       this.worker.postMessage(message);
     } catch {
-      // A value that cannot be cloned (a function somewhere in an event): its JSON form is what the hooks read.
       this.worker.postMessage(JSON.parse(JSON.stringify(message)) as ToPluginThread);
     }
+  }
+
+  /** SIGTERM/SIGHUP (plugin/shutdown.ts): the thread flushes and closes its adapters. */
+  async close(): Promise<void> {
+    await this.request({ type: "signal", signal: "close" }).catch(() => undefined);
+  }
+
+  /** SIGINT: the thread flushes, keeping everything open. */
+  async flush(): Promise<unknown> {
+    return await this.request({ type: "signal", signal: "flush" }).catch(() => undefined);
   }
 
   /** Ends the thread (after its dispose): requests still waiting are refused. */
@@ -94,23 +119,39 @@ class ThreadBridge {
   private fail(reason: string, report = true): void {
     if (this.stopped) return;
     this.stopped = reason;
-    bridges.delete(this);
+    this.unregister();
     if (report) process.stderr.write(`optchat: the plugin's thread stopped: ${reason}\n`);
-    for (const [, pending] of this.pending)
+    for (const [id, pending] of this.pending) {
+      this.settle(id);
       pending.reject(new Error(`optchat: the plugin's thread stopped: ${reason}`));
-    this.pending.clear();
+    }
+  }
+
+  /** Takes a request off the waiting list; the last one lets the thread go unreferenced again. */
+  private settle(id: number): Pending | undefined {
+    const pending = this.pending.get(id);
+    if (!pending) return undefined;
+    this.pending.delete(id);
+    if (this.pending.size === 0) this.worker.unref();
+    return pending;
   }
 
   private receive(message: ToMainThread): void {
     if (message.type === "client") {
+      const answer = (reply: Omit<Extract<ToPluginThread, { type: "client-reply" }>, "type" | "id">) => {
+        try {
+          this.post({ type: "client-reply", id: message.id, ...reply });
+        } catch (error) {
+          this.post({ type: "client-reply", id: message.id, error: asThreadError(error) });
+        }
+      };
       void this.callClient(message.call, message.args).then(
-        (value) => this.post({ type: "client-reply", id: message.id, value }),
-        (error: unknown) => this.post({ type: "client-reply", id: message.id, error: asThreadError(error) }),
+        (value) => answer({ value }),
+        (error: unknown) => answer({ error: asThreadError(error) }),
       );
       return;
     }
-    const pending = this.pending.get(message.id);
-    this.pending.delete(message.id);
+    const pending = this.settle(message.id);
     if (!pending) return;
     if (message.error) pending.reject(rebuild(message.error));
     else pending.resolve(message.value);
@@ -176,36 +217,30 @@ function asThreadError(error: unknown): ThreadError {
 
 /** The thread's error as the main thread throws it: a refused prompt stays a PromptRefused. */
 function rebuild(error: ThreadError): Error {
-  if (error.name === "PromptRefused") return new PromptRefused(error.message);
+  if (error.name === "PromptRefused") return new PromptRefused(withoutRetryTriggers(error.message));
   return Object.assign(new Error(error.message), { name: error.name });
-}
-
-/** SIGTERM/SIGHUP close every thread's adapters (then the signal ends the process), SIGINT flushes them. */
-function installSignals(): void {
-  if (signalsInstalled) return;
-  signalsInstalled = true;
-  const forward = (signal: "close" | "flush") =>
-    Promise.allSettled([...bridges].map((bridge) => bridge.request({ type: "signal", signal })));
-  onStopSignals(
-    () => forward("close"),
-    () => void forward("flush"),
-  );
 }
 
 /** Settings the main thread reads itself, before the thread has resolved the whole configuration. */
 interface MainSettings {
   readonly partial: boolean;
+  /** OPTCHAT_CLOSE_FLUSH_MS: a stop signal's wait for the thread's flush (plus 1.5 s for the round trip). */
+  readonly closeFlushMs: number;
   /** How long the dispose waits for the thread's flush before it stops the thread anyway. */
   readonly disposeBoundMs: number;
 }
 
 function mainSettings(options: Record<string, unknown> | undefined, env: NodeJS.ProcessEnv): MainSettings {
   const readiness = options?.readiness ?? env.OPTCHAT_READINESS;
-  const flush = Number(options?.closeFlushMs ?? env.OPTCHAT_CLOSE_FLUSH_MS ?? 10_000);
+  // As plugin/config.ts reads them: an option wins, an empty variable is unset.
+  const given = options?.closeFlushMs ?? (env.OPTCHAT_CLOSE_FLUSH_MS || undefined);
+  const flush = given === undefined ? 10_000 : Number(given);
+  const closeFlushMs = Number.isFinite(flush) ? Math.min(Math.max(flush, 0), 60_000) : 10_000;
   return {
     partial: readiness === "partial",
+    closeFlushMs,
     // The thread bounds its own flush by closeFlushMs (plus 500 ms); this only guards against a thread that hangs.
-    disposeBoundMs: (Number.isFinite(flush) ? Math.min(Math.max(flush, 0), 60_000) : 10_000) + 2_000,
+    disposeBoundMs: closeFlushMs + 2_000,
   };
 }
 
@@ -225,8 +260,7 @@ export function threadedHooks(
   // Never keeps OpenCode alive by itself: `opencode run` exits once its dispose returned.
   worker.unref();
   const bridge = new ThreadBridge(worker, input);
-  bridges.add(bridge);
-  if (listenToSignals) installSignals();
+  if (listenToSignals) bridge.unregister = closeOnSignals(bridge, settings.closeFlushMs + 1_500);
   bridge.post({
     type: "init",
     input: { project: input.project as never, worktree: input.worktree, directory: input.directory },
@@ -239,8 +273,12 @@ export function threadedHooks(
   const refusals = (error: unknown): void => {
     if (error instanceof PromptRefused) throw error;
     if (bridge.stopped && !settings.partial)
+      // Without retry triggers ("unavailable", "terminated"...): a chat.params throw matching one is retried by
+      // OpenCode for ~77 s (plugin/retry-triggers.ts).
       throw new PromptRefused(
-        `optchat: memory is unavailable: the plugin's thread stopped (${bridge.stopped}); restart OpenCode, or set OPTCHAT_READINESS=partial to continue without memory`,
+        withoutRetryTriggers(
+          `optchat: memory is unavailable: the plugin's thread stopped (${bridge.stopped}); restart OpenCode, or set OPTCHAT_READINESS=partial to continue without memory`,
+        ),
       );
   };
 
@@ -268,7 +306,15 @@ export function threadedHooks(
     },
 
     event: async ({ event }) => {
-      bridge.post({ type: "event", event });
+      // Only the events the adapter reads (plugin/host-events.ts): streamed deltas and the rest never cross.
+      if (!HOST_EVENT_TYPES.has((event as { type?: string }).type ?? "")) return;
+      try {
+        bridge.post({ type: "event", event });
+      } catch (error) {
+        process.stderr.write(
+          `optchat: an OpenCode event could not be passed to the plugin's thread: ${String(error)}\n`,
+        );
+      }
     },
 
     "experimental.chat.messages.transform": async (hookInput, output) => {

@@ -26,6 +26,19 @@ declare const self: {
 
 markPluginThread();
 
+// An error nothing caught must not end the thread (Bun ends a worker on one, and memory would then be off until
+// OpenCode restarts): in OpenCode's own thread such an error was only printed, and so it is here.
+process.on("unhandledRejection", (reason) => {
+  process.stderr.write(`optchat (plugin thread): unhandled rejection: ${describeError(reason)}\n`);
+});
+process.on("uncaughtException", (error) => {
+  process.stderr.write(`optchat (plugin thread): uncaught exception: ${describeError(error)}\n`);
+});
+
+function describeError(error: unknown): string {
+  return error instanceof Error ? (error.stack ?? error.message) : String(error);
+}
+
 let nextClientId = 0;
 const clientCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
 

@@ -44,4 +44,38 @@ describe("close on signals", () => {
     child.kill("SIGTERM");
     expect((await done).stdout).toContain("closed");
   });
+
+  it("closes the plugin's thread and an in-process adapter of the same process, then ends by SIGTERM", async () => {
+    // One owner of the signals: a bridge to a plugin thread (its close forwarded to the thread and answered) and an
+    // adapter in OpenCode's own thread are closed by the same SIGTERM.
+    const child = startScript("tests/fixtures/bridge-on-signal.ts", []);
+    const done = collect(child);
+    await waitForLine(child, /^ready$/);
+    const flushed = waitForLine(child, /^thread did flush$/);
+    child.kill("SIGINT");
+    await flushed;
+    expect(child.exitCode).toBeNull();
+    child.kill("SIGTERM");
+    const result = await done;
+    // The process ended only after the thread answered its close.
+    expect(result.stdout).toContain("thread got close");
+    expect(result.stdout.indexOf("thread did close")).toBeGreaterThan(result.stdout.indexOf("thread got close"));
+    expect(result.stdout).toContain("in-process adapter closed budget=1000");
+    expect(result.stdout).toContain("in-process adapter flushed");
+    expect(result.signal).toBe("SIGTERM");
+  });
+
+  it("does not wait past the bound for a plugin thread that never answers a close", async () => {
+    const child = startScript("tests/fixtures/bridge-on-signal.ts", [], { THREAD_MS: "60000" });
+    const done = collect(child);
+    await waitForLine(child, /^ready$/);
+    const sent = Date.now();
+    child.kill("SIGTERM");
+    const result = await done;
+    expect(result.stdout).toContain("thread got close");
+    expect(result.stdout).not.toContain("thread did close");
+    expect(result.signal).toBe("SIGTERM");
+    // closeFlushMs 1000 + 1500 for the round trip + 500 of shutdown.ts's margin, plus teardown on a loaded machine.
+    expect(Date.now() - sent).toBeLessThan(15_000);
+  });
 });

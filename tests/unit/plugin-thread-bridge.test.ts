@@ -1,5 +1,7 @@
 import type { PluginInput } from "@opencode-ai/plugin";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { HOST_EVENT_TYPES } from "../../plugin/host-events.js";
+import { wouldBeRetried } from "../../plugin/messages.js";
 import { PromptRefused } from "../../plugin/prompt-refused.js";
 import { type BunWorker, providersForThread, threadedHooks } from "../../plugin/thread-bridge.js";
 import type { ToMainThread, ToPluginThread } from "../../plugin/thread-protocol.js";
@@ -13,7 +15,8 @@ class FakeWorker implements BunWorker {
   static last: FakeWorker | undefined;
   readonly posted: ToPluginThread[] = [];
   terminated = false;
-  unrefed = false;
+  /** Whether the worker holds the process open (Bun's ref/unref). */
+  referenced = true;
   private readonly listeners = new Map<string, ((event: never) => void)[]>();
 
   constructor(readonly url: string) {
@@ -29,8 +32,11 @@ class FakeWorker implements BunWorker {
   terminate(): void {
     this.terminated = true;
   }
+  ref(): void {
+    this.referenced = true;
+  }
   unref(): void {
-    this.unrefed = true;
+    this.referenced = false;
   }
   emit(type: string, event: unknown): void {
     for (const listener of this.listeners.get(type) ?? []) listener(event as never);
@@ -61,7 +67,7 @@ afterEach(() => {
 describe("the plugin's main thread", () => {
   it("starts the thread unreferenced and sends it OpenCode's input data and the options first", () => {
     const { worker } = start({ databaseUrl: "postgres://x" });
-    expect(worker.unrefed).toBe(true);
+    expect(worker.referenced).toBe(false);
     expect(worker.url).toBe("file:///entry.ts");
     expect(worker.posted[0]).toEqual({
       type: "init",
@@ -79,6 +85,8 @@ describe("the plugin's main thread", () => {
       input: { sessionID: "s1" },
       output: { message: { id: "m1" } },
     });
+    // While OpenCode waits for an answer the thread holds the process open (`opencode run` must not exit mid-hook).
+    expect(worker.referenced).toBe(true);
     worker.answer({
       type: "reply",
       id: request.id,
@@ -87,6 +95,27 @@ describe("the plugin's main thread", () => {
     const error = await admitted.catch((e: unknown) => e);
     expect(error).toBeInstanceOf(PromptRefused);
     expect((error as Error).message).toBe("held by another process");
+    expect(worker.referenced).toBe(false);
+
+    // A refusal is never one OpenCode would retry for a minute (it retries "unavailable", "terminated", ...).
+    const params = (hooks["chat.params"] as Hook)(
+      { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p", limit: { context: 1000 } } },
+      {},
+    );
+    const paramsRequest = await worker.request("hook");
+    expect(paramsRequest).toMatchObject({
+      hook: "chat.params",
+      input: { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p", limit: { context: 1000 } } },
+    });
+    worker.answer({
+      type: "reply",
+      id: paramsRequest.id,
+      error: { name: "PromptRefused", message: "optchat: the database is unavailable (connection terminated)" },
+    });
+    const refused = (await params.catch((e: unknown) => e)) as Error;
+    expect(refused).toBeInstanceOf(PromptRefused);
+    expect(wouldBeRetried(refused.message)).toBe(false);
+    expect(refused.message.replace(/\u2060/g, "")).toBe("optchat: the database is unavailable (connection terminated)");
 
     // Any other error of the thread's admission is its own to record: the prompt goes on.
     const next = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] });
@@ -124,12 +153,16 @@ describe("the plugin's main thread", () => {
     const waiting = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] });
     await worker.request("hook");
     worker.emit("error", { message: "out of memory" });
-    await expect(waiting).rejects.toThrow(
-      /plugin's thread stopped \(it failed: out of memory\).*OPTCHAT_READINESS=partial/,
+    const first = (await waiting.catch((e: unknown) => e)) as Error;
+    expect(first).toBeInstanceOf(PromptRefused);
+    expect(first.message.replace(/\u2060/g, "")).toMatch(
+      /memory is unavailable: the plugin's thread stopped \(it failed: out of memory\).*OPTCHAT_READINESS=partial/,
     );
+    expect(wouldBeRetried(first.message)).toBe(false);
     await expect(
       (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] }),
     ).rejects.toBeInstanceOf(PromptRefused);
+    expect(worker.referenced).toBe(false);
     // The transform never throws, and nothing more is posted to a thread that is gone.
     const posted = worker.posted.length;
     await expect(
@@ -205,15 +238,22 @@ describe("the plugin's main thread", () => {
     });
   });
 
-  it("posts events without waiting, as their JSON form when they hold something that cannot be copied", async () => {
+  it("posts the events the adapter reads without waiting (as JSON when they cannot be copied), and no others", async () => {
     const { hooks, worker } = start();
-    await (hooks.event as (input: unknown) => Promise<void>)({
-      event: { type: "message.updated", properties: { info: { id: "m1" }, callback: () => 1 } },
-    });
+    const event = hooks.event as (input: unknown) => Promise<void>;
+    await event({ event: { type: "message.updated", properties: { info: { id: "m1" }, callback: () => 1 } } });
     expect(worker.posted.at(-1)).toEqual({
       type: "event",
       event: { type: "message.updated", properties: { info: { id: "m1" } } },
     });
+    const posted = worker.posted.length;
+    await event({ event: { type: "message.part.delta", properties: { delta: "tok" } } });
+    await event({ event: { type: "session.error", properties: { sessionID: "s1" } } });
+    expect(worker.posted).toHaveLength(posted);
+    for (const type of HOST_EVENT_TYPES) await event({ event: { type, properties: {} } });
+    expect(worker.posted.slice(posted).map((m) => (m as { event: { type: string } }).event.type)).toEqual([
+      ...HOST_EVENT_TYPES,
+    ]);
   });
 
   it("declares the memory tools and runs each in the thread with the context fields the tools read", async () => {

@@ -256,6 +256,27 @@ describe("the plugin's main thread", () => {
     ]);
   });
 
+  it("passes the system prompt and a compaction's start to the thread without waiting, before the request's chat.params", async () => {
+    const { hooks, worker } = start();
+    // The stand-in never answers: neither hook may wait for it.
+    await (hooks["experimental.chat.system.transform"] as Hook)(
+      { sessionID: "s1", model: {} },
+      { system: ["You are"] },
+    );
+    await (hooks["experimental.session.compacting"] as Hook)({ sessionID: "s1" }, { context: [] });
+    void (hooks["chat.params"] as Hook)({ sessionID: "s1", agent: "build", model: { id: "m", providerID: "p" } }, {});
+    const hooksPosted = worker.posted.filter((m) => m.type === "hook").map((m) => (m as { hook: string }).hook);
+    expect(hooksPosted).toEqual([
+      "experimental.chat.system.transform",
+      "experimental.session.compacting",
+      "chat.params",
+    ]);
+    expect(worker.posted.find((m) => m.type === "hook")).toMatchObject({
+      input: { sessionID: "s1" },
+      output: { system: ["You are"] },
+    });
+  });
+
   it("declares the memory tools and runs each in the thread with the context fields the tools read", async () => {
     const { hooks, worker } = start();
     expect(Object.keys(hooks.tool ?? {}).sort()).toEqual([

@@ -267,6 +267,11 @@ export function threadedHooks(
     options,
   });
 
+  return forwardedHooks(bridge, settings);
+}
+
+/** The hooks of the main thread: each forwards its call to the thread (waiting only where OpenCode needs an answer). */
+function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
   const hook = (name: ForwardedHook, hookInput: unknown, output: unknown) =>
     bridge.request({ type: "hook", hook: name, input: hookInput, output });
   /** Only a refused prompt reaches OpenCode; a thread that is gone refuses prompts unless readiness is partial. */
@@ -281,24 +286,6 @@ export function threadedHooks(
         ),
       );
   };
-
-  const tools: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(MEMORY_TOOL_SPECS)) {
-    tools[name] = {
-      description: spec.description,
-      args: jsonSchemaArgs(spec.args),
-      async execute(args: unknown, context: ToolContext): Promise<string> {
-        const picked: ToolCallContext = {
-          sessionID: context.sessionID,
-          messageID: context.messageID,
-          agent: context.agent,
-          directory: context.directory,
-          worktree: context.worktree,
-        };
-        return (await bridge.request({ type: "tool", name, args, context: picked })) as string;
-      },
-    };
-  }
 
   return {
     "chat.message": async (hookInput, output) => {
@@ -357,7 +344,7 @@ export function threadedHooks(
       void hook("experimental.session.compacting", { sessionID: hookInput.sessionID }, {}).catch(() => undefined);
     },
 
-    tool: tools as Hooks["tool"],
+    tool: forwardedTools(bridge) as Hooks["tool"],
 
     dispose: async () => {
       let timer: ReturnType<typeof setTimeout> | undefined;
@@ -370,4 +357,26 @@ export function threadedHooks(
       bridge.stop();
     },
   };
+}
+
+/** The memory tools as OpenCode's thread declares them (plugin/tool-specs.ts); each call runs in the thread. */
+function forwardedTools(bridge: ThreadBridge): Record<string, unknown> {
+  const tools: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(MEMORY_TOOL_SPECS)) {
+    tools[name] = {
+      description: spec.description,
+      args: jsonSchemaArgs(spec.args),
+      async execute(args: unknown, context: ToolContext): Promise<string> {
+        const picked: ToolCallContext = {
+          sessionID: context.sessionID,
+          messageID: context.messageID,
+          agent: context.agent,
+          directory: context.directory,
+          worktree: context.worktree,
+        };
+        return (await bridge.request({ type: "tool", name, args, context: picked })) as string;
+      },
+    };
+  }
+  return tools;
 }

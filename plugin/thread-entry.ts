@@ -86,7 +86,12 @@ async function runHook(id: number, name: ForwardedHook, input: unknown, output: 
 async function runTool(id: number, name: string, args: unknown, context: ToolCallContext): Promise<void> {
   try {
     const tool = (await hooks).tool?.[name];
-    if (!tool) throw new Error(`${name}: no such optchat tool`);
+    // Only hooks without tools exist when the plugin could not start (a configuration error, or a failed start): the
+    // tools are declared by OpenCode's thread all the same, so say why they cannot run.
+    if (!tool)
+      throw new Error(
+        `${name} failed: optchat memory is not running in this OpenCode process (its configuration or start failed; the reason is the error shown when a prompt is sent)`,
+      );
     // Only the fields the memory tools read cross the thread (ToolCallContext).
     reply(id, await tool.execute(args as never, context as never));
   } catch (error) {

@@ -163,4 +163,14 @@ describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
     expect(refused.stdout + refused.stderr).toContain("does not fit the model's context window");
     expect(requestsFor(model.requests(), "TINY-1").length).toBe(0);
   });
+
+  it("refuses every prompt with the bad setting named when the configuration is invalid (the plugin in its thread)", async () => {
+    const bad = await world.env({ extraEnv: { OPTCHAT_MODE: "bogus" }, shareDataWith: env });
+    const refused = await runOpencode(bad, "BAD-1 hello REPLY=ok", { timeoutMs: 90_000 });
+    expect(refused.code).not.toBe(0);
+    // The thread reports the configuration error (stderr), and the prompt never reaches the model.
+    expect(refused.stderr).toContain("OPTCHAT_MODE");
+    expect(refused.stderr).toContain("not replace or augment");
+    expect(requestsFor(model.requests(), "BAD-1").length).toBe(0);
+  });
 });

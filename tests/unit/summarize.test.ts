@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { createPrefixGate } from "../../src/compactor/prefix-gate.js";
-import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
+import { createFakeSummarizer, parseFakeOptions } from "../../src/compactor/providers/fake.js";
 import {
   type CallRecord,
   runStep,
@@ -123,6 +123,18 @@ describe("size enforcement (seed 002 §4.3)", () => {
     expect(result.calls).toBe(SIZE_TRIES);
     expect(result.overshoot).toBe(true);
     expect(utf8Bytes(result.text)).toBe(NODE_BYTES + 40 - 5 * (SIZE_TRIES - 1));
+  });
+
+  it("writes lines of at most `lines` bytes when told to (fake:lines=N), where it otherwise fills them to the limit", async () => {
+    const step = { type: "compress", kind: "assistant", text: "word ".repeat(400) } as const;
+    const full = await runStep(ctxOf(createFakeSummarizer()), [], step);
+    const short = await runStep(ctxOf(createFakeSummarizer(parseFakeOptions("fake:lines=250"))), [], step);
+    expect(utf8Bytes(full.text)).toBeGreaterThan(NODE_BYTES - 10);
+    expect(utf8Bytes(short.text)).toBeLessThanOrEqual(250);
+    expect(utf8Bytes(short.text)).toBeGreaterThan(200);
+    expect(short).toMatchObject({ calls: 1, overshoot: false });
+    expect(() => parseFakeOptions("fake:lines=10")).toThrow(/OPTCHAT_SUMMARIZER: fake option lines=10/);
+    expect(() => parseFakeOptions("fake:lines=")).toThrow(/whole number of bytes/);
   });
 
   it("fails on an empty answer instead of storing it", async () => {

@@ -16,6 +16,12 @@ const BYTES_PER_TOKEN = 3.5;
 export interface FakeSummarizerOptions {
   /** Answer this many bytes over the limit, 5 fewer on each retry (how real models behave, seed 002 §4.3). */
   readonly overshootBytes?: number;
+  /**
+   * Write lines of at most this many bytes (below the step's limit), where by default the fake fills each line up to
+   * the limit. Seed 002 measured real models' lines at ~250 bytes on average under the 512-byte limit; `bench cache`
+   * uses this to show what memory costs with lines of that length (docs/caching.md).
+   */
+  readonly lineBytes?: number;
   /** Fail every call. */
   readonly alwaysFail?: boolean;
   /** Fail the first N calls for each distinct step, then work. */
@@ -27,7 +33,7 @@ export interface FakeSummarizerOptions {
 
 /**
  * OPTCHAT_SUMMARIZER=fake: the deterministic extractive summarizer, for tests and the demo, only when chosen
- * explicitly. Options after a colon, comma-separated: overshoot=N, fail, fail-first=N, delay=MS.
+ * explicitly. Options after a colon, comma-separated: overshoot=N, fail, fail-first=N, delay=MS, lines=BYTES.
  */
 export const fakeProvider: SummarizerProvider = {
   name: "fake",
@@ -51,12 +57,13 @@ export function parseFakeOptions(setting: string): FakeSummarizerOptions {
   for (const option of setting.split(":")[1]?.split(",") ?? []) {
     const [name, value] = option.split("=");
     if (name === "overshoot") options.overshootBytes = Number(value ?? 40);
+    else if (name === "lines") options.lineBytes = lineBytesOption(value);
     else if (name === "fail") options.alwaysFail = true;
     else if (name === "fail-first") options.failFirst = Number(value ?? 1);
     else if (name === "delay") options.delayMs = Number(value ?? 1000);
     else
       throw new Error(
-        `OPTCHAT_SUMMARIZER: unknown fake option '${name}' (known: overshoot=N, fail, fail-first=N, delay=MS)`,
+        `OPTCHAT_SUMMARIZER: unknown fake option '${name}' (known: overshoot=N, fail, fail-first=N, delay=MS, lines=BYTES)`,
       );
   }
   return options;
@@ -117,7 +124,15 @@ export function fakeAnswer(
     return padTo(extract(step, Number.MAX_SAFE_INTEGER), target);
   }
   // A well-behaved model: the first answer fits; a retry cuts further.
-  return extract(step, step.limit - 8 * retries);
+  return extract(step, Math.min(step.limit, options.lineBytes ?? step.limit) - 8 * retries);
+}
+
+/** `lines=BYTES`: a whole number from 64 (shorter lines say nothing) up. */
+function lineBytesOption(value: string | undefined): number {
+  const bytes = Number(value);
+  if (!Number.isInteger(bytes) || bytes < 64)
+    throw new Error(`OPTCHAT_SUMMARIZER: fake option lines=${value ?? ""} must be a whole number of bytes, 64 or more`);
+  return bytes;
 }
 
 interface ParsedStep {

@@ -82,8 +82,6 @@ export interface ModelServerOptions {
   readonly logFile?: string;
   /** The prompt caches' clock (tests move it to expire entries); default Date.now. */
   readonly now?: () => number;
-  /** Compactor calls are answered with lines of at most this many bytes (the fake summarizer's `lines` option). */
-  readonly summaryLineBytes?: number;
 }
 
 export const TITLE_REPLY = "Scripted session";
@@ -237,7 +235,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
             slowMs: 0,
             ...(fault.headers ? { headers: fault.headers } : {}),
           }
-        : planReply(entry.kind, request, entry.index, raw.length, options.summaryLineBytes);
+        : planReply(entry.kind, request, entry.index, raw.length);
       // A compactor call is measured by the simulator alone, so its usage adds up (nothing steers it with USAGE=n).
       if (entry.kind === "compactor" && plan.type === "answer" && entry.cache)
         plan = { ...plan, promptTokens: entry.cache.inputTokens };
@@ -375,13 +373,7 @@ function isCompactorRequest(system: string, messages: readonly unknown[]): boole
 
 // ---- planning a reply -------------------------------------------------------------------------------------------
 
-function planReply(
-  kind: RequestKind,
-  body: Body,
-  index: number,
-  bodyBytes: number,
-  summaryLineBytes: number | undefined,
-): Plan {
+function planReply(kind: RequestKind, body: Body, index: number, bodyBytes: number): Plan {
   const roughTokens = Math.ceil(bodyBytes / 4);
   const answer = (text: string, toolCalls: ScriptedCall[] = [], promptTokens = roughTokens, slowMs = 0): Plan => ({
     type: "answer",
@@ -401,12 +393,7 @@ function planReply(
     const [system, first, ...followUps] = messages;
     try {
       // Stateless: the same answer as any other fake for the same prompt.
-      return answer(
-        fakeAnswer(
-          { system: system?.content ?? "", context: [], step: first?.content ?? "", followUps },
-          summaryLineBytes ? { lineBytes: summaryLineBytes } : {},
-        ),
-      );
+      return answer(fakeAnswer({ system: system?.content ?? "", context: [], step: first?.content ?? "", followUps }));
     } catch (error) {
       if (error instanceof SummarizerError) throw new BadRequest(`model server (compactor): ${error.message}`);
       throw error;

@@ -238,10 +238,7 @@ function perTurnBilled(requests: readonly AttributedRequest[], session: SessionN
 
 async function runOne(context: BenchContext, provider: Provider, variant: Variant, turns: number): Promise<CacheRun> {
   const dump = process.env.OPTCHAT_BENCH_CACHE_DUMP;
-  const model = await startModelServer({
-    ...(dump ? { logFile: `${dump}.${provider}.${variant}.jsonl` } : {}),
-    ...(variant === "optchat-250-byte-lines" ? { summaryLineBytes: SHORT_LINE_BYTES } : {}),
-  });
+  const model = await startModelServer(dump ? { logFile: `${dump}.${provider}.${variant}.jsonl` } : {});
   const name = scratchDatabaseName(`cache_${variant}_${provider.replace("-", "_")}`);
   const url = variant === "native" ? undefined : withDatabase(context.serverUrl, name);
   if (url) {
@@ -255,6 +252,8 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
     extraEnv: {
       OPTCHAT_READINESS_WAIT_MS: "60000",
       ...(variant === "optchat-isolated" ? { OPTCHAT_SCOPE: "isolated" } : {}),
+      // The plugin's compactor is the in-process deterministic summarizer (scripts/opencode-harness.ts).
+      ...(variant === "optchat-250-byte-lines" ? { OPTCHAT_SUMMARIZER: `fake:lines=${SHORT_LINE_BYTES}` } : {}),
     },
   });
   try {

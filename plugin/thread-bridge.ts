@@ -9,6 +9,7 @@
  * the embedded compactor) was a millisecond OpenCode's own work waited for. Here the main thread imports only this
  * module and the tools' declarations, and the thread's work runs beside OpenCode's on another core.
  */
+import { appendFileSync } from "node:fs";
 import type { Hooks, PluginInput, ToolContext } from "@opencode-ai/plugin";
 import { HOST_EVENT_TYPES } from "./host-events.js";
 import { PromptRefused } from "./prompt-refused.js";
@@ -224,6 +225,8 @@ function rebuild(error: ThreadError): Error {
 /** Settings the main thread reads itself, before the thread has resolved the whole configuration. */
 interface MainSettings {
   readonly partial: boolean;
+  /** OPTCHAT_TIMINGS_FILE: how long OpenCode waited for each forwarded hook, measured here (`bench plugin`). */
+  readonly timingsFile: string | undefined;
   /** OPTCHAT_CLOSE_FLUSH_MS: a stop signal's wait for the thread's flush (plus 1.5 s for the round trip). */
   readonly closeFlushMs: number;
   /** How long the dispose waits for the thread's flush before it stops the thread anyway. */
@@ -236,8 +239,10 @@ function mainSettings(options: Record<string, unknown> | undefined, env: NodeJS.
   const given = options?.closeFlushMs ?? (env.OPTCHAT_CLOSE_FLUSH_MS || undefined);
   const flush = given === undefined ? 10_000 : Number(given);
   const closeFlushMs = Number.isFinite(flush) ? Math.min(Math.max(flush, 0), 60_000) : 10_000;
+  const timings = options?.timingsFile ?? env.OPTCHAT_TIMINGS_FILE;
   return {
     partial: readiness === "partial",
+    timingsFile: typeof timings === "string" && timings !== "" ? timings : undefined,
     closeFlushMs,
     // The thread bounds its own flush by closeFlushMs (plus 500 ms); this only guards against a thread that hangs.
     disposeBoundMs: closeFlushMs + 2_000,
@@ -274,6 +279,18 @@ export function threadedHooks(
 function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
   const hook = (name: ForwardedHook, hookInput: unknown, output: unknown) =>
     bridge.request({ type: "hook", hook: name, input: hookInput, output });
+  /**
+   * A hook OpenCode waits for, timed from OpenCode's side: the thread's own timings leave out the trips between the
+   * threads and the wait for OpenCode's event loop (docs/opencode-notes.md "The plugin's thread").
+   */
+  const waited = async (name: ForwardedHook, hookInput: unknown, output: unknown): Promise<unknown> => {
+    const started = performance.now();
+    try {
+      return await hook(name, hookInput, output);
+    } finally {
+      if (settings.timingsFile) recordWait(settings.timingsFile, name, started);
+    }
+  };
   /** Only a refused prompt reaches OpenCode; a thread that is gone refuses prompts unless readiness is partial. */
   const refusals = (error: unknown): void => {
     if (error instanceof PromptRefused) throw error;
@@ -289,7 +306,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
 
   return {
     "chat.message": async (hookInput, output) => {
-      await hook("chat.message", hookInput, { message: output.message, parts: output.parts }).catch(refusals);
+      await waited("chat.message", hookInput, { message: output.message, parts: output.parts }).catch(refusals);
     },
 
     event: async ({ event }) => {
@@ -306,7 +323,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
 
     "experimental.chat.messages.transform": async (hookInput, output) => {
       try {
-        const changed = (await hook("experimental.chat.messages.transform", hookInput, {
+        const changed = (await waited("experimental.chat.messages.transform", hookInput, {
           messages: output.messages,
         })) as { messages: typeof output.messages } | undefined;
         // OpenCode reads the array it passed: the thread's result replaces its contents in place.
@@ -329,7 +346,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
 
     "chat.params": async (hookInput) => {
       const model = hookInput.model as unknown as { id?: string; providerID?: string; limit?: unknown };
-      await hook(
+      await waited(
         "chat.params",
         {
           sessionID: hookInput.sessionID,
@@ -349,7 +366,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
     dispose: async () => {
       let timer: ReturnType<typeof setTimeout> | undefined;
       await Promise.race([
-        hook("dispose", {}, {}).catch(() => undefined),
+        waited("dispose", {}, {}).catch(() => undefined),
         new Promise((resolve) => {
           timer = setTimeout(resolve, settings.disposeBoundMs);
         }),
@@ -379,4 +396,14 @@ function forwardedTools(bridge: ThreadBridge): Record<string, unknown> {
     };
   }
   return tools;
+}
+
+/** One line of the timings file: `{"op":"awaited","hook":…,"ms":…,"at":…}`; a write that fails is left out. */
+function recordWait(file: string, hook: ForwardedHook, started: number): void {
+  const ms = Math.round((performance.now() - started) * 1000) / 1000;
+  try {
+    appendFileSync(file, `${JSON.stringify({ op: "awaited", hook, ms, at: Date.now() })}\n`);
+  } catch {
+    // Timings are for benchmarks: a failed write must not touch the hook.
+  }
 }

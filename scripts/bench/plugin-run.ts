@@ -5,7 +5,8 @@
  * interleaved and in alternating order (A B, then B A) so the machine's drift hits both alike. Per run: wall time from
  * spawn to exit, CPU seconds of the process (GNU time, all threads), the time to its first model request, and the time
  * from the end of its last model request to exit; for the plugin's runs also the time OpenCode waited for the plugin's
- * hooks (chat.message, every request transform and dispose, from OPTCHAT_TIMINGS_FILE).
+ * hooks (chat.message, every request transform, chat.params and dispose, from OPTCHAT_TIMINGS_FILE: timed from
+ * OpenCode's side by the bridge when the plugin runs in its own thread, by the hooks themselves in OpenCode's thread).
  *
  * The figure to quote is `addedS`, the median over rounds of (with - without) wall time; the target is <= 0.2 s with
  * nothing lost, which the case checks too (every run with the plugin must leave its turn completed with its four
@@ -42,18 +43,33 @@ export interface BenchVariant {
 }
 
 const PROMPT = 'RUN-BENCH TOOLS=[{"name":"bash","args":{"command":"echo bench","description":"echo"}}] END';
-/** The hook timings OpenCode waits for (plugin/index.ts, plugin/adapter.ts `recordTiming`). */
-const AWAITED_OPS = new Set(["chat.message", "transform", "dispose"]);
+/** The hooks OpenCode waits for, by the names the figures use. */
+const AWAITED_OPS = new Set(["chat.message", "transform", "chat.params", "dispose"]);
+/** The plugin in its own thread times them from OpenCode's side (plugin/thread-bridge.ts, op "awaited"). */
+const HOOK_OPS: Readonly<Record<string, string>> = {
+  "chat.message": "chat.message",
+  "experimental.chat.messages.transform": "transform",
+  "chat.params": "chat.params",
+  dispose: "dispose",
+};
 
-/** Seconds OpenCode waited for each awaited hook in one run (summed over its calls), from the timings file. */
+/**
+ * Seconds OpenCode waited for each awaited hook in one run (summed over its calls), from the timings file: the
+ * bridge's "awaited" lines when the plugin ran in its own thread (OpenCode's side, with the trips between the threads),
+ * else the in-process plugin's own timings (plugin/hooks.ts, plugin/adapter.ts `recordTiming`; no chat.params).
+ */
 function awaitedByOp(timings: string | undefined): Record<string, number> | null {
   if (!timings || !existsSync(timings)) return null;
+  const entries = readFileSync(timings, "utf8")
+    .split("\n")
+    .filter((line) => line.trim())
+    .map((line) => JSON.parse(line) as { op: string; hook?: string; ms: number });
+  const fromBridge = entries.some((entry) => entry.op === "awaited");
   const byOp: Record<string, number> = {};
-  for (const line of readFileSync(timings, "utf8").split("\n")) {
-    if (!line.trim()) continue;
-    const entry = JSON.parse(line) as { op: string; ms: number };
-    if (!AWAITED_OPS.has(entry.op)) continue;
-    byOp[entry.op] = (byOp[entry.op] ?? 0) + entry.ms / 1000;
+  for (const entry of entries) {
+    const op = fromBridge ? (entry.op === "awaited" ? HOOK_OPS[entry.hook ?? ""] : undefined) : entry.op;
+    if (!op || !AWAITED_OPS.has(op)) continue;
+    byOp[op] = (byOp[op] ?? 0) + entry.ms / 1000;
   }
   return Object.keys(byOp).length > 0 ? byOp : null;
 }

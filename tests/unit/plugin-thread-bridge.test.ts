@@ -1,3 +1,6 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { PluginInput } from "@opencode-ai/plugin";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { HOST_EVENT_TYPES } from "../../plugin/host-events.js";
@@ -275,6 +278,30 @@ describe("the plugin's main thread", () => {
       input: { sessionID: "s1" },
       output: { system: ["You are"] },
     });
+  });
+
+  it("times each hook OpenCode waits for from OpenCode's side, in the timings file when one is set", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "optchat-bridge-"));
+    const file = join(dir, "timings.jsonl");
+    try {
+      const { hooks, worker } = start({ timingsFile: file });
+      const admitted = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] });
+      const request = await worker.request("hook");
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      worker.answer({ type: "reply", id: request.id });
+      await admitted;
+      // Not waited for: not timed.
+      await (hooks["experimental.chat.system.transform"] as Hook)({ sessionID: "s1", model: {} }, { system: [] });
+      const lines = readFileSync(file, "utf8")
+        .trim()
+        .split("\n")
+        .map((line) => JSON.parse(line));
+      expect(lines).toHaveLength(1);
+      expect(lines[0]).toMatchObject({ op: "awaited", hook: "chat.message" });
+      expect(lines[0].ms).toBeGreaterThanOrEqual(15);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it("declares the memory tools and runs each in the thread with the context fields the tools read", async () => {

@@ -15,14 +15,8 @@ import { HOST_EVENT_TYPES } from "./host-events.js";
 import { PromptRefused } from "./prompt-refused.js";
 import { withoutRetryTriggers } from "./retry-triggers.js";
 import { type Closable, closeOnSignals } from "./shutdown.js";
-import type {
-  ClientCall,
-  ForwardedHook,
-  ThreadError,
-  ToMainThread,
-  ToolCallContext,
-  ToPluginThread,
-} from "./thread-protocol.js";
+import { callClient } from "./thread-client.js";
+import type { ForwardedHook, ThreadError, ToMainThread, ToolCallContext, ToPluginThread } from "./thread-protocol.js";
 import { jsonSchemaArgs } from "./tool-args.js";
 import { MEMORY_TOOL_SPECS } from "./tool-specs.js";
 
@@ -146,7 +140,7 @@ class ThreadBridge implements Closable {
           this.post({ type: "client-reply", id: message.id, error: asThreadError(error) });
         }
       };
-      void this.callClient(message.call, message.args).then(
+      void callClient(this.input.client, message.call, message.args).then(
         (value) => answer({ value }),
         (error: unknown) => answer({ error: asThreadError(error) }),
       );
@@ -157,55 +151,6 @@ class ThreadBridge implements Closable {
     if (message.error) pending.reject(rebuild(message.error));
     else pending.resolve(message.value);
   }
-
-  /** OpenCode's client, for the thread: only `{ data }` crosses back (the SDK's response objects cannot). */
-  private async callClient(call: ClientCall, args: unknown): Promise<unknown> {
-    const client = this.input.client;
-    const given = args as never;
-    const result = (await (call === "session.get"
-      ? client.session.get(given)
-      : call === "session.messages"
-        ? client.session.messages(given)
-        : call === "config.get"
-          ? client.config.get()
-          : client.config.providers())) as { data?: unknown } | undefined;
-    return { data: call === "config.providers" ? providersForThread(result?.data) : result?.data };
-  }
-}
-
-interface ProvidersData {
-  providers?: {
-    id: string;
-    key?: unknown;
-    options?: { apiKey?: unknown; baseURL?: unknown };
-    models?: Record<string, { api?: { id?: unknown; url?: unknown; npm?: unknown }; limit?: unknown }>;
-  }[];
-  default?: unknown;
-}
-
-/**
- * The providers answer with only what the thread reads (the models' limits for request budgets, and for the compactor's
- * model the credential, base URL and AI SDK package: plugin/client-lookups.ts, plugin/compactor-model.ts). OpenCode's
- * whole answer describes every model of every connected provider (names, costs, capabilities, modalities); copying it
- * to the thread cost more than the lookup itself.
- */
-export function providersForThread(data: unknown): unknown {
-  const answer = data as ProvidersData | undefined;
-  if (!answer || !Array.isArray(answer.providers)) return data;
-  return {
-    default: answer.default,
-    providers: answer.providers.map((provider) => ({
-      id: provider.id,
-      key: provider.key,
-      options: { apiKey: provider.options?.apiKey, baseURL: provider.options?.baseURL },
-      models: Object.fromEntries(
-        Object.entries(provider.models ?? {}).map(([id, model]) => [
-          id,
-          { api: { id: model?.api?.id, url: model?.api?.url, npm: model?.api?.npm }, limit: model?.limit },
-        ]),
-      ),
-    })),
-  };
 }
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;

@@ -6,7 +6,8 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { HOST_EVENT_TYPES } from "../../plugin/host-events.js";
 import { wouldBeRetried } from "../../plugin/messages.js";
 import { PromptRefused } from "../../plugin/prompt-refused.js";
-import { type BunWorker, providersForThread, threadedHooks } from "../../plugin/thread-bridge.js";
+import { type BunWorker, threadedHooks } from "../../plugin/thread-bridge.js";
+import { providersForThread } from "../../plugin/thread-client.js";
 import type { ToMainThread, ToPluginThread } from "../../plugin/thread-protocol.js";
 
 /**

@@ -16,7 +16,14 @@ import { PromptRefused } from "./prompt-refused.js";
 import { withoutRetryTriggers } from "./retry-triggers.js";
 import { type Closable, closeOnSignals } from "./shutdown.js";
 import { callClient } from "./thread-client.js";
-import type { ForwardedHook, ThreadError, ToMainThread, ToolCallContext, ToPluginThread } from "./thread-protocol.js";
+import {
+  type ForwardedHook,
+  type ThreadError,
+  type ToMainThread,
+  type ToolCallContext,
+  type ToPluginThread,
+  threadError,
+} from "./thread-protocol.js";
 import { jsonSchemaArgs } from "./tool-args.js";
 import { MEMORY_TOOL_SPECS } from "./tool-specs.js";
 
@@ -137,12 +144,12 @@ class ThreadBridge implements Closable {
         try {
           this.post({ type: "client-reply", id: message.id, ...reply });
         } catch (error) {
-          this.post({ type: "client-reply", id: message.id, error: asThreadError(error) });
+          this.post({ type: "client-reply", id: message.id, error: threadError(error) });
         }
       };
       void callClient(this.input.client, message.call, message.args).then(
         (value) => answer({ value }),
-        (error: unknown) => answer({ error: asThreadError(error) }),
+        (error: unknown) => answer({ error: threadError(error) }),
       );
       return;
     }
@@ -154,12 +161,6 @@ class ThreadBridge implements Closable {
 }
 
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
-
-function asThreadError(error: unknown): ThreadError {
-  return error instanceof Error
-    ? { name: error.name, message: error.message }
-    : { name: "Error", message: String(error) };
-}
 
 /** The thread's error as the main thread throws it: a refused prompt stays a PromptRefused. */
 function rebuild(error: ThreadError): Error {

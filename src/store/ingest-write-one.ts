@@ -14,7 +14,7 @@
  */
 import type { Queryable } from "./db.js";
 import type { FreshRecord, LockedTargets } from "./ingest-commit.js";
-import { groupKey } from "./ingest-write.js";
+import { groupKey, RECORD_INSERT_COLUMNS } from "./ingest-write.js";
 import { TREE_CHANNEL } from "./notifications.js";
 import type { TreeChangePlan } from "./tree-changes.js";
 import { TREE_COLUMNS, type Tree, type TreeRow, toTree } from "./trees.js";
@@ -95,10 +95,7 @@ function recordCtes(p: Parameters, { item, generation, seq }: FreshRecord, tree:
        SELECT ${hash}, ${bytes}, ${p.add(item.validUtf8, "boolean")}, ${p.add(item.payload, "bytea")} FROM guard
        ON CONFLICT (hash) DO NOTHING
      ), new_record AS (
-       INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
-                                    payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
-                                    scope_id)
+       INSERT INTO optchat.records ${RECORD_INSERT_COLUMNS}
        -- scope_id: the session's (migrations/011), read by the guard.
        SELECT ${session}, ${gen}, ${seqNo}, ${p.add(item.eventKey, "text")}, ${stageKey}, ${p.add(item.turnId, "text")},
               ${p.add(item.kind, "text")}, ${p.add(item.occurredAt, "timestamptz")}, ${hash}, ${bytes},

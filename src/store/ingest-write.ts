@@ -32,6 +32,14 @@ export function groupKey(sessionId: string, generation: number): string {
   return `${sessionId}\u0000${generation}`;
 }
 
+/**
+ * The columns a sealed record is inserted with, in the order both ingest statements (this one and ingest-write-one.ts)
+ * give them: scope_id last, the session's (migrations/011; a session never changes scope), for the search index.
+ */
+export const RECORD_INSERT_COLUMNS = `(session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
+  payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated, host_original_bytes, project_id, worktree_id,
+  commit_id, attributes, search, scope_id)`;
+
 /** Payloads up to this size are written in the batch's one statement; larger ones in their own (see writeSealed). */
 export const INLINE_BLOB_BYTES = 256 * 1024;
 
@@ -175,10 +183,7 @@ export async function writeSealed(
        SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[]) WHERE ${gate}
        ON CONFLICT (hash) DO NOTHING
      ), new_records AS (
-       INSERT INTO optchat.records (session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
-                                    payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated,
-                                    host_original_bytes, project_id, worktree_id, commit_id, attributes, search,
-                                    scope_id)
+       INSERT INTO optchat.records ${RECORD_INSERT_COLUMNS}
        -- scope_id: the session's (migrations/011; a session never changes scope), for the search index.
        SELECT u.*, s.scope_id
          FROM unnest($5::text[], $6::int[], $7::bigint[], $8::text[], $9::text[], $10::text[], $11::text[],

@@ -2,14 +2,15 @@ import { estimateTokens, type Memory, type Session, type Turn } from "../src/mem
 import { Admission } from "./admission.js";
 import { type Clock, systemClock } from "./clock.js";
 import type { ResolvedPluginConfig } from "./config.js";
-import { actionableError, Diagnostics, describe, type Log } from "./diagnostics.js";
+import { Diagnostics, describe, type Log } from "./diagnostics.js";
 import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
 import { readHostEvent } from "./host-events.js";
 import { HostSessions } from "./host-sessions.js";
 import { HOST, projectScopeId } from "./identity.js";
 import { LeaseKeeper, leaseHolderName } from "./lease.js";
-import { type HostMessage, type HostMessageInfo, type HostPart, withoutRetryTriggers } from "./messages.js";
+import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
 import { ModelLimits } from "./model-limits.js";
+import { checkRequestParams, type ParamsModel, type RequestChecks } from "./request-checks.js";
 import { RequestTransform } from "./request-transform.js";
 import { onSessionDeleted } from "./session-deleted.js";
 import { SessionJobs } from "./session-jobs.js";
@@ -233,7 +234,11 @@ export class OpencodeAdapter {
         case "assistant": {
           // A session this process never admitted a turn for (e.g. a fork's replayed copies) is not followed.
           const state = this.sessions.get(hostEvent.info.sessionID);
-          if (state) this.outcomes.onAssistant(state, hostEvent.info);
+          if (!state) return;
+          const { info } = hostEvent;
+          // The step's request is being prepared: its transform will ask for the model's limits.
+          if (!info.time?.completed) this.limits.prefetch(info.providerID, info.modelID);
+          this.outcomes.onAssistant(state, info);
           return;
         }
         case "created":
@@ -281,10 +286,23 @@ export class OpencodeAdapter {
     this.worker?.onFirstRequestSent(() => this.memory.host.jobsWaitingForWorker());
   }
 
-  /** `chat.params`: raises the actionable error the transform recorded for this request (strict readiness, budget). */
-  takePendingError(hostSessionId: string): string | undefined {
-    const message = this.sessions.get(hostSessionId)?.pendingError;
-    return message === undefined ? undefined : withoutRetryTriggers(message);
+  /**
+   * `chat.params` of a request of the session (not the title's): the refusal to raise, if any: the actionable error the
+   * transform recorded (strict readiness, budget), or an unsized request that the model's window does not hold
+   * (plugin/request-checks.ts).
+   */
+  checkParams(hostSessionId: string, model: ParamsModel | undefined): string | undefined {
+    const state = this.sessions.get(hostSessionId);
+    return state ? checkRequestParams(state, model) : undefined;
+  }
+
+  /**
+   * The session's request checks as its last transform left them: the plugin's thread sends them back with the
+   * transformed request, so that OpenCode's thread answers `chat.params` itself (plugin/thread-bridge.ts).
+   */
+  requestChecks(hostSessionId: string): RequestChecks | undefined {
+    const state = this.sessions.get(hostSessionId);
+    return state ? { pendingError: state.pendingError, unsized: state.unsized } : undefined;
   }
 
   /** `experimental.chat.system.transform`: the system prompt's size, for the next request's budget. */
@@ -295,22 +313,6 @@ export class OpencodeAdapter {
         state.systemTokens ?? 0,
         system.reduce((sum, s) => sum + estimateTokens(s), 0),
       );
-  }
-
-  /**
-   * `chat.params` of a request whose transform did not know the model's limits: a request that does not fit the window
-   * OpenCode passes here is stopped with the budget error, like the transform would have stopped it.
-   */
-  checkUnsized(hostSessionId: string, model: string, limit: { context?: number } | undefined): void {
-    const state = this.sessions.get(hostSessionId);
-    const unsized = state?.unsized;
-    if (!state || !unsized || !limit?.context) return;
-    state.unsized = undefined;
-    if (unsized.tokens <= limit.context || state.pendingError) return;
-    state.pendingError = actionableError(
-      "BUDGET_EXCEEDED",
-      `the request needs about ${unsized.tokens} tokens (memory sized for an assumed window of ${unsized.assumedWindow}: OpenCode did not answer with the model's limits in time); the window of ${model} is ${limit.context}`,
-    );
   }
 
   noteModelLimits(providerId: string, modelId: string, limit: { context?: number; output?: number } | undefined): void {

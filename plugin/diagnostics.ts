@@ -58,11 +58,3 @@ export function describe(error: unknown): string {
   if (error instanceof Error) return error.message;
   return String(error);
 }
-
-/** The message `chat.params` raises for a request memory cannot serve: what failed and the setting that changes it. */
-export function actionableError(code: string, message: string): string {
-  if (code === "MEMORY_NOT_READY") {
-    return `optchat: memory is not ready for this request (${message}). The compactor may be stopped or failing: check \`optchat status\` or the memory_inspect tool. To continue without waiting, set OPTCHAT_READINESS=partial (the request then says what is missing), or raise OPTCHAT_READINESS_WAIT_MS.`;
-  }
-  return `optchat: this request does not fit the model's context window (${message}). The current turn alone is too large: start a new turn, use a model with a larger context, or lower OPTCHAT_RESERVE_TOKENS / OPTCHAT_TOOLS_TOKENS if they are set too high.`;
-}

@@ -6,14 +6,26 @@ import { compactorModel } from "./compactor-model.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
 import { PromptRefused } from "./lease.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
+import type { ParamsModel, RequestChecks } from "./request-checks.js";
 import { bounded } from "./shutdown.js";
 import { memoryTools } from "./tools.js";
+
+/** One plugin instance: its hooks, and what the plugin's thread sends back beside a transformed request. */
+export interface OptchatInstance {
+  readonly hooks: Hooks;
+  /** The session's request checks after its transform (plugin/request-checks.ts); undefined without an adapter. */
+  requestChecks(hostSessionId: string): Promise<RequestChecks | undefined>;
+}
 
 /**
  * The optchat plugin's hooks, run where the adapter lives: in the plugin's thread (plugin/thread-entry.ts), or in
  * OpenCode's own thread with OPTCHAT_PLUGIN_THREAD=off (plugin/index.ts decides).
  */
 export async function optchatHooks(input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> {
+  return (await optchatInstance(input, options)).hooks;
+}
+
+export async function optchatInstance(input: PluginInput, options?: Record<string, unknown>): Promise<OptchatInstance> {
   const log = (level: "info" | "warn" | "error", message: string) => {
     // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.
     if (level !== "info" || process.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
@@ -26,9 +38,12 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
     const message = error instanceof Error ? error.message : String(error);
     log("error", message);
     return {
-      "chat.message": async () => {
-        throw new PromptRefused(message);
+      hooks: {
+        "chat.message": async () => {
+          throw new PromptRefused(message);
+        },
       },
+      requestChecks: async () => undefined,
     };
   }
 
@@ -48,7 +63,7 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
       .then(work, () => undefined)
       .catch((error) => log("error", `optchat: ${String(error)}`));
 
-  return {
+  const hooks: Hooks = {
     "chat.message": async (hookInput, output) => {
       // The whole hook, the wait for the database's open included: what OpenCode waits for before it goes on.
       const started = performance.now();
@@ -107,29 +122,22 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
       } catch {
         return;
       }
+      // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
+      const model = hookInput.model as unknown as ParamsModel | undefined;
+      let refusal: string | undefined;
       try {
-        // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
-        const model = hookInput.model as unknown as {
-          id?: string;
-          providerID?: string;
-          limit?: { context?: number; output?: number };
-        };
-        if (model?.providerID && model.id) {
-          adapter.noteModelLimits(model.providerID, model.id, model.limit);
-          // The title request runs beside the turn's own requests, often with another model.
-          if (hookInput.agent !== "title")
-            adapter.checkUnsized(hookInput.sessionID, `${model.providerID}/${model.id}`, model.limit);
+        if (model?.providerID && model.id) adapter.noteModelLimits(model.providerID, model.id, model.limit);
+        // The title request runs beside the turn's own requests, often with another model: never checked.
+        if (hookInput.agent !== "title") {
+          adapter.noteRequestSent();
+          refusal = adapter.checkParams(hookInput.sessionID, model);
         }
       } catch (error) {
         await adapter.problem("params", hookInput.sessionID, error);
       }
       // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
       // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
-      if (hookInput.agent !== "title") {
-        adapter.noteRequestSent();
-        const pending = adapter.takePendingError(hookInput.sessionID);
-        if (pending) throw new PromptRefused(pending);
-      }
+      if (refusal) throw new PromptRefused(refusal);
     },
 
     "experimental.session.compacting": async (hookInput) => {
@@ -149,5 +157,13 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
         unregister();
       });
     },
+  };
+  return {
+    hooks,
+    requestChecks: (hostSessionId) =>
+      ready().then(
+        (adapter) => adapter.requestChecks(hostSessionId),
+        () => undefined,
+      ),
   };
 }

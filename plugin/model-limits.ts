@@ -18,6 +18,18 @@ export class ModelLimits {
       this.known.set(`${providerId}/${modelId}`, { context: limit.context, output: limit.output ?? 4096 });
   }
 
+  /**
+   * Starts the lookup of a model the session is about to use, without waiting for it: the transform that needs the
+   * limits then waits only for what is left of it. Called when OpenCode announces a step's assistant message, which it
+   * creates once the model is resolved, 16-20 ms before that step's `experimental.chat.messages.transform` in
+   * `opencode run` (docs/opencode-notes.md "The plugin's thread"); the providers are up by then, so the lookup does not
+   * hold up the plugin's other client calls behind OpenCode's provider start-up, as a lookup at `chat.message` did.
+   */
+  prefetch(providerId: string | undefined, modelId: string | undefined): void {
+    if (!providerId || !modelId || this.known.has(`${providerId}/${modelId}`)) return;
+    void this.of(providerId, modelId).catch(() => undefined);
+  }
+
   async of(providerId: string, modelId: string): Promise<Limits | undefined> {
     const key = `${providerId}/${modelId}`;
     const known = this.known.get(key);

@@ -10,12 +10,13 @@ import {
 } from "../src/memory/index.js";
 import { EPOCH_LIMITS } from "./cache-epoch.js";
 import type { ResolvedPluginConfig } from "./config.js";
-import { actionableError, type Diagnostics, describe } from "./diagnostics.js";
+import { type Diagnostics, describe } from "./diagnostics.js";
 import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import { type HostMessage, lastRequestIndex, messageText, replaceablePrefix } from "./messages.js";
 import type { ModelLimits } from "./model-limits.js";
 import { assemblySettings, preparedFor } from "./prepared-context.js";
+import { actionableError } from "./request-checks.js";
 import type { SessionMemory } from "./session-memory.js";
 import type { SessionState } from "./session-state.js";
 

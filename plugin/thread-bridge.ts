@@ -11,8 +11,9 @@
  */
 import { appendFileSync } from "node:fs";
 import type { Hooks, PluginInput, ToolContext } from "@opencode-ai/plugin";
-import { HOST_EVENT_TYPES } from "./host-events.js";
+import { HOST_EVENT_TYPES, readHostEvent } from "./host-events.js";
 import { PromptRefused } from "./prompt-refused.js";
+import { checkRequestParams, type ParamsModel, type RequestChecks } from "./request-checks.js";
 import { withoutRetryTriggers } from "./retry-triggers.js";
 import { type Closable, closeOnSignals } from "./shutdown.js";
 import { callClient } from "./thread-client.js";
@@ -22,6 +23,7 @@ import {
   type ToMainThread,
   type ToolCallContext,
   type ToPluginThread,
+  type TransformReply,
   threadError,
 } from "./thread-protocol.js";
 import { jsonSchemaArgs } from "./tool-args.js";
@@ -237,9 +239,10 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
       if (settings.timingsFile) recordWait(settings.timingsFile, name, started);
     }
   };
+  /** Each session's request checks, as its last transform left them (answered by `chat.params` here). */
+  const checks = new Map<string, RequestChecks>();
   /** Only a refused prompt reaches OpenCode; a thread that is gone refuses prompts unless readiness is partial. */
-  const refusals = (error: unknown): void => {
-    if (error instanceof PromptRefused) throw error;
+  const refuseWhenStopped = (): void => {
     if (bridge.stopped && !settings.partial)
       // Without retry triggers ("unavailable", "terminated"...): a chat.params throw matching one is retried by
       // OpenCode for ~77 s (plugin/retry-triggers.ts).
@@ -248,6 +251,10 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
           `optchat: memory is unavailable: the plugin's thread stopped (${bridge.stopped}); restart OpenCode, or set OPTCHAT_READINESS=partial to continue without memory`,
         ),
       );
+  };
+  const refusals = (error: unknown): void => {
+    if (error instanceof PromptRefused) throw error;
+    refuseWhenStopped();
   };
 
   return {
@@ -258,6 +265,9 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
     event: async ({ event }) => {
       // Only the events the adapter reads (plugin/host-events.ts): streamed deltas and the rest never cross.
       if (!HOST_EVENT_TYPES.has((event as { type?: string }).type ?? "")) return;
+      // A session's next request comes with a new transform: its checks are not kept past the session's idle.
+      const ended = readHostEvent(event as never);
+      if (ended?.type === "idle" || ended?.type === "deleted") checks.delete(ended.hostSessionId);
       try {
         bridge.post({ type: "event", event });
       } catch (error) {
@@ -268,12 +278,16 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
     },
 
     "experimental.chat.messages.transform": async (hookInput, output) => {
+      // As the adapter finds the session (plugin/adapter.ts `transform`).
+      const sessionId = (output.messages.at(-1)?.info as { sessionID?: string } | undefined)?.sessionID;
+      if (sessionId) checks.delete(sessionId);
       try {
         const changed = (await waited("experimental.chat.messages.transform", hookInput, {
           messages: output.messages,
-        })) as { messages: typeof output.messages } | undefined;
+        })) as TransformReply | undefined;
         // OpenCode reads the array it passed: the thread's result replaces its contents in place.
-        if (changed?.messages) output.messages.splice(0, output.messages.length, ...changed.messages);
+        if (changed?.messages) output.messages.splice(0, output.messages.length, ...(changed.messages as never[]));
+        if (sessionId && changed?.checks) checks.set(sessionId, { ...changed.checks });
       } catch {
         // Never throws (a throw kills the turn in OpenCode 1.18.33); the thread records its own problems.
       }
@@ -290,17 +304,20 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings): Hooks {
       ).catch(() => undefined);
     },
 
+    // Answered here, from the checks the request's transform sent back (plugin/request-checks.ts): the thread runs the
+    // same decision on its own state, and notes the model's limits and the request, without being waited for. Waiting
+    // cost each request 1-16 ms, most of it the answer's wait for OpenCode's busy event loop.
     "chat.params": async (hookInput) => {
-      const model = hookInput.model as unknown as { id?: string; providerID?: string; limit?: unknown };
-      await waited(
-        "chat.params",
-        {
-          sessionID: hookInput.sessionID,
-          agent: hookInput.agent,
-          model: { id: model?.id, providerID: model?.providerID, limit: model?.limit },
-        },
-        {},
-      ).catch(refusals);
+      const model = hookInput.model as unknown as ParamsModel | undefined;
+      const picked = { id: model?.id, providerID: model?.providerID, limit: model?.limit };
+      void hook("chat.params", { sessionID: hookInput.sessionID, agent: hookInput.agent, model: picked }, {}).catch(
+        () => undefined,
+      );
+      refuseWhenStopped();
+      if (hookInput.agent === "title") return;
+      const sessionChecks = checks.get(hookInput.sessionID);
+      const refusal = sessionChecks ? checkRequestParams(sessionChecks, picked) : undefined;
+      if (refusal) throw new PromptRefused(refusal);
     },
 
     "experimental.session.compacting": async (hookInput) => {

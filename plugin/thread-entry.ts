@@ -5,7 +5,7 @@
  * OpenCode's client. Why a thread: docs/opencode-notes.md "The plugin's thread".
  */
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
-import { optchatHooks } from "./hooks.js";
+import { type OptchatInstance, optchatInstance } from "./hooks.js";
 import { PromptRefused } from "./prompt-refused.js";
 import { closeRegistered, flushRegistered } from "./shutdown.js";
 import {
@@ -15,6 +15,7 @@ import {
   type ToMainThread,
   type ToolCallContext,
   type ToPluginThread,
+  type TransformReply,
   threadError,
 } from "./thread-protocol.js";
 import { markPluginThread } from "./thread-state.js";
@@ -62,11 +63,12 @@ const clientStandIn = {
   },
 };
 
-let resolveHooks: (hooks: Hooks) => void = () => {};
-/** The hooks once `init` arrived; every later message waits for them, in the order it came. */
-const hooks = new Promise<Hooks>((resolve) => {
-  resolveHooks = resolve;
+let resolveInstance: (instance: OptchatInstance) => void = () => {};
+/** The plugin once `init` arrived; every later message waits for it, in the order it came. */
+const instance = new Promise<OptchatInstance>((resolve) => {
+  resolveInstance = resolve;
 });
+const hooks: Promise<Hooks> = instance.then((plugin) => plugin.hooks);
 
 function reply(id: number, value?: unknown, error?: ThreadError): void {
   self.postMessage(error ? { type: "reply", id, error } : { type: "reply", id, value });
@@ -77,7 +79,13 @@ async function runHook(id: number, name: ForwardedHook, input: unknown, output: 
   try {
     const hook = (await hooks)[name] as ((input: unknown, output: unknown) => Promise<void>) | undefined;
     await hook?.(input, output);
-    reply(id, name === "experimental.chat.messages.transform" ? output : undefined);
+    if (name !== "experimental.chat.messages.transform") return reply(id);
+    // With the request, what its chat.params will decide from (plugin/request-checks.ts): the main thread answers
+    // chat.params itself.
+    const messages = (output as { messages?: { info?: { sessionID?: string } }[] }).messages;
+    const sessionId = messages?.at(-1)?.info?.sessionID;
+    const checks = sessionId ? await (await instance).requestChecks(sessionId) : undefined;
+    reply(id, { ...(output as object), checks } satisfies TransformReply);
   } catch (error) {
     reply(id, undefined, threadError(error));
   }
@@ -104,11 +112,14 @@ self.onmessage = ({ data: message }) => {
     case "init": {
       const input = { ...message.input, client: clientStandIn } as unknown as PluginInput;
       // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
-      void optchatHooks(input, message.options).then(resolveHooks, (error: unknown) =>
-        resolveHooks({
-          "chat.message": async () => {
-            throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
+      void optchatInstance(input, message.options).then(resolveInstance, (error: unknown) =>
+        resolveInstance({
+          hooks: {
+            "chat.message": async () => {
+              throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
+            },
           },
+          requestChecks: async () => undefined,
         }),
       );
       return;

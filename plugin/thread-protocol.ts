@@ -4,6 +4,8 @@
  * embedded compactor). Everything in them is structured-cloneable data: each side picks the fields it passes.
  */
 
+import type { RequestChecks } from "./request-checks.js";
+
 /** The hooks the main thread forwards and waits for (the event hook is posted without an answer). */
 export type ForwardedHook =
   | "chat.message"
@@ -49,6 +51,16 @@ export type ToPluginThread =
   /** A stop signal the main thread received: SIGTERM/SIGHUP close every adapter, SIGINT flushes them. */
   | { readonly type: "signal"; readonly id: number; readonly signal: "close" | "flush" }
   | { readonly type: "client-reply"; readonly id: number; readonly value?: unknown; readonly error?: ThreadError };
+
+/**
+ * The thread's answer to a forwarded `experimental.chat.messages.transform`: the messages (replacing OpenCode's in
+ * place) and the session's request checks as the transform left them, from which the main thread answers the request's
+ * `chat.params` without asking the thread (plugin/request-checks.ts).
+ */
+export interface TransformReply {
+  readonly messages?: unknown[];
+  readonly checks?: RequestChecks;
+}
 
 /** The fields of OpenCode's ToolContext the memory tools read (its abort signal and callbacks do not cross threads). */
 export interface ToolCallContext {

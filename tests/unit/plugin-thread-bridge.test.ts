@@ -101,26 +101,6 @@ describe("the plugin's main thread", () => {
     expect((error as Error).message).toBe("held by another process");
     expect(worker.referenced).toBe(false);
 
-    // A refusal is never one OpenCode would retry for a minute (it retries "unavailable", "terminated", ...).
-    const params = (hooks["chat.params"] as Hook)(
-      { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p", limit: { context: 1000 } } },
-      {},
-    );
-    const paramsRequest = await worker.request("hook");
-    expect(paramsRequest).toMatchObject({
-      hook: "chat.params",
-      input: { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p", limit: { context: 1000 } } },
-    });
-    worker.answer({
-      type: "reply",
-      id: paramsRequest.id,
-      error: { name: "PromptRefused", message: "optchat: the database is unavailable (connection terminated)" },
-    });
-    const refused = (await params.catch((e: unknown) => e)) as Error;
-    expect(refused).toBeInstanceOf(PromptRefused);
-    expect(wouldBeRetried(refused.message)).toBe(false);
-    expect(refused.message.replace(/\u2060/g, "")).toBe("optchat: the database is unavailable (connection terminated)");
-
     // Any other error of the thread's admission is its own to record: the prompt goes on.
     const next = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] });
     const second = await worker.request("hook");
@@ -152,6 +132,59 @@ describe("the plugin's main thread", () => {
     expect(messages).toEqual(replaced);
   });
 
+  it("answers chat.params itself from the checks the thread sent back with the transformed request", async () => {
+    const { hooks, worker } = start();
+    const transform = hooks["experimental.chat.messages.transform"] as Hook;
+    const params = (sessionID: string, agent: string, context?: number) =>
+      (hooks["chat.params"] as Hook)(
+        { sessionID, agent, model: { id: "m", providerID: "p", ...(context ? { limit: { context } } : {}) } },
+        {},
+      );
+    const transformed = async (sessionID: string, checks: unknown) => {
+      const done = transform({}, { messages: [{ info: { id: "u1", sessionID }, parts: [] }] });
+      const request = await worker.request("hook");
+      worker.answer({ type: "reply", id: request.id, value: { messages: [], checks } });
+      await done;
+    };
+
+    // The transform's actionable error: raised for the session's requests (every HTTP attempt), never the title's,
+    // and never as one OpenCode would retry for a minute (it retries "unavailable", "terminated", ...).
+    await transformed("s1", { pendingError: "optchat: memory is not ready (the database is unavailable)" });
+    const refused = (await params("s1", "build").catch((e: unknown) => e)) as Error;
+    expect(refused).toBeInstanceOf(PromptRefused);
+    expect(wouldBeRetried(refused.message)).toBe(false);
+    expect(refused.message.replace(/\u2060/g, "")).toBe("optchat: memory is not ready (the database is unavailable)");
+    await expect(params("s1", "build")).rejects.toBeInstanceOf(PromptRefused);
+    await expect(params("s1", "title")).resolves.toBeUndefined();
+    await expect(params("s2", "build")).resolves.toBeUndefined();
+    // The thread is told (it notes the model's limits and the request), without being waited for: nothing answers.
+    const told = worker.posted.filter((m) => m.type === "hook" && m.hook === "chat.params");
+    expect(told).toHaveLength(4);
+    expect(told[0]).toMatchObject({ input: { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p" } } });
+
+    // Sized for an assumed window: checked once against the window OpenCode passes, and the refusal then stands.
+    await transformed("s1", { unsized: { tokens: 5000, assumedWindow: 32000 } });
+    const tooLarge = (await params("s1", "build", 4000).catch((e: unknown) => e)) as Error;
+    expect(tooLarge).toBeInstanceOf(PromptRefused);
+    expect(tooLarge.message.replace(/\u2060/g, "")).toMatch(
+      /needs about 5000 tokens \(memory sized for an assumed window of 32000.*the window of p\/m is 4000/,
+    );
+    await expect(params("s1", "build", 64000)).rejects.toBeInstanceOf(PromptRefused);
+    await transformed("s1", { unsized: { tokens: 5000, assumedWindow: 32000 } });
+    await expect(params("s1", "build", 8000)).resolves.toBeUndefined();
+
+    // A new transform replaces the checks; the session's idle ends them; a failed transform leaves none.
+    await transformed("s1", { pendingError: "optchat: this request does not fit" });
+    await (hooks.event as Hook)({ event: { type: "session.idle", properties: { sessionID: "s1" } } }, undefined);
+    await expect(params("s1", "build")).resolves.toBeUndefined();
+    await transformed("s1", { pendingError: "optchat: this request does not fit" });
+    const failing = transform({}, { messages: [{ info: { id: "u2", sessionID: "s1" }, parts: [] }] });
+    const request = await worker.request("hook");
+    worker.answer({ type: "reply", id: request.id, error: { name: "Error", message: "database down" } });
+    await failing;
+    await expect(params("s1", "build")).resolves.toBeUndefined();
+  });
+
   it("refuses prompts once the thread failed (strict), says why, and rejects what was waiting", async () => {
     const { hooks, worker } = start();
     const waiting = (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m1" }, parts: [] });
@@ -165,6 +198,9 @@ describe("the plugin's main thread", () => {
     expect(wouldBeRetried(first.message)).toBe(false);
     await expect(
       (hooks["chat.message"] as Hook)({ sessionID: "s1" }, { message: { id: "m2" }, parts: [] }),
+    ).rejects.toBeInstanceOf(PromptRefused);
+    await expect(
+      (hooks["chat.params"] as Hook)({ sessionID: "s1", agent: "build", model: { id: "m", providerID: "p" } }, {}),
     ).rejects.toBeInstanceOf(PromptRefused);
     expect(worker.referenced).toBe(false);
     // The transform never throws, and nothing more is posted to a thread that is gone.

@@ -242,7 +242,7 @@ export class OpencodeAdapter {
           return;
         }
         case "created":
-          this.sessions.noteCreated(hostEvent.info);
+          this.sessions.noteCreated(hostEvent.info, this.clock.now());
           return;
         case "deleted":
           this.onSessionDeleted(hostEvent.hostSessionId);

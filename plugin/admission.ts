@@ -7,6 +7,7 @@ import type { HostSessions } from "./host-sessions.js";
 import type { LeaseKeeper } from "./lease.js";
 import { type HostMessage, type HostMessageInfo, type HostPart, requestQuery, userRecordDrafts } from "./messages.js";
 import { prepareTurn } from "./prepared-context.js";
+import { PromptRefused } from "./prompt-refused.js";
 import type { SessionJobs } from "./session-jobs.js";
 import type { SessionMemory } from "./session-memory.js";
 import type { SessionRewinds } from "./session-rewind.js";
@@ -34,6 +35,13 @@ export interface AdmissionDeps {
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries. */
   readonly startWorkerIfBehind: (session: Session, turn: Turn) => Promise<void>;
 }
+
+/**
+ * How recently a session must have been created in this process for its first claim to be made after `chat.message`
+ * returns (Admission.claimsLater): `opencode run` prompts ~50 ms after creating its session; another process learns a
+ * session's id only from OpenCode's storage, and a person then still has to choose it and type a prompt.
+ */
+const CLAIM_LATER_WITHIN_MS = 10_000;
 
 /** `chat.message`: the admission of a user turn (seed 000 §13 "on admitted user turn"). */
 export class Admission {
@@ -72,28 +80,75 @@ export class Admission {
    * transform, memory tools, its steps' ingestion) waits for `admission` first.
    */
   private async admitCounted(state: SessionState, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
-    const { jobs, records, diagnostics } = this.deps;
+    if (this.claimsLater(state)) return this.admitBeforeClaim(state, message, parts);
     const session = await this.deps.open(state);
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
     await this.deps.lease.claim(state, session);
-    // Decided now: OpenCode reports the session busy as soon as this hook returns.
+    state.claimRefused = undefined;
+    this.queueAdmission(state, message, parts, async () => session);
+  }
+
+  /**
+   * A session created in this process moments ago (CLAIM_LATER_WITHIN_MS) and never claimed: no other process can
+   * have learned its id from OpenCode's storage and prompted it yet, so its first claim cannot be refused and is not
+   * waited for. Its open and claim (two round trips, 6-9 ms of the 11 ms `chat.message` took in `opencode run`: every
+   * run's session is new) run at the head of the queued admission instead, while OpenCode starts its providers. Should
+   * the claim be refused all the same, the turn runs without memory and its first `chat.params` raises the refusal.
+   */
+  private claimsLater(state: SessionState): boolean {
+    return (
+      state.lastFence === undefined &&
+      !state.claimDeferred &&
+      this.deps.sessions.createdRecently(state.hostSessionId, this.deps.clock.now(), CLAIM_LATER_WITHIN_MS)
+    );
+  }
+
+  private admitBeforeClaim(state: SessionState, message: HostMessageInfo, parts: readonly HostPart[]): void {
+    state.claimDeferred = true;
+    this.queueAdmission(state, message, parts, async () => {
+      const session = await this.deps.open(state);
+      if (!session) throw new Error("the session could not be opened in memory (the problem is recorded)");
+      try {
+        await this.deps.lease.claim(state, session);
+      } catch (error) {
+        if (error instanceof PromptRefused) state.claimRefused = error.message;
+        throw error;
+      }
+      return session;
+    });
+  }
+
+  /**
+   * The turn's place in this process, decided now (OpenCode reports the session busy as soon as `chat.message`
+   * returns), and the rest of its admission queued as the session's next job, the user record after it.
+   */
+  private queueAdmission(
+    state: SessionState,
+    message: HostMessageInfo,
+    parts: readonly HostPart[],
+    claimed: () => Promise<Session>,
+  ): void {
+    const { jobs, records, diagnostics } = this.deps;
     const stopped = stoppedBeforePrompt(state);
     const known = state.turns.get(message.id);
     const turn = known ?? newOpenTurn(message.id);
     if (!known) state.turns.set(message.id, turn);
     state.turnOfMessage.set(message.id, message.id);
     state.busy = true;
-    const admission = state.queue.then(() =>
-      this.admitInMemory(state, session, turn, stopped, message, parts).catch(async (error) => {
+    const admission = state.queue
+      .then(async () => {
+        const session = await claimed();
+        await this.admitInMemory(state, session, turn, stopped, message, parts);
+      })
+      .catch(async (error) => {
         // The turn runs without memory, as if it had never been admitted here.
         if (!turn.admitted && state.turns.get(turn.turnId) === turn) {
           state.turns.delete(turn.turnId);
           state.turnOfMessage.delete(turn.turnId);
         }
-        await diagnostics.problem("admit", state.hostSessionId, error);
-      }),
-    );
+        await diagnostics.problem(error instanceof PromptRefused ? "lease" : "admit", state.hostSessionId, error);
+      });
     turn.admission = admission;
     state.queue = admission;
     // The user record is the session's next job, not part of the admission: the request does not wait for it (its

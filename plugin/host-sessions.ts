@@ -14,6 +14,8 @@ export class HostSessions {
   private readonly roots = new Set<string>();
   /** Sessions created in this process with OpenCode's fork title: they may hold copies (plugin/fork-inherit.ts). */
   private readonly forkTitled = new Set<string>();
+  /** When (the injected clock's time) `session.created` told of each session created in this process. */
+  private readonly createdAt = new Map<string, number>();
 
   /** The state of a session this process drives (or reconciles), if any. */
   get(hostSessionId: string): SessionState | undefined {
@@ -40,8 +42,9 @@ export class HostSessions {
     return this.states.values();
   }
 
-  /** `session.created`. */
-  noteCreated(info: { id?: string; parentID?: string; title?: string } | undefined): void {
+  /** `session.created`, seen at `now`. */
+  noteCreated(info: { id?: string; parentID?: string; title?: string } | undefined, now: number): void {
+    if (info?.id) this.createdAt.set(info.id, now);
     if (info?.id && info.parentID) this.parents.set(info.id, info.parentID);
     else if (info?.id) this.roots.add(info.id);
     if (info?.id && !info.parentID && looksLikeFork(info.title)) this.forkTitled.add(info.id);
@@ -63,6 +66,15 @@ export class HostSessions {
   }
 
   /**
+   * Created in this process at most `withinMs` ago (so no other process can have learned its id from OpenCode's
+   * storage and prompted it yet: see plugin/admission.ts, where its first claim is not waited for).
+   */
+  createdRecently(hostSessionId: string, now: number, withinMs: number): boolean {
+    const at = this.createdAt.get(hostSessionId);
+    return at !== undefined && now - at <= withinMs;
+  }
+
+  /**
    * Whether the session may be a fork holding copies of another's messages: not a subagent's, and when created here,
    * only with OpenCode's fork title.
    */
@@ -75,5 +87,6 @@ export class HostSessions {
     this.states.delete(hostSessionId);
     this.parents.delete(hostSessionId);
     this.roots.delete(hostSessionId);
+    this.createdAt.delete(hostSessionId);
   }
 }

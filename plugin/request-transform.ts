@@ -78,6 +78,8 @@ export class RequestTransform {
     record: Recorder,
     timing: { assembleMs?: number },
   ): Promise<void> {
+    // A session's first claim may still be on its way, at the head of its admission (plugin/admission.ts).
+    if (state && !state.session) await [...state.turns.values()].at(-1)?.admission;
     if (!state?.session) return record("skipped", { reason: "no turn of this session was admitted by this process" });
     const found = await this.requestTurn(state, messages);
     if (found.type === "skip") return record("skipped", { reason: found.reason });
@@ -112,6 +114,11 @@ export class RequestTransform {
       (request && state.turnOfMessage.get(request.info.id)) ?? [...state.turns.values()].at(-1)?.turnId;
     // The admission's queued part may still run (plugin/admission.ts); a failed one leaves the turn unadmitted.
     await state.turns.get(turnOf() ?? "")?.admission;
+    if (state.claimRefused) {
+      // The session's first claim, made after its prompt was admitted (plugin/admission.ts), was refused after all.
+      state.pendingError = state.claimRefused;
+      return { type: "skip", reason: "another OpenCode process holds the session's lease" };
+    }
     const turnId = turnOf();
     if (!turnId) return { type: "skip", reason: "the request's user message was not admitted by optchat" };
     return { type: "turn", turnId, requestIndex, request };

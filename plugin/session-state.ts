@@ -48,6 +48,10 @@ export interface SessionState {
   releasing: Promise<void> | undefined;
   /** The fence of this process's last claim: a jump means another process drove the session in between. */
   lastFence: number | undefined;
+  /** The session's first claim was made after its `chat.message` returned (plugin/admission.ts `claimsLater`). */
+  claimDeferred: boolean;
+  /** That claim was refused: the turn runs without memory and its requests raise this (then the next claim decides). */
+  claimRefused: string | undefined;
   admitting: number;
   reconciled: boolean;
   compacting: boolean;
@@ -106,6 +110,8 @@ export function newSessionState(hostSessionId: string): SessionState {
     lease: undefined,
     releasing: undefined,
     lastFence: undefined,
+    claimDeferred: false,
+    claimRefused: undefined,
     admitting: 0,
     reconciled: false,
     compacting: false,

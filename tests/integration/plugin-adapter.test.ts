@@ -1,6 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OpencodeAdapter } from "../../plugin/adapter.js";
 import { resolvePluginConfig } from "../../plugin/config.js";
+import { HOST, projectScopeId } from "../../plugin/identity.js";
+import { leaseHolderName } from "../../plugin/lease.js";
 import type { HostMessageInfo, HostPart } from "../../plugin/messages.js";
 import { IDLE_GRACE_MS } from "../../plugin/turn-tracking.js";
 import { type Memory, openMemory } from "../../src/memory/index.js";
@@ -251,5 +253,64 @@ describe("OpenCode adapter turn bookkeeping", () => {
     stepFinished(s, "msg_505", "msg_504", { finish: "stop" });
     status(s, "idle");
     await expectStates(s, { msg_501: "interrupted", msg_503: "interrupted", msg_504: "completed" });
+  });
+
+  it("admits a session created moments ago without waiting for its claim, and raises a refusal at chat.params", async () => {
+    const project = { id: "project-adapter-test", worktree: "/tmp/adapter-test", directory: "/tmp/adapter-test" };
+    /** Another live OpenCode process claims the session first (this one's pid, another holder: never dead). */
+    const heldElsewhere = async (hostSessionId: string) => {
+      const opened = await memory.openSession({
+        host: HOST,
+        hostSessionId,
+        projectId: projectScopeId(project),
+      });
+      const claim = await memory.host.claimLease({
+        sessionId: opened.sessionId,
+        holder: leaseHolderName(),
+        ttlMs: 60_000,
+      });
+      expect(claim.acquired).toBe(true);
+    };
+    const request = (session: string, id: string) =>
+      adapter.transform([
+        {
+          info: { id, sessionID: session, role: "user", time: { created: clock } },
+          parts: [{ id: `prt_${id}`, messageID: id, sessionID: session, type: "text", text: "hello" }],
+        },
+      ] as never);
+
+    // Created here 1 s ago (as `opencode run` prompts its new session): chat.message neither claims nor refuses; the
+    // claim at the head of the admission is refused, so the turn runs without memory and its chat.params refuses.
+    const fresh = "ses_adapter_claim_later";
+    adapter.onEvent({ type: "session.created", properties: { info: { id: fresh } } });
+    await heldElsewhere(fresh);
+    time.advance(1_000);
+    await expect(prompt(fresh, "msg_801", "CLAIM-LATER-1")).resolves.toBeUndefined();
+    await request(fresh, "msg_801");
+    const refusal = adapter.checkParams(fresh, { id: "m", providerID: "p", limit: { context: 100_000 } });
+    expect(refusal?.replace(/\u2060/g, "")).toMatch(/is being driven by another OpenCode process/);
+    // What the plugin's thread sends back with the request, for OpenCode's thread to raise (plugin/request-checks.ts).
+    expect(adapter.requestChecks(fresh)?.pendingError).toMatch(/being driven by another OpenCode process/);
+    expect(await turnStates(fresh, ["msg_801"])).toEqual({});
+    // Its next prompt claims before chat.message returns, as for any session, and is refused there.
+    await expect(prompt(fresh, "msg_802", "CLAIM-LATER-2")).rejects.toThrow(/another OpenCode process/);
+
+    // Created here longer ago than that (a session a person picks later): the claim is made, and refused, at once.
+    const older = "ses_adapter_claim_now";
+    adapter.onEvent({ type: "session.created", properties: { info: { id: older } } });
+    await heldElsewhere(older);
+    time.advance(11_000);
+    await expect(prompt(older, "msg_811", "CLAIM-NOW-1")).rejects.toThrow(/another OpenCode process/);
+
+    // Free, and created moments ago: the prompt is admitted with its claim made after chat.message returned.
+    const free = "ses_adapter_claim_free";
+    adapter.onEvent({ type: "session.created", properties: { info: { id: free } } });
+    await prompt(free, "msg_821", "CLAIM-FREE-1");
+    await request(free, "msg_821");
+    expect(adapter.checkParams(free, { id: "m", providerID: "p", limit: { context: 100_000 } })).toBeUndefined();
+    expect(await leaseHeld(free)).toBe(true);
+    stepFinished(free, "msg_822", "msg_821", { finish: "stop" });
+    status(free, "idle");
+    await expectStates(free, { msg_821: "completed" });
   });
 });

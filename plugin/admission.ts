@@ -108,7 +108,8 @@ export class Admission {
     state.claimDeferred = true;
     this.queueAdmission(state, message, parts, async () => {
       const session = await this.deps.open(state);
-      if (!session) throw new Error("the session could not be opened in memory (the problem is recorded)");
+      // As when chat.message opens it: the problem is recorded, and the turn runs without memory.
+      if (!session) return undefined;
       try {
         await this.deps.lease.claim(state, session);
       } catch (error) {
@@ -127,7 +128,7 @@ export class Admission {
     state: SessionState,
     message: HostMessageInfo,
     parts: readonly HostPart[],
-    claimed: () => Promise<Session>,
+    claimed: () => Promise<Session | undefined>,
   ): void {
     const { jobs, records, diagnostics } = this.deps;
     const stopped = stoppedBeforePrompt(state);
@@ -136,17 +137,21 @@ export class Admission {
     if (!known) state.turns.set(message.id, turn);
     state.turnOfMessage.set(message.id, message.id);
     state.busy = true;
+    /** The turn runs without memory, as if it had never been admitted here. */
+    const forget = () => {
+      if (!turn.admitted && state.turns.get(turn.turnId) === turn) {
+        state.turns.delete(turn.turnId);
+        state.turnOfMessage.delete(turn.turnId);
+      }
+    };
     const admission = state.queue
       .then(async () => {
         const session = await claimed();
-        await this.admitInMemory(state, session, turn, stopped, message, parts);
+        if (session) await this.admitInMemory(state, session, turn, stopped, message, parts);
+        else forget();
       })
       .catch(async (error) => {
-        // The turn runs without memory, as if it had never been admitted here.
-        if (!turn.admitted && state.turns.get(turn.turnId) === turn) {
-          state.turns.delete(turn.turnId);
-          state.turnOfMessage.delete(turn.turnId);
-        }
+        forget();
         await diagnostics.problem(error instanceof PromptRefused ? "lease" : "admit", state.hostSessionId, error);
       });
     turn.admission = admission;

@@ -200,6 +200,29 @@ export function median(values: readonly number[]): number | null {
     : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
+/**
+ * A distribution-free confidence interval for the median of `values` (paired differences, say): the order statistics
+ * x(k) and x(n+1-k), with the largest k whose binomial(n, 1/2) tail keeps the coverage at least `confidence`. Exact for
+ * any continuous distribution, no resampling; null when n is too small for that coverage (n < 6 at 95%).
+ */
+export function medianInterval(values: readonly number[], confidence = 0.95): [number, number] | null {
+  const n = values.length;
+  const sorted = [...values].sort((a, b) => a - b);
+  // P(B <= j) for B ~ binomial(n, 1/2), accumulated term by term.
+  let term = 0.5 ** n;
+  let tail = term;
+  let k = 0;
+  for (let j = 0; j < n; j++) {
+    // The interval [x(j+1), x(n-j)] misses the median with probability 2 * P(B <= j).
+    if (2 * tail > 1 - confidence) break;
+    k = j + 1;
+    term = (term * (n - j)) / (j + 1);
+    tail += term;
+  }
+  if (k === 0) return null;
+  return [sorted[k - 1] as number, sorted[n - k] as number];
+}
+
 export function round(value: number, digits = 3): number {
   const scale = 10 ** digits;
   return Math.round(value * scale) / scale;

@@ -8,10 +8,10 @@
  * hooks (chat.message, every request transform, chat.params and dispose, from OPTCHAT_TIMINGS_FILE: timed from
  * OpenCode's side by the bridge when the plugin runs in its own thread, by the hooks themselves in OpenCode's thread).
  *
- * The figure to quote is `addedS`, the median over rounds of (with - without) wall time; the target is <= 0.2 s with
- * nothing lost, which the case checks too (every run with the plugin must leave its turn completed with its four
- * records: the prompt, the call, its result and the answer). On a loaded machine the wall times spread by seconds:
- * `addedCpuS` and `awaitedS` are steadier.
+ * The figure to quote is `addedS`, the median over rounds of (with - without) wall time, with its 95% confidence
+ * interval (`addedSInterval95`, distribution-free); the target is <= 0.2 s with nothing lost, which the case checks
+ * too (every run with the plugin must leave its turn completed with its four records: the prompt, the call, its result
+ * and the answer). On a loaded machine the wall times spread by seconds: `addedCpuS` and `awaitedS` are steadier.
  *
  * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. an export of main), each round
  * also runs that plugin, on its own database, so before and after are measured in the same run: `baseline*` fields.
@@ -23,7 +23,7 @@ import { existsSync, readFileSync, rmSync } from "node:fs";
 import type pg from "pg";
 import type { ModelServer } from "../model-server.js";
 import { type OpencodeEnv, runOpencode } from "../opencode-harness.js";
-import { emit, envNumber, median, note, round } from "./common.js";
+import { emit, envNumber, median, medianInterval, note, round } from "./common.js";
 
 interface RunFigures {
   wallS: number;
@@ -111,16 +111,28 @@ function medianOf(runs: readonly RunFigures[], key: Exclude<keyof RunFigures, "a
   return m === null ? null : round(m);
 }
 
+/** Each round's (a - b) for `key`, pairing the round's runs. */
+function pairedDifferences(a: readonly RunFigures[], b: readonly RunFigures[], key: "wallS" | "cpuS"): number[] {
+  return a.flatMap((run, i) => {
+    const x = run[key];
+    const y = b[i]?.[key];
+    return x === null || y === null || y === undefined ? [] : [x - y];
+  });
+}
+
 /** Median over rounds of (a - b) for `key`, pairing each round's runs. */
 function medianAdded(a: readonly RunFigures[], b: readonly RunFigures[], key: "wallS" | "cpuS"): number | null {
-  const m = median(
-    a.flatMap((run, i) => {
-      const x = run[key];
-      const y = b[i]?.[key];
-      return x === null || y === null || y === undefined ? [] : [x - y];
-    }),
-  );
+  const m = median(pairedDifferences(a, b, key));
   return m === null ? null : round(m);
+}
+
+/**
+ * The 95% confidence interval of that median (common.ts medianInterval), null under 6 rounds: the target is met
+ * reliably when its upper end is within it, and two variants differ when their intervals do not overlap.
+ */
+function addedInterval(a: readonly RunFigures[], b: readonly RunFigures[]): [number, number] | null {
+  const interval = medianInterval(pairedDifferences(a, b, "wallS"));
+  return interval ? [round(interval[0]), round(interval[1])] : null;
 }
 
 /** Markers of the plugin's runs whose turn is not completed with its four records (nothing may be lost for speed). */
@@ -170,6 +182,7 @@ export async function runPluginRunBench(
     withPluginS: a.map((run) => round(run.wallS)),
     withoutPluginS: b.map((run) => round(run.wallS)),
     addedS: medianAdded(a, b, "wallS"),
+    addedSInterval95: addedInterval(a, b),
     addedCpuS: medianAdded(a, b, "cpuS"),
     awaitedS: medianOf(a, "awaitedS"),
     awaitedMedianByOpS: Object.fromEntries(
@@ -186,6 +199,7 @@ export async function runPluginRunBench(
       ? {
           baselinePluginS: c.map((run) => round(run.wallS)),
           baselineAddedS: medianAdded(c, b, "wallS"),
+          baselineAddedSInterval95: addedInterval(c, b),
           baselineAddedCpuS: medianAdded(c, b, "cpuS"),
           baselineToFirstRequestS: medianOf(c, "toFirstRequestS"),
           baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),

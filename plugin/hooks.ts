@@ -25,6 +25,7 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
   return (await optchatInstance(input, options)).hooks;
 }
 
+/** The plugin's hooks with what the plugin's thread reads beside them (plugin/thread-entry.ts). */
 export async function optchatInstance(input: PluginInput, options?: Record<string, unknown>): Promise<OptchatInstance> {
   const log = (level: "info" | "warn" | "error", message: string) => {
     // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.

@@ -6,7 +6,10 @@
 
 import type { RequestChecks } from "./request-checks.js";
 
-/** The hooks the main thread forwards and waits for (the event hook is posted without an answer). */
+/**
+ * The hooks the main thread forwards (the event hook is posted without an answer; the system prompt, a compaction's
+ * start and `chat.params` are answered but not waited for).
+ */
 export type ForwardedHook =
   | "chat.message"
   | "chat.params"

@@ -1,13 +1,27 @@
 import type { PluginInput } from "@opencode-ai/plugin";
-import { openMemory, redactUrl, type Summarizer, startWorker } from "../src/memory/index.js";
+import { type Config, type Memory, openMemory, redactUrl, type Summarizer, startWorker } from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter } from "./adapter.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { Log } from "./diagnostics.js";
 import { EmbeddedWorker } from "./embedded-worker.js";
-import { closeOnSignals } from "./shutdown.js";
+import { closeOnSignals, type RegisterClosable } from "./shutdown.js";
 
 /** How soon after a failed database open the next hook call tries again. */
 const REOPEN_AFTER_MS = 10_000;
+
+/** What runs the adapter provides it: its database and who closes it (OpenCode's process, or the local server). */
+export interface AdapterHost {
+  /** Opens the memory service; the local server (plugin/local-server.ts) shares one per configuration. */
+  openMemory(config: Config): Promise<Memory>;
+  /** Registers the adapter to be flushed and closed when its runner stops. */
+  readonly register: RegisterClosable;
+}
+
+/** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
+export const IN_PROCESS_HOST: AdapterHost = {
+  openMemory: (config) => openMemory(config, { applicationName: `optchat-opencode-${process.pid}` }),
+  register: closeOnSignals,
+};
 
 export interface LazyAdapter {
   /** The adapter once the database is open; rejects while it cannot be (tried again after REOPEN_AFTER_MS). */
@@ -30,12 +44,13 @@ export function openAdapterLazily(
   lookups: HostLookups,
   summarizer: () => Promise<Summarizer>,
   log: Log,
+  host: AdapterHost = IN_PROCESS_HOST,
 ): LazyAdapter {
   let unavailable: string | undefined;
   let failedAt = 0;
   let unregister = () => {};
   const open = async (): Promise<OpencodeAdapter> => {
-    const memory = await openMemory(config.core, { applicationName: `optchat-opencode-${process.pid}` });
+    const memory = await host.openMemory(config.core);
     const adapter = new OpencodeAdapter(
       memory,
       config,
@@ -58,7 +73,7 @@ export function openAdapterLazily(
       ),
     );
     adapter.scheduleProjectReconcile();
-    unregister = closeOnSignals(adapter, config.plugin.closeFlushMs);
+    unregister = host.register(adapter, config.plugin.closeFlushMs);
     unavailable = undefined;
     return adapter;
   };

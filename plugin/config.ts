@@ -81,6 +81,17 @@ export const PLUGIN_SETTINGS = {
     accepted:
       "'on' or 'off': run the plugin's work (database, ingestion, memory assembly, the embedded compactor) in a thread of its own beside OpenCode's, which only forwards its hooks (docs/opencode-notes.md \"The plugin's thread\"); off runs everything in OpenCode's thread",
   },
+  localServer: {
+    env: "OPTCHAT_LOCAL_SERVER",
+    default: "auto",
+    accepted:
+      "'auto' (`opencode run` processes use it), 'on' (every OpenCode process) or 'off': run the plugin's work in the optchat local server, one long-lived process per configuration that OpenCode processes connect to (started by the first one; docs/opencode-notes.md \"The local server\"), instead of the plugin's thread; needs thread on",
+  },
+  localServerIdleSeconds: {
+    env: "OPTCHAT_LOCAL_SERVER_IDLE_SECONDS",
+    default: 300,
+    accepted: "an integer from 1 to 86400: how long the local server stays up with no OpenCode process connected",
+  },
   embeddedWorkerConcurrency: {
     env: "OPTCHAT_EMBEDDED_WORKER_CONCURRENCY",
     default: 2,
@@ -148,6 +159,8 @@ const pluginSchema = z.object({
   cacheEpochKeptTokens: integerFrom(0, 1_000_000),
   embeddedWorker: onOff,
   thread: onOff,
+  localServer: z.enum(["auto", "on", "off"], { errorMap: () => ({ message: "not auto, on or off" }) }),
+  localServerIdleSeconds: integerFrom(1, 86_400),
   embeddedWorkerConcurrency: integerFrom(1, 64),
   embeddedWorkerStartMs: integerFrom(0, 600_000),
   closeFlushMs: integerFrom(0, 60_000),

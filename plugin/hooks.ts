@@ -1,6 +1,6 @@
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
 import type { OpencodeAdapter } from "./adapter.js";
-import { openAdapterLazily } from "./adapter-opener.js";
+import { type AdapterHost, IN_PROCESS_HOST, openAdapterLazily } from "./adapter-opener.js";
 import { clientLookups, withTimeout } from "./client-lookups.js";
 import { compactorModel } from "./compactor-model.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "./config.js";
@@ -25,15 +25,27 @@ export async function optchatHooks(input: PluginInput, options?: Record<string, 
   return (await optchatInstance(input, options)).hooks;
 }
 
-/** The plugin's hooks with what the plugin's thread reads beside them (plugin/thread-entry.ts). */
-export async function optchatInstance(input: PluginInput, options?: Record<string, unknown>): Promise<OptchatInstance> {
+/** Where an instance runs: the environment its settings come from, and its adapter's host. */
+export interface InstanceHost extends AdapterHost {
+  readonly env: Readonly<Record<string, string | undefined>>;
+}
+
+/**
+ * The plugin's hooks with what the plugin's thread reads beside them (plugin/plugin-host.ts). `host` is OpenCode's
+ * process by default; the local server passes the OpenCode process's environment and its shared pools.
+ */
+export async function optchatInstance(
+  input: PluginInput,
+  options?: Record<string, unknown>,
+  host: InstanceHost = { ...IN_PROCESS_HOST, env: process.env },
+): Promise<OptchatInstance> {
   const log = (level: "info" | "warn" | "error", message: string) => {
     // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.
-    if (level !== "info" || process.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
+    if (level !== "info" || host.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
   };
   let config: ResolvedPluginConfig;
   try {
-    config = resolvePluginConfig(options, process.env);
+    config = resolvePluginConfig(options, host.env);
   } catch (error) {
     // Every prompt is refused with the configuration error: running silently without memory would hide it.
     const message = error instanceof Error ? error.message : String(error);
@@ -58,7 +70,7 @@ export async function optchatInstance(input: PluginInput, options?: Record<strin
     config.core,
     log,
   );
-  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor.summarizer, log);
+  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor.summarizer, log, host);
   const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
     ready()
       .then(work, () => undefined)

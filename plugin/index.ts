@@ -11,7 +11,17 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {
-    const { threadedHooks, workerClass } = await import("./thread-bridge.js");
+    const { bridgedHooks, threadedHooks, workerClass } = await import("./thread-bridge.js");
+    // The local server, where this process uses one and it answers (plugin/local-server-client.ts).
+    const local = await import("./local-server-client.js")
+      .then(({ localServerChannel }) =>
+        localServerChannel(options, process.env, new URL("./local-server-entry.ts", import.meta.url)),
+      )
+      .catch((error: unknown) => {
+        process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
+        return undefined;
+      });
+    if (local) return bridgedHooks(input, options, local.channel, { env: local.env });
     const WorkerClass = workerClass();
     try {
       if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);

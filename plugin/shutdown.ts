@@ -19,7 +19,38 @@ export interface Closable {
   flush(budgetMs: number): Promise<unknown>;
 }
 
-const open = new Map<Closable, number>();
+/**
+ * Closables to flush or close together: the process's own (closed on its stop signals), or one OpenCode process's
+ * adapters inside the local server (plugin/local-server.ts), closed when that process disconnects.
+ */
+export class ClosableRegistry {
+  private readonly open = new Map<Closable, number>();
+
+  /** Adds a target with its flush budget; returns its removal. */
+  register(target: Closable, budgetMs: number): () => void {
+    this.open.set(target, budgetMs);
+    return () => {
+      this.open.delete(target);
+    };
+  }
+
+  /** Flushes and closes every registered target, each within its budget (plus 500 ms); never rejects. */
+  async closeAll(): Promise<void> {
+    const targets = [...this.open];
+    this.open.clear();
+    await Promise.allSettled(targets.map(([target, budget]) => bounded(target.close(budget), budget + 500)));
+  }
+
+  /** Flushes every registered target (SIGINT), keeping them open; never rejects. */
+  async flushAll(): Promise<void> {
+    await Promise.allSettled([...this.open].map(([target, budget]) => bounded(target.flush(budget), budget)));
+  }
+}
+
+/** How an adapter is registered to be flushed and closed when whoever runs it stops (closeOnSignals by default). */
+export type RegisterClosable = (target: Closable, budgetMs: number) => () => void;
+
+const processTargets = new ClosableRegistry();
 let installed = false;
 let terminating = false;
 
@@ -30,7 +61,7 @@ let terminating = false;
  * target: one owner of the signals, whichever way each instance runs.
  */
 export function closeOnSignals(target: Closable, budgetMs: number): () => void {
-  open.set(target, budgetMs);
+  const unregister = processTargets.register(target, budgetMs);
   // Signals reach only OpenCode's thread: there the bridge (plugin/thread-bridge.ts) registers itself here, and the
   // plugin's thread answers its forwarded close or flush with `closeRegistered` / `flushRegistered`.
   if (!installed && !runsInPluginThread()) {
@@ -39,21 +70,17 @@ export function closeOnSignals(target: Closable, budgetMs: number): () => void {
     process.on("SIGHUP", onTerminate);
     process.on("SIGINT", onInterrupt);
   }
-  return () => {
-    open.delete(target);
-  };
+  return unregister;
 }
 
-/** Flushes and closes every registered target, each within its budget (plus 500 ms); never rejects. */
-export async function closeRegistered(): Promise<void> {
-  const targets = [...open];
-  open.clear();
-  await Promise.allSettled(targets.map(([target, budget]) => bounded(target.close(budget), budget + 500)));
+/** Flushes and closes every target registered by closeOnSignals, each within its budget (plus 500 ms); never rejects. */
+export function closeRegistered(): Promise<void> {
+  return processTargets.closeAll();
 }
 
-/** Flushes every registered target (SIGINT), keeping them open; never rejects. */
-export async function flushRegistered(): Promise<void> {
-  await Promise.allSettled([...open].map(([target, budget]) => bounded(target.flush(budget), budget)));
+/** Flushes every target registered by closeOnSignals (SIGINT), keeping them open; never rejects. */
+export function flushRegistered(): Promise<void> {
+  return processTargets.flushAll();
 }
 
 function onTerminate(signal: NodeJS.Signals): void {

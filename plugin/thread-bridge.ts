@@ -206,18 +206,38 @@ export function threadedHooks(
   options: Record<string, unknown> | undefined,
   entry: URL,
   WorkerClass: new (url: string) => BunWorker,
-  { listenToSignals = true }: { readonly listenToSignals?: boolean } = {},
+  bridgeOptions: BridgeOptions = {},
+): Hooks {
+  return bridgedHooks(input, options, new WorkerClass(entry.href), bridgeOptions);
+}
+
+export interface BridgeOptions {
+  /** False leaves the process's signals alone (tests). */
+  readonly listenToSignals?: boolean;
+  /** The settings' environment to send with `init` (to the local server, whose own environment is another's). */
+  readonly env?: Readonly<Record<string, string>>;
+}
+
+/**
+ * The hooks OpenCode gets when the plugin's work runs beside it: in its thread, or in the local server
+ * (plugin/local-server-client.ts), `channel` being either.
+ */
+export function bridgedHooks(
+  input: PluginInput,
+  options: Record<string, unknown> | undefined,
+  channel: BunWorker,
+  { listenToSignals = true, env }: BridgeOptions = {},
 ): Hooks {
   const settings = mainSettings(options, process.env);
-  const worker = new WorkerClass(entry.href);
   // Never keeps OpenCode alive by itself: `opencode run` exits once its dispose returned.
-  worker.unref();
-  const bridge = new ThreadBridge(worker, input);
+  channel.unref();
+  const bridge = new ThreadBridge(channel, input);
   if (listenToSignals) bridge.unregister = closeOnSignals(bridge, settings.closeFlushMs + 1_500);
   bridge.post({
     type: "init",
     input: { project: input.project as never, worktree: input.worktree, directory: input.directory },
     options,
+    ...(env ? { env } : {}),
   });
 
   return forwardedHooks(bridge, settings);

@@ -35,7 +35,13 @@ export type ToMainThread =
   | { readonly type: "client"; readonly id: number; readonly call: ClientCall; readonly args: unknown };
 
 export type ToPluginThread =
-  | { readonly type: "init"; readonly input: InitInput; readonly options: Record<string, unknown> | undefined }
+  | {
+      readonly type: "init";
+      readonly input: InitInput;
+      readonly options: Record<string, unknown> | undefined;
+      /** The OpenCode process's settings from its environment (to the local server, which has its own). */
+      readonly env?: Readonly<Record<string, string | undefined>>;
+    }
   | {
       readonly type: "hook";
       readonly id: number;

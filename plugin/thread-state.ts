@@ -1,14 +1,21 @@
 /**
- * Whether this module instance runs in the plugin's thread (plugin/thread-entry.ts marks it before anything else runs),
- * rather than in OpenCode's own thread. Read where the two differ: who listens for stop signals (plugin/shutdown.ts)
- * and what memory_inspect reports.
+ * Where this module instance runs the plugin's work: in OpenCode's own thread (the default state), in the plugin's
+ * thread (plugin/thread-entry.ts marks it before anything else runs) or in the local server (plugin/local-server.ts).
+ * Read where they differ: who listens for stop signals (plugin/shutdown.ts) and what memory_inspect reports.
  */
-let pluginThread = false;
+export type PluginRunner = "opencode" | "thread" | "local server";
 
-export function markPluginThread(): void {
-  pluginThread = true;
+let runner: PluginRunner = "opencode";
+
+export function markPluginThread(where: Exclude<PluginRunner, "opencode">): void {
+  runner = where;
 }
 
+/** True outside OpenCode's own thread: OpenCode's stop signals reach only that thread, which forwards them. */
 export function runsInPluginThread(): boolean {
-  return pluginThread;
+  return runner !== "opencode";
+}
+
+export function pluginRunner(): PluginRunner {
+  return runner;
 }

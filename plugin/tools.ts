@@ -9,7 +9,15 @@ import {
 } from "../src/memory/index.js";
 import type { OpencodeAdapter } from "./adapter.js";
 import { holderIsDead } from "./lease.js";
-import { runsInPluginThread } from "./thread-state.js";
+import { type PluginRunner, pluginRunner } from "./thread-state.js";
+
+/** memory_inspect's `runsIn`: where this process's plugin work runs. */
+const RUNS_IN: Record<PluginRunner, string> = {
+  opencode: "OpenCode's thread",
+  thread: "the plugin's own thread",
+  "local server": "the optchat local server (plugin/local-server.ts), shared by OpenCode processes",
+};
+
 import { type ArgsOf, jsonSchemaArgs, parseToolArgs } from "./tool-args.js";
 import { MEMORY_TOOL_SPECS, type MemoryToolName } from "./tool-specs.js";
 
@@ -121,7 +129,7 @@ export async function inspectSession(
     process: {
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
-      runsIn: runsInPluginThread() ? "the plugin's own thread" : "OpenCode's thread",
+      runsIn: RUNS_IN[pluginRunner()],
       embeddedWorker: process.worker,
       workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,

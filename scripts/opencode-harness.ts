@@ -19,6 +19,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, parse } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
+import { stopLocalServers } from "../plugin/local-server-client.js";
 import { prepareOpencodeConfigDir } from "./opencode-setup.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -274,8 +275,11 @@ export async function createOpencodeEnv(options: CreateOpencodeEnvOptions): Prom
     // The plugin's compactor uses the deterministic summarizer unless extraEnv names another: with the default
     // (auto) it would take OpenCode's small_model, here the scripted model (a test can ask for that explicitly).
     OPTCHAT_SUMMARIZER: "fake",
+    // The optchat local servers this environment's `opencode run`s start live under its root, and stop with it.
+    TMPDIR: join(root, "tmp"),
     ...options.extraEnv,
   };
+  await mkdir(join(root, "tmp"), { recursive: true });
   const result: OpencodeEnv = { root, projectDir, env };
   states.set(root, { children: new Set(), aborters: new Set() });
   return result;
@@ -652,5 +656,6 @@ export async function cleanupOpencodeEnv(env: OpencodeEnv): Promise<void> {
   const children = [...state.children];
   for (const child of children) killGroup(child, "SIGKILL");
   await Promise.all(children.map((child) => waitExit(child, 5_000)));
+  await stopLocalServers(join(env.root, "tmp", `optchat-${process.getuid?.() ?? "user"}`));
   await rm(env.root, { recursive: true, force: true, maxRetries: 3 });
 }

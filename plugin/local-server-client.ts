@@ -1,0 +1,273 @@
+/**
+ * OpenCode's side of the optchat local server (plugin/local-server.ts): finds the server for this process's
+ * configuration, starts one when there is none, and gives the bridge (plugin/thread-bridge.ts) a channel to it with the
+ * same messages a plugin thread gets. Runs in OpenCode's thread, so it imports only Node's built-ins.
+ *
+ * Why (issue 9 item 2, docs/opencode-notes.md "The local server"): a plugin thread is a fresh runtime in every OpenCode
+ * process: each `opencode run` loaded ~100 modules, opened a pool whose PostgreSQL backends planned every statement
+ * anew, and ran all of it in cold code on the two cores OpenCode was using. A long-lived process does that once.
+ */
+import { spawn } from "node:child_process";
+import { createHash } from "node:crypto";
+import { closeSync, mkdirSync, openSync, readdirSync, statSync, unlinkSync } from "node:fs";
+import { createConnection, type Socket } from "node:net";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { StringDecoder } from "node:string_decoder";
+import { fileURLToPath } from "node:url";
+import type { BunWorker } from "./thread-bridge.js";
+import type { ToMainThread } from "./thread-protocol.js";
+
+/** How long a connection waits for the server's `ready` (it checks its code is current first: a few ms). */
+const READY_WITHIN_MS = 1_000;
+/** A start another process began this recently is not begun again (many OpenCode processes starting at once). */
+const START_GUARD_MS = 5_000;
+
+/** The environment the plugin's settings, the database driver and the summarizer read: part of a server's identity. */
+export function settingsEnv(env: NodeJS.ProcessEnv): Record<string, string> {
+  const picked: Record<string, string> = {};
+  for (const name of Object.keys(env).sort()) {
+    const value = env[name];
+    if (value === undefined) continue;
+    if (name.startsWith("OPTCHAT_") || name.startsWith("PG") || SETTINGS_VARIABLES.has(name)) picked[name] = value;
+  }
+  return picked;
+}
+
+const SETTINGS_VARIABLES = new Set(["DATABASE_URL", "ANTHROPIC_API_KEY", "OPENAI_API_KEY"]);
+
+/**
+ * Whether this OpenCode process uses the local server (setting `localServer`, OPTCHAT_LOCAL_SERVER): `auto` for
+ * `opencode run` only, where the per-process start is paid on every invocation; a long-lived process (the TUI,
+ * `serve`) pays it once, and keeping its work in its own process keeps its memory independent of any other process.
+ * An invalid value is left to the configuration check, which refuses every prompt naming it.
+ */
+export function localServerWanted(setting: unknown, argv: readonly string[]): boolean {
+  if (setting === "on") return true;
+  if (setting !== undefined && setting !== "" && setting !== "auto") return false;
+  // OpenCode's argv is [runtime, its script, ...]: the first word that is not a flag is its command.
+  return argv.slice(2).find((word) => !word.startsWith("-")) === "run";
+}
+
+/** The private directory of this user's local servers (under TMPDIR). */
+export function serversDirectory(): string {
+  return join(tmpdir(), `optchat-${process.getuid?.() ?? "user"}`);
+}
+
+/** Where the server for a configuration listens, and its log. */
+export function serverPaths(identity: string): { socket: string; log: string; startGuard: string } {
+  const directory = serversDirectory();
+  mkdirSync(directory, { recursive: true, mode: 0o700 });
+  const key = createHash("sha256").update(identity).digest("hex").slice(0, 20);
+  const base = join(directory, key);
+  return { socket: `${base}.sock`, log: `${base}.log`, startGuard: `${base}.starting` };
+}
+
+export interface LocalServerConnection {
+  readonly channel: BunWorker;
+  /** What the server resolves this process's settings from (sent with `init`). */
+  readonly env: Record<string, string>;
+  readonly socketPath: string;
+}
+
+/**
+ * A channel to the local server for this configuration, or undefined when this process does not use one, or when
+ * none answers: then one is started in the background for the next process, and this one runs its own thread.
+ */
+export async function localServerChannel(
+  options: Record<string, unknown> | undefined,
+  env: NodeJS.ProcessEnv,
+  entry: URL,
+): Promise<LocalServerConnection | undefined> {
+  if (!localServerWanted(options?.localServer ?? env.OPTCHAT_LOCAL_SERVER, process.argv)) return undefined;
+  const pickedEnv = settingsEnv(env);
+  const pluginDirectory = dirname(fileURLToPath(entry));
+  // Processes with the same code, options and settings share a server; any difference gets a server of its own.
+  const paths = serverPaths(JSON.stringify({ pluginDirectory, options: options ?? {}, env: pickedEnv }));
+  const socket = await connect(paths.socket);
+  if (socket) return { channel: new SocketChannel(socket), env: pickedEnv, socketPath: paths.socket };
+  startServer(entry, paths, options, env);
+  return undefined;
+}
+
+/** Connects and waits for the server's `ready` line; undefined when there is no server or it does not answer. */
+function connect(path: string): Promise<{ socket: Socket; rest: string; ready: string } | undefined> {
+  return new Promise((resolve) => {
+    const socket = createConnection(path);
+    const decoder = new StringDecoder("utf8");
+    let buffered = "";
+    const done = (value: { socket: Socket; rest: string; ready: string } | undefined) => {
+      clearTimeout(timer);
+      socket.removeAllListeners("data");
+      socket.removeAllListeners("error");
+      socket.removeAllListeners("close");
+      if (!value) socket.destroy();
+      resolve(value);
+    };
+    const timer = setTimeout(() => done(undefined), READY_WITHIN_MS);
+    socket.on("error", () => done(undefined));
+    socket.on("close", () => done(undefined));
+    socket.on("data", (chunk: Buffer) => {
+      buffered += decoder.write(chunk);
+      const end = buffered.indexOf("\n");
+      if (end < 0) return;
+      const first = buffered.slice(0, end);
+      let ready = false;
+      try {
+        ready = (JSON.parse(first) as { type?: string }).type === "ready";
+      } catch {
+        ready = false;
+      }
+      socket.pause();
+      done(ready ? { socket, rest: buffered.slice(end + 1), ready: first } : undefined);
+    });
+  });
+}
+
+/**
+ * Starts the server as a detached process of this runtime (OpenCode's own binary runs scripts as Bun with
+ * BUN_BE_BUN=1), with its output in its log. Skipped when another process started one moments ago.
+ */
+function startServer(
+  entry: URL,
+  paths: { socket: string; log: string; startGuard: string },
+  options: Record<string, unknown> | undefined,
+  env: NodeJS.ProcessEnv,
+): void {
+  try {
+    if (Date.now() - statSync(paths.startGuard).mtimeMs < START_GUARD_MS) return;
+    unlinkSync(paths.startGuard);
+  } catch {
+    // No start under way.
+  }
+  let log: number | undefined;
+  try {
+    closeSync(openSync(paths.startGuard, "wx"));
+    log = openSync(paths.log, "a");
+    const child = spawn(process.execPath, [fileURLToPath(entry), paths.socket, String(idleSeconds(options, env))], {
+      detached: true,
+      stdio: ["ignore", "ignore", log],
+      env: { ...env, BUN_BE_BUN: "1" },
+      cwd: dirname(paths.socket),
+    });
+    child.on("error", (error) => process.stderr.write(`optchat: the local server could not start: ${error}\n`));
+    child.unref();
+  } catch (error) {
+    // Another process won the guard, or the start failed: this process runs its own thread either way.
+    if ((error as NodeJS.ErrnoException).code !== "EEXIST")
+      process.stderr.write(`optchat: the local server could not start: ${String(error)}\n`);
+  } finally {
+    if (log !== undefined) closeSync(log);
+  }
+}
+
+/** Setting localServerIdleSeconds as plugin/config.ts reads it (an option wins, an empty variable is unset). */
+function idleSeconds(options: Record<string, unknown> | undefined, env: NodeJS.ProcessEnv): number {
+  const given = Number(options?.localServerIdleSeconds ?? (env.OPTCHAT_LOCAL_SERVER_IDLE_SECONDS || 300));
+  return Number.isInteger(given) && given >= 1 && given <= 86_400 ? given : 300;
+}
+
+type Listener = (event: never) => void;
+
+/** The server's socket as the bridge's worker: one JSON message per line each way. */
+class SocketChannel implements BunWorker {
+  private readonly listeners = { message: [] as Listener[], error: [] as Listener[], close: [] as Listener[] };
+  private readonly decoder = new StringDecoder("utf8");
+  private buffered: string;
+  private readonly early: ToMainThread[] = [];
+
+  constructor({ socket, rest }: { socket: Socket; rest: string }) {
+    this.socket = socket;
+    this.buffered = rest;
+    socket.on("data", (chunk: Buffer) => this.read(this.decoder.write(chunk)));
+    socket.on("error", (error) => this.emit("error", { message: `the local server's connection failed: ${error}` }));
+    socket.on("close", () => this.emit("close", undefined));
+    socket.resume();
+    if (rest) this.read("");
+  }
+
+  private readonly socket: Socket;
+
+  postMessage(message: unknown): void {
+    this.socket.write(`${JSON.stringify(message)}\n`);
+  }
+
+  addEventListener(type: "message" | "error" | "close", listener: Listener): void {
+    this.listeners[type].push(listener);
+    if (type === "message") for (const data of this.early.splice(0)) (listener as (e: unknown) => void)({ data });
+  }
+
+  terminate(): void {
+    this.socket.end();
+  }
+
+  ref(): void {
+    this.socket.ref();
+  }
+
+  unref(): void {
+    this.socket.unref();
+  }
+
+  private read(text: string): void {
+    this.buffered += text;
+    for (let end = this.buffered.indexOf("\n"); end >= 0; end = this.buffered.indexOf("\n")) {
+      const line = this.buffered.slice(0, end);
+      this.buffered = this.buffered.slice(end + 1);
+      let data: ToMainThread;
+      try {
+        data = JSON.parse(line) as ToMainThread;
+      } catch (error) {
+        this.emit("error", { message: `the local server sent a line that is not JSON: ${String(error)}` });
+        continue;
+      }
+      if (this.listeners.message.length === 0) this.early.push(data);
+      else this.emit("message", { data });
+    }
+  }
+
+  private emit(type: "message" | "error" | "close", event: unknown): void {
+    for (const listener of this.listeners[type]) (listener as (e: unknown) => void)(event);
+  }
+}
+
+/**
+ * Stops the local servers whose sockets are in `directory` (a temporary directory's `optchat-<uid>`: the test harness
+ * gives each OpenCode environment its own TMPDIR) and waits up to `ms` for each to exit; their adapters are closed
+ * first, as on any SIGTERM. Returns the pids that were asked to stop.
+ */
+export async function stopLocalServers(directory: string, ms = 10_000): Promise<number[]> {
+  let names: string[];
+  try {
+    names = readdirSync(directory).filter((name) => name.endsWith(".sock"));
+  } catch {
+    return [];
+  }
+  const pids: number[] = [];
+  for (const name of names) {
+    const found = await connect(join(directory, name));
+    if (!found) continue;
+    const pid = (JSON.parse(found.ready) as { pid?: number }).pid;
+    found.socket.destroy();
+    if (typeof pid !== "number") continue;
+    try {
+      process.kill(pid, "SIGTERM");
+      pids.push(pid);
+    } catch {
+      // Already gone.
+    }
+  }
+  const deadline = Date.now() + ms;
+  for (const pid of pids)
+    while (Date.now() < deadline && alive(pid)) await new Promise((resolve) => setTimeout(resolve, 50));
+  return pids;
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}

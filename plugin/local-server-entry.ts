@@ -1,0 +1,40 @@
+/**
+ * The optchat local server's process (plugin/local-server.ts), started detached by plugin/local-server-client.ts as
+ * `<OpenCode's binary, as Bun> local-server-entry.ts <socket> <idle seconds>`, its output appended to its log.
+ */
+import { unlink } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startLocalServer } from "./local-server.js";
+import { markPluginThread } from "./thread-state.js";
+
+markPluginThread("local server");
+
+const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
+const describe = (error: unknown) => (error instanceof Error ? (error.stack ?? error.message) : String(error));
+// As in the plugin's thread: one connection's unexpected error must not end the server for every process.
+process.on("unhandledRejection", (reason) => log(`optchat local server: unhandled rejection: ${describe(reason)}`));
+process.on("uncaughtException", (error) => log(`optchat local server: uncaught exception: ${describe(error)}`));
+
+const [socketPath, idleSeconds] = process.argv.slice(2);
+if (!socketPath) {
+  log("optchat local server: usage: local-server-entry.ts <socket path> [idle seconds]");
+  process.exit(2);
+}
+const pluginDirectory = dirname(fileURLToPath(import.meta.url));
+const server = await startLocalServer({
+  socketPath,
+  idleMs: Math.max(1, Number(idleSeconds) || 300) * 1000,
+  codeRoots: [pluginDirectory, join(pluginDirectory, "..", "src")],
+  log,
+});
+if (!server) {
+  log(`optchat local server: another server already listens on ${socketPath}`);
+  process.exit(0);
+}
+// The start is done: the next process that finds no server may start one again (plugin/local-server-client.ts).
+await unlink(socketPath.replace(/\.sock$/, ".starting")).catch(() => undefined);
+for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const)
+  process.on(signal, () => void server.stop(`signal ${signal}`));
+log(`optchat local server: stopped: ${await server.stopped}`);
+process.exit(0);

@@ -1,0 +1,245 @@
+/**
+ * The optchat local server: one long-lived process per configuration that does the plugin's work for every OpenCode
+ * process connected to it (plugin/local-server-client.ts starts it and connects). Each connection gets what a plugin
+ * thread holds (plugin/plugin-host.ts: its own adapter, leases and embedded compactor); what the connections share is
+ * the warm code and one pool per database configuration, whose PostgreSQL backends have planned the statements before.
+ *
+ * A connection that closes without its dispose (the OpenCode process was killed) has its adapters flushed and closed
+ * here, releasing their leases. The server stops when no process has been connected for its idle time, when its own
+ * code changed on disk (the next process starts a current one), or on SIGTERM/SIGINT/SIGHUP, each after closing
+ * its adapters. Why: docs/opencode-notes.md "The local server".
+ */
+import { createHash } from "node:crypto";
+import { readdir, stat, unlink } from "node:fs/promises";
+import { createConnection, createServer, type Server, type Socket } from "node:net";
+import { join } from "node:path";
+import { StringDecoder } from "node:string_decoder";
+import { type Config, type Memory, openMemory } from "../src/memory/index.js";
+import { hostPlugin } from "./plugin-host.js";
+import { ClosableRegistry } from "./shutdown.js";
+import type { ToMainThread, ToPluginThread } from "./thread-protocol.js";
+
+export interface LocalServerOptions {
+  readonly socketPath: string;
+  readonly idleMs: number;
+  /** The directories of the code this server runs (its TypeScript files' stamp says when it is stale). */
+  readonly codeRoots: readonly string[];
+  /** Where the server reports (its log). */
+  readonly log: (line: string) => void;
+}
+
+export interface RunningLocalServer {
+  /** Resolves when the server has stopped, with why. */
+  readonly stopped: Promise<string>;
+  stop(reason: string): Promise<string>;
+}
+
+/** Serves OpenCode processes on `socketPath`; undefined when another live server already listens there. */
+export async function startLocalServer(options: LocalServerOptions): Promise<RunningLocalServer | undefined> {
+  const stamp = await codeStamp(options.codeRoots);
+  const memories = new SharedMemories();
+  const connections = new Set<Connection>();
+  const closing = new Set<Promise<void>>();
+  let idleTimer: ReturnType<typeof setTimeout> | undefined;
+  let stopping: Promise<string> | undefined;
+  let resolveStopped: (reason: string) => void = () => {};
+  const stopped = new Promise<string>((resolve) => {
+    resolveStopped = resolve;
+  });
+
+  const armIdle = () => {
+    clearTimeout(idleTimer);
+    if (connections.size === 0)
+      idleTimer = setTimeout(() => void stop("no OpenCode process for its idle time"), options.idleMs);
+  };
+  const server = createServer((socket) => {
+    clearTimeout(idleTimer);
+    const connection = new Connection(socket, memories, options.log, (adaptersClosed) => {
+      connections.delete(connection);
+      closing.add(adaptersClosed);
+      void adaptersClosed.finally(() => closing.delete(adaptersClosed));
+      if (!stopping) armIdle();
+    });
+    connections.add(connection);
+    void (async () => {
+      // A server whose code changed on disk would serve the old code: it takes no one, and the next process starts
+      // a current server (the socket is already gone then).
+      if ((await codeStamp(options.codeRoots)) !== stamp) {
+        socket.destroy();
+        void stop("its code changed on disk");
+        return;
+      }
+      if (stopping) socket.destroy();
+      else connection.ready();
+    })();
+  });
+
+  const stop = (reason: string): Promise<string> => {
+    stopping ??= (async () => {
+      options.log(`optchat local server: stopping: ${reason}`);
+      clearTimeout(idleTimer);
+      server.close();
+      await unlink(options.socketPath).catch(() => undefined);
+      const ended = [...connections].map((connection) => connection.end());
+      await Promise.allSettled(ended);
+      await Promise.allSettled([...closing]);
+      await memories.close();
+      resolveStopped(reason);
+      return reason;
+    })();
+    return stopping;
+  };
+
+  if (!(await listen(server, options.socketPath))) return undefined;
+  options.log(`optchat local server: listening on ${options.socketPath} (pid ${process.pid})`);
+  armIdle();
+  return { stopped, stop };
+}
+
+/**
+ * Listens on the socket; a socket left by a server that is gone is replaced, a live one is left alone (false). Two
+ * servers starting at once may both end up running, one of them unreachable: it stops at its idle time.
+ */
+async function listen(server: Server, path: string): Promise<boolean> {
+  const attempt = () =>
+    new Promise<NodeJS.ErrnoException | undefined>((resolve) => {
+      server.once("error", resolve);
+      server.listen(path, () => {
+        server.off("error", resolve);
+        resolve(undefined);
+      });
+    });
+  const error = await attempt();
+  if (!error) return true;
+  if (error.code !== "EADDRINUSE") throw error;
+  if (await answers(path)) return false;
+  await unlink(path).catch(() => undefined);
+  const again = await attempt();
+  if (again) throw again;
+  return true;
+}
+
+function answers(path: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket: Socket = createConnection(path);
+    socket.once("connect", () => {
+      socket.destroy();
+      resolve(true);
+    });
+    socket.once("error", () => resolve(false));
+  });
+}
+
+/** One OpenCode process: its messages, one JSON value per line each way, served by a plugin host of its own. */
+class Connection {
+  /** Resolves when the socket closed and its adapters were closed. */
+  private readonly closed: Promise<void>;
+  private readonly registry = new ClosableRegistry();
+  private readonly decoder = new StringDecoder("utf8");
+  private buffered = "";
+
+  constructor(
+    readonly socket: Socket,
+    memories: SharedMemories,
+    private readonly log: (line: string) => void,
+    onClose: (adaptersClosed: Promise<void>) => void,
+  ) {
+    const host = hostPlugin(
+      (message: ToMainThread) => {
+        if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
+      },
+      this.registry,
+      (env) => ({
+        env: env ?? {},
+        openMemory: (config) => memories.open(config),
+        register: (target, budgetMs) => this.registry.register(target, budgetMs),
+      }),
+    );
+    socket.pause();
+    socket.on("data", (chunk: Buffer) => {
+      this.buffered += this.decoder.write(chunk);
+      for (let end = this.buffered.indexOf("\n"); end >= 0; end = this.buffered.indexOf("\n")) {
+        const line = this.buffered.slice(0, end);
+        this.buffered = this.buffered.slice(end + 1);
+        try {
+          host.receive(JSON.parse(line) as ToPluginThread);
+        } catch (error) {
+          this.log(`optchat local server: a message could not be read: ${String(error)}`);
+        }
+      }
+    });
+    socket.on("error", (error) => this.log(`optchat local server: a connection failed: ${String(error)}`));
+    this.closed = new Promise((resolve) => {
+      socket.once("close", () => {
+        host.disconnected("its OpenCode process disconnected");
+        // After a dispose this finds nothing left; after a kill it flushes what the process had sent.
+        const adaptersClosed = this.registry.closeAll();
+        onClose(adaptersClosed);
+        void adaptersClosed.then(resolve);
+      });
+    });
+  }
+
+  /** Ends the connection (the server stops): resolves once its adapters are closed. */
+  end(): Promise<void> {
+    this.socket.end();
+    return this.closed;
+  }
+
+  /** Tells the process it is served, then reads its messages. */
+  ready(): void {
+    this.socket.write(`${JSON.stringify({ type: "ready", pid: process.pid })}\n`);
+    this.socket.resume();
+  }
+}
+
+/**
+ * One memory service per database configuration, shared by the connections: its pool stays open between processes.
+ * A connection's adapter gets it without `close` (the pool is the server's to close).
+ */
+class SharedMemories {
+  private readonly opened = new Map<string, Promise<Memory>>();
+
+  open(config: Config): Promise<Memory> {
+    const key = JSON.stringify(config);
+    let memory = this.opened.get(key);
+    if (!memory) {
+      memory = openMemory(config, { applicationName: `optchat-local-server-${process.pid}` });
+      this.opened.set(key, memory);
+      // A failed open (the database down) is tried again by the next connection.
+      memory.catch(() => this.opened.delete(key));
+    }
+    return memory.then(withoutClose);
+  }
+
+  async close(): Promise<void> {
+    const all = [...this.opened.values()];
+    this.opened.clear();
+    await Promise.allSettled(all.map((memory) => memory.then((m) => m.close())));
+  }
+}
+
+/** The service as a connection's adapter gets it: a frozen object of functions (src/memory/guard.ts), `close` a no-op. */
+function withoutClose(memory: Memory): Memory {
+  return Object.freeze({ ...memory, close: async () => undefined });
+}
+
+/** A stamp of the TypeScript files under the roots (paths, sizes, modification times). */
+export async function codeStamp(roots: readonly string[]): Promise<string> {
+  const hash = createHash("sha256");
+  const visit = async (directory: string): Promise<void> => {
+    const entries = await readdir(directory, { withFileTypes: true });
+    entries.sort((a, b) => (a.name < b.name ? -1 : 1));
+    for (const entry of entries) {
+      const path = join(directory, entry.name);
+      if (entry.isDirectory()) {
+        if (entry.name !== "node_modules") await visit(path);
+      } else if (entry.name.endsWith(".ts")) {
+        const info = await stat(path);
+        hash.update(`${path}\0${info.size}\0${info.mtimeMs}\n`);
+      }
+    }
+  };
+  for (const root of roots) await visit(root);
+  return hash.digest("hex");
+}

@@ -1,0 +1,51 @@
+import { describe, expect, it } from "vitest";
+import { localServerWanted, serverPaths, settingsEnv } from "../../plugin/local-server-client.js";
+
+/** Which OpenCode processes use the local server, and what makes two processes share one (plugin/local-server-client.ts). */
+describe("the local server's client", () => {
+  const run = ["bun", "/$bunfs/root/src/index.js", "run", "hi"];
+  const tui = ["bun", "/$bunfs/root/src/index.js"];
+  const serve = ["bun", "/$bunfs/root/src/index.js", "serve", "--port", "0"];
+
+  it("is used by `opencode run` under auto (the default), by every process under on, by none under off", () => {
+    expect(localServerWanted(undefined, run)).toBe(true);
+    expect(localServerWanted("", run)).toBe(true);
+    expect(localServerWanted("auto", ["bun", "x", "--print-logs", "run", "hi"])).toBe(true);
+    expect(localServerWanted("auto", tui)).toBe(false);
+    expect(localServerWanted("auto", serve)).toBe(false);
+    // A prompt that says "run" is not the command.
+    expect(localServerWanted("auto", ["bun", "x", "serve", "run"])).toBe(false);
+    expect(localServerWanted("on", serve)).toBe(true);
+    expect(localServerWanted("off", run)).toBe(false);
+    // An invalid value is refused by the configuration check, which runs in the thread: no server for it.
+    expect(localServerWanted("sometimes", run)).toBe(false);
+  });
+
+  it("keys a server by the settings' environment only: the database, optchat's and the driver's variables", () => {
+    const picked = settingsEnv({
+      DATABASE_URL: "postgres://a",
+      OPTCHAT_MODE: "augment",
+      PGHOST: "h",
+      ANTHROPIC_API_KEY: "k",
+      PATH: "/bin",
+      HOME: "/home/x",
+      OPENCODE_X: "1",
+      OPTCHAT_UNSET: undefined,
+    });
+    expect(picked).toEqual({
+      ANTHROPIC_API_KEY: "k",
+      DATABASE_URL: "postgres://a",
+      OPTCHAT_MODE: "augment",
+      PGHOST: "h",
+    });
+    expect(Object.keys(picked)).toEqual([...Object.keys(picked)].sort());
+  });
+
+  it("gives each identity its own socket in a private directory, the same one each time", () => {
+    const a = serverPaths("identity-a");
+    expect(serverPaths("identity-a")).toEqual(a);
+    expect(serverPaths("identity-b").socket).not.toBe(a.socket);
+    expect(a.socket).toMatch(/optchat-[^/]+\/[0-9a-f]{20}\.sock$/);
+    expect(a.log).toBe(a.socket.replace(/\.sock$/, ".log"));
+  });
+});

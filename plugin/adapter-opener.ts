@@ -15,6 +15,8 @@ export interface AdapterHost {
   openMemory(config: Config): Promise<Memory>;
   /** Registers the adapter to be flushed and closed when its runner stops. */
   readonly register: RegisterClosable;
+  /** The OpenCode process served, when it is not this one (the local server): the adapter's lease holder. */
+  readonly hostPid?: number;
 }
 
 /** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
@@ -54,7 +56,7 @@ export function openAdapterLazily(
     const adapter = new OpencodeAdapter(
       memory,
       config,
-      { id: input.project.id, worktree: input.worktree, directory: input.directory },
+      { id: input.project.id, worktree: input.worktree, directory: input.directory, hostPid: host.hostPid },
       lookups,
       log,
     );

@@ -52,7 +52,8 @@ export interface AdapterStatus {
  * (`chat.params`).
  */
 export class OpencodeAdapter {
-  readonly holder = leaseHolderName();
+  /** This adapter as a lease holder: its OpenCode process (which the local server is not), see `leaseHolderName`. */
+  readonly holder: string;
   private readonly sessions = new HostSessions();
   private readonly diagnostics: Diagnostics;
   private readonly lease: LeaseKeeper;
@@ -76,11 +77,12 @@ export class OpencodeAdapter {
   constructor(
     readonly memory: Memory,
     readonly config: ResolvedPluginConfig,
-    project: { id: string; worktree: string; directory: string },
+    project: { id: string; worktree: string; directory: string; hostPid?: number },
     private readonly lookups: HostLookups,
     log: Log,
     private readonly clock: Clock = systemClock,
   ) {
+    this.holder = leaseHolderName(project.hostPid);
     this.projectId = projectScopeId(project);
     this.startedAt = new Date(clock.now());
     const closed = () => this.closed;

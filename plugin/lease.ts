@@ -119,12 +119,14 @@ export class LeaseKeeper {
 }
 
 /**
- * This process as a lease holder: `opencode:<hostname>:<pid>@<start>:<random>`. The start time (Linux: clock ticks
- * after boot, from /proc) tells a dead holder from a new process that got its pid: a restarted container's OpenCode
- * usually gets the very same small pid, and would otherwise wait out its own dead predecessor's claim.
+ * An OpenCode process as a lease holder: `opencode:<hostname>:<pid>@<start>:<random>`, for this process or, in the
+ * local server, for the OpenCode process it serves (`pid`): a killed `opencode run` is then a dead holder whose claim
+ * the next process takes over at once, as without the server. The start time (Linux: clock ticks after boot, from
+ * /proc) tells a dead holder from a new process that got its pid: a restarted container's OpenCode usually gets the
+ * very same small pid, and would otherwise wait out its own dead predecessor's claim.
  */
-export function leaseHolderName(): string {
-  return `${HOST}:${hostname()}:${process.pid}@${processStart(process.pid) ?? "-"}:${Math.random().toString(36).slice(2, 10)}`;
+export function leaseHolderName(pid: number = process.pid): string {
+  return `${HOST}:${hostname()}:${pid}@${processStart(pid) ?? "-"}:${Math.random().toString(36).slice(2, 10)}`;
 }
 
 /**

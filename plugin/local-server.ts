@@ -149,8 +149,9 @@ class Connection {
         if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
       },
       this.registry,
-      (env) => ({
-        env: env ?? {},
+      (init) => ({
+        env: init.env ?? {},
+        hostPid: init.pid,
         openMemory: (config) => memories.open(config),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),

@@ -34,7 +34,7 @@ export interface PluginHost {
 export function hostPlugin(
   send: (message: ToMainThread) => void,
   registry: Pick<ClosableRegistry, "closeAll" | "flushAll">,
-  host?: (env: Readonly<Record<string, string | undefined>> | undefined) => InstanceHost,
+  host?: (init: Extract<ToPluginThread, { type: "init" }>) => InstanceHost,
 ): PluginHost {
   let nextClientId = 0;
   let gone: string | undefined;
@@ -108,7 +108,7 @@ export function hostPlugin(
   const init = (message: Extract<ToPluginThread, { type: "init" }>): void => {
     const input = { ...message.input, client: clientStandIn } as unknown as PluginInput;
     // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
-    void optchatInstance(input, message.options, host?.(message.env)).then(resolveInstance, (error: unknown) =>
+    void optchatInstance(input, message.options, host?.(message)).then(resolveInstance, (error: unknown) =>
       resolveInstance({
         hooks: {
           "chat.message": async () => {

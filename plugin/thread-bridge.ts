@@ -237,7 +237,7 @@ export function bridgedHooks(
     type: "init",
     input: { project: input.project as never, worktree: input.worktree, directory: input.directory },
     options,
-    ...(env ? { env } : {}),
+    ...(env ? { env, pid: process.pid } : {}),
   });
 
   return forwardedHooks(bridge, settings);

@@ -41,6 +41,8 @@ export type ToPluginThread =
       readonly options: Record<string, unknown> | undefined;
       /** The OpenCode process's settings from its environment (to the local server, which has its own). */
       readonly env?: Readonly<Record<string, string | undefined>>;
+      /** The OpenCode process (to the local server: it holds the sessions' leases in that process's name). */
+      readonly pid?: number;
     }
   | {
       readonly type: "hook";

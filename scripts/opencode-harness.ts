@@ -88,6 +88,8 @@ export interface RunOpencodeOptions {
    * result. Throws when /usr/bin/time is missing.
    */
   cpuTime?: boolean;
+  /** SIGKILLs the process group when aborted (a test's crash); the result then has code null. */
+  kill?: AbortSignal;
 }
 
 export interface RunOpencodeResult {
@@ -103,6 +105,8 @@ export interface RunOpencodeResult {
   errors: string[];
   /** With `cpuTime`: CPU seconds the opencode process used (user + system). */
   cpuS?: number;
+  /** The process's pid (GNU time's with `cpuTime`). */
+  pid: number | undefined;
 }
 
 export interface OpencodeServer {
@@ -356,6 +360,7 @@ export async function runOpencode(
   const out = collectOutput(child);
   child.stdin?.on("error", () => {});
   child.stdin?.end(prompt);
+  options.kill?.addEventListener("abort", () => killGroup(child, "SIGKILL"), { once: true });
 
   const timeoutMs = options.timeoutMs ?? 90_000;
   const done = new Promise<{ code: number | null }>((resolve, reject) => {
@@ -391,6 +396,7 @@ export async function runOpencode(
   const cpuS = options.cpuTime ? readCpuSeconds(timesFile) : undefined;
   return {
     code,
+    pid: child.pid,
     stdout,
     stderr: out.stderr(),
     sessionId,

@@ -1,0 +1,130 @@
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createConnection } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { codeStamp, type RunningLocalServer, startLocalServer } from "../../plugin/local-server.js";
+
+/**
+ * The local server's own life (plugin/local-server.ts) on real Unix sockets, without OpenCode or a database: its
+ * `ready` line, one server per socket, a socket left by a dead server replaced, and the three ways it stops (idle, its
+ * code changed on disk, asked to). The hooks it serves are the plugin thread's (tests/e2e/plugin-local-server.test.ts
+ * runs them with real `opencode run` processes).
+ */
+
+const directories: string[] = [];
+const servers: RunningLocalServer[] = [];
+
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((server) => server.stop("test over")));
+  for (const directory of directories.splice(0)) rmSync(directory, { recursive: true, force: true });
+});
+
+function scratch(): { socket: string; code: string; log: string[] } {
+  const directory = mkdtempSync(join(tmpdir(), "optchat-ls-"));
+  directories.push(directory);
+  const code = join(directory, "code");
+  mkdirSync(code);
+  writeFileSync(join(code, "a.ts"), "export const a = 1;\n");
+  return { socket: join(directory, "s.sock"), code, log: [] };
+}
+
+async function start(where: ReturnType<typeof scratch>, idleMs = 60_000): Promise<RunningLocalServer | undefined> {
+  const server = await startLocalServer({
+    socketPath: where.socket,
+    idleMs,
+    codeRoots: [where.code],
+    log: (line) => where.log.push(line),
+  });
+  if (server) servers.push(server);
+  return server;
+}
+
+/** Connects and reads the first line the server sends, or undefined when the connection ends first. */
+function firstLine(path: string): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const socket = createConnection(path);
+    let text = "";
+    socket.on("data", (chunk) => {
+      text += chunk.toString("utf8");
+      const end = text.indexOf("\n");
+      if (end >= 0) {
+        socket.destroy();
+        resolve(text.slice(0, end));
+      }
+    });
+    socket.on("error", () => resolve(undefined));
+    socket.on("close", () => resolve(undefined));
+  });
+}
+
+async function eventuallyTrue(check: () => boolean): Promise<void> {
+  await vi.waitFor(() => expect(check()).toBe(true), { timeout: 5_000 });
+}
+
+describe("the local server", () => {
+  it("tells a connecting process it is ready, with its pid; a second server on the same socket does not start", async () => {
+    const where = scratch();
+    expect(await start(where)).toBeDefined();
+    expect(JSON.parse((await firstLine(where.socket)) as string)).toEqual({ type: "ready", pid: process.pid });
+    expect(await start(where)).toBeUndefined();
+    expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
+  });
+
+  it("replaces a socket file no server answers on", async () => {
+    const where = scratch();
+    writeFileSync(where.socket, "left behind");
+    expect(await start(where)).toBeDefined();
+    expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
+  });
+
+  it("stops when no process has been connected for its idle time, removing its socket", async () => {
+    const where = scratch();
+    const server = (await start(where, 50)) as RunningLocalServer;
+    expect(await server.stopped).toBe("no OpenCode process for its idle time");
+    expect(await firstLine(where.socket)).toBeUndefined();
+  });
+
+  it("takes no one once its code changed on disk, and stops so that the next process starts a current server", async () => {
+    // Idle: it stops at once (a connected process would be served to its end first).
+    const where = scratch();
+    const server = (await start(where)) as RunningLocalServer;
+    writeFileSync(join(where.code, "a.ts"), "export const a = 2; // changed\n");
+    expect(await server.stopped).toBe("its code changed on disk");
+    expect(await firstLine(where.socket)).toBeUndefined();
+    // A server of the current code starts on the same socket.
+    expect(await start(where)).toBeDefined();
+    expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
+  });
+
+  it("serves a connected process to its end after its code changed, taking no new one, then stops", async () => {
+    const where = scratch();
+    const server = (await start(where)) as RunningLocalServer;
+    const connected = createConnection(where.socket);
+    await new Promise((resolve) => connected.once("data", resolve));
+    writeFileSync(join(where.code, "a.ts"), "export const a = 3; // changed again\n");
+    await eventuallyTrue(() => where.log.some((line) => line.includes("retiring: its code changed on disk")));
+    expect(await firstLine(where.socket)).toBeUndefined();
+    let stopped = false;
+    void server.stopped.then(() => {
+      stopped = true;
+    });
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(stopped).toBe(false);
+    connected.end();
+    expect(await server.stopped).toBe("its code changed on disk");
+  });
+
+  it("stamps its code by the TypeScript files' paths, sizes and times, outside node_modules", async () => {
+    const where = scratch();
+    const before = await codeStamp([where.code]);
+    expect(await codeStamp([where.code])).toBe(before);
+    writeFileSync(join(where.code, "notes.md"), "not code");
+    expect(await codeStamp([where.code])).toBe(before);
+    mkdirSync(join(where.code, "node_modules"));
+    writeFileSync(join(where.code, "node_modules", "x.ts"), "export {};");
+    expect(await codeStamp([where.code])).toBe(before);
+    writeFileSync(join(where.code, "b.ts"), "export const b = 1;\n");
+    expect(await codeStamp([where.code])).not.toBe(before);
+  });
+});

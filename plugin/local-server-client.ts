@@ -42,7 +42,13 @@ const SETTINGS_VARIABLES = new Set(["DATABASE_URL", "ANTHROPIC_API_KEY", "OPENAI
  * `serve`) pays it once, and keeping its work in its own process keeps its memory independent of any other process.
  * An invalid value is left to the configuration check, which refuses every prompt naming it.
  */
-export function localServerWanted(setting: unknown, argv: readonly string[]): boolean {
+export function localServerWanted(
+  setting: unknown,
+  argv: readonly string[],
+  platform: NodeJS.Platform = process.platform,
+): boolean {
+  // A Unix socket in TMPDIR: not on Windows (README "Not supported").
+  if (platform === "win32") return false;
   if (setting === "on") return true;
   if (setting !== undefined && setting !== "" && setting !== "auto") return false;
   // OpenCode's argv is [runtime, its script, ...]: the first word that is not a flag is its command.

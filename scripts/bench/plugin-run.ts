@@ -12,6 +12,10 @@
  * interval (`addedSInterval95`, distribution-free); the target is <= 0.2 s with nothing lost, which the case checks
  * too (every run with the plugin must leave its turn completed with its four records: the prompt, the call, its result
  * and the answer). On a loaded machine the wall times spread by seconds: `addedCpuS` and `awaitedS` are steadier.
+ * `addedCpuS` is OpenCode's process only; the plugin's work may run in another process (the optchat local server,
+ * which `opencode run` uses by default) and in PostgreSQL, so `addedMachineCpuS` is the machine's CPU (every process,
+ * from /proc/stat) over each run, with minus without: the whole cost wherever it runs. `firstRunS` is the warm-up run
+ * with the plugin, the one that found no local server (it runs its own thread and starts the server).
  *
  * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. an export of main), each round
  * also runs that plugin, on its own database, so before and after are measured in the same run: `baseline*` fields.
@@ -28,6 +32,8 @@ import { emit, envNumber, median, medianInterval, note, round } from "./common.j
 interface RunFigures {
   wallS: number;
   cpuS: number | null;
+  /** Busy CPU seconds of the whole machine over the run (/proc/stat), null where there is none. */
+  machineCpuS: number | null;
   toFirstRequestS: number | null;
   lastRequestToExitS: number | null;
   /** Seconds OpenCode waited for the plugin's hooks (null without a timings file). */
@@ -77,6 +83,7 @@ function awaitedByOp(timings: string | undefined): Record<string, number> | null
 async function timedRun(variant: BenchVariant, model: ModelServer, marker: string): Promise<RunFigures> {
   if (variant.timings) rmSync(variant.timings, { force: true });
   const before = model.requests().length;
+  const busyBefore = machineBusyS();
   const started = Date.now();
   const result = await runOpencode(variant.env, `${marker} ${PROMPT}`, {
     title: "bench",
@@ -84,6 +91,7 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
     cpuTime: existsSync("/usr/bin/time"),
   });
   const ended = Date.now();
+  const busyAfter = machineBusyS();
   if (result.code !== 0) throw new Error(`opencode run exited ${result.code}: ${result.stderr.slice(-2000)}`);
   const mine = model
     .requests()
@@ -94,6 +102,7 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   return {
     wallS: (ended - started) / 1000,
     cpuS: result.cpuS ?? null,
+    machineCpuS: busyBefore === null || busyAfter === null ? null : busyAfter - busyBefore,
     toFirstRequestS: first ? (Date.parse(first.at) - started) / 1000 : null,
     lastRequestToExitS: last ? (ended - (Date.parse(last.at) + last.replyMs)) / 1000 : null,
     ...(() => {
@@ -106,13 +115,28 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   };
 }
 
+/** The machine's busy CPU seconds since boot (/proc/stat: all but idle and iowait, in USER_HZ = 100 ticks). */
+function machineBusyS(): number | null {
+  try {
+    const fields = (readFileSync("/proc/stat", "utf8").split("\n")[0] ?? "").trim().split(/\s+/).slice(1).map(Number);
+    const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0, steal = 0] = fields;
+    return (user + nice + system + irq + softirq + steal) / 100;
+  } catch {
+    return null;
+  }
+}
+
 function medianOf(runs: readonly RunFigures[], key: Exclude<keyof RunFigures, "awaitedByOpS">): number | null {
   const m = median(runs.flatMap((run) => (run[key] === null ? [] : [run[key] as number])));
   return m === null ? null : round(m);
 }
 
 /** Each round's (a - b) for `key`, pairing the round's runs. */
-function pairedDifferences(a: readonly RunFigures[], b: readonly RunFigures[], key: "wallS" | "cpuS"): number[] {
+function pairedDifferences(
+  a: readonly RunFigures[],
+  b: readonly RunFigures[],
+  key: "wallS" | "cpuS" | "machineCpuS",
+): number[] {
   return a.flatMap((run, i) => {
     const x = run[key];
     const y = b[i]?.[key];
@@ -121,7 +145,11 @@ function pairedDifferences(a: readonly RunFigures[], b: readonly RunFigures[], k
 }
 
 /** Median over rounds of (a - b) for `key`, pairing each round's runs. */
-function medianAdded(a: readonly RunFigures[], b: readonly RunFigures[], key: "wallS" | "cpuS"): number | null {
+function medianAdded(
+  a: readonly RunFigures[],
+  b: readonly RunFigures[],
+  key: "wallS" | "cpuS" | "machineCpuS",
+): number | null {
   const m = median(pairedDifferences(a, b, key));
   return m === null ? null : round(m);
 }
@@ -158,7 +186,7 @@ export async function runPluginRunBench(
 ): Promise<void> {
   const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 1, integer: true });
   // One warm-up each: the first run of a fresh environment creates OpenCode's SQLite database.
-  await timedRun(withPlugin, model, "WARM-A");
+  const firstRun = await timedRun(withPlugin, model, "WARM-A");
   await timedRun(without, model, "WARM-B");
   if (baseline) await timedRun(baseline, model, "WARM-C");
   const a: RunFigures[] = [];
@@ -184,6 +212,8 @@ export async function runPluginRunBench(
     addedS: medianAdded(a, b, "wallS"),
     addedSInterval95: addedInterval(a, b),
     addedCpuS: medianAdded(a, b, "cpuS"),
+    addedMachineCpuS: medianAdded(a, b, "machineCpuS"),
+    firstRunS: round(firstRun.wallS),
     awaitedS: medianOf(a, "awaitedS"),
     awaitedMedianByOpS: Object.fromEntries(
       [...AWAITED_OPS].map((op) => [
@@ -201,6 +231,7 @@ export async function runPluginRunBench(
           baselineAddedS: medianAdded(c, b, "wallS"),
           baselineAddedSInterval95: addedInterval(c, b),
           baselineAddedCpuS: medianAdded(c, b, "cpuS"),
+          baselineAddedMachineCpuS: medianAdded(c, b, "machineCpuS"),
           baselineToFirstRequestS: medianOf(c, "toFirstRequestS"),
           baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),
         }

@@ -19,6 +19,8 @@ describe("the local server's client", () => {
     expect(localServerWanted("off", run)).toBe(false);
     // An invalid value is refused by the configuration check, which runs in the thread: no server for it.
     expect(localServerWanted("sometimes", run)).toBe(false);
+    // It listens on a Unix socket.
+    expect(localServerWanted("on", run, "win32")).toBe(false);
   });
 
   it("keys a server by the settings' environment only: the database, optchat's and the driver's variables", () => {

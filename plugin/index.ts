@@ -21,7 +21,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
         process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
         return undefined;
       });
-    if (local) return bridgedHooks(input, options, local.channel, { env: local.env });
+    if (local) return bridgedHooks(input, options, local.channel, { env: local.env, flushOutlivesProcess: true });
     const WorkerClass = workerClass();
     try {
       if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);

@@ -60,10 +60,19 @@ export function serversDirectory(): string {
   return join(tmpdir(), `optchat-${process.getuid?.() ?? "user"}`);
 }
 
-/** Where the server for a configuration listens, and its log. */
+/**
+ * Where the server for a configuration listens, and its log. Throws when the directory is not this user's alone (made
+ * by someone else, or open to others: a socket there could be another user's server): the process then runs its own
+ * thread.
+ */
 export function serverPaths(identity: string): { socket: string; log: string; startGuard: string } {
   const directory = serversDirectory();
   mkdirSync(directory, { recursive: true, mode: 0o700 });
+  const info = statSync(directory);
+  if ((process.getuid && info.uid !== process.getuid()) || (info.mode & 0o077) !== 0)
+    throw new Error(
+      `${directory} is not private to this user (owner ${info.uid}, mode ${(info.mode & 0o777).toString(8)})`,
+    );
   const key = createHash("sha256").update(identity).digest("hex").slice(0, 20);
   const base = join(directory, key);
   return { socket: `${base}.sock`, log: `${base}.log`, startGuard: `${base}.starting` };
@@ -203,8 +212,15 @@ class SocketChannel implements BunWorker {
     if (type === "message") for (const data of this.early.splice(0)) (listener as (e: unknown) => void)({ data });
   }
 
+  /**
+   * Ends the connection after what was written (the last events before a dispose must reach the server, which then
+   * flushes). A socket already closed is left alone, and one that has not closed a second later is destroyed: Bun 1.3
+   * spun at full CPU in `end()` on a socket its peer had just closed (plugin/local-server.ts `Connection.end`).
+   */
   terminate(): void {
+    if (this.socket.destroyed || !this.socket.writable) return;
     this.socket.end();
+    setTimeout(() => this.socket.destroy(), 1_000).unref();
   }
 
   ref(): void {
@@ -240,7 +256,7 @@ class SocketChannel implements BunWorker {
 /**
  * Stops the local servers whose sockets are in `directory` (a temporary directory's `optchat-<uid>`: the test harness
  * gives each OpenCode environment its own TMPDIR) and waits up to `ms` for each to exit; their adapters are closed
- * first, as on any SIGTERM. Returns the pids that were asked to stop.
+ * first, as on any SIGTERM; one still running after `ms` is killed. Returns the pids that were asked to stop.
  */
 export async function stopLocalServers(directory: string, ms = 10_000): Promise<number[]> {
   let names: string[];
@@ -264,8 +280,11 @@ export async function stopLocalServers(directory: string, ms = 10_000): Promise<
     }
   }
   const deadline = Date.now() + ms;
-  for (const pid of pids)
+  for (const pid of pids) {
     while (Date.now() < deadline && alive(pid)) await new Promise((resolve) => setTimeout(resolve, 50));
+    // One that did not stop in time is killed: a test run must not leave a server behind.
+    if (alive(pid)) process.kill(pid, "SIGKILL");
+  }
   return pids;
 }
 

@@ -201,9 +201,13 @@ class Connection {
     });
   }
 
-  /** Ends the connection (the server stops): resolves once its adapters are closed. */
+  /**
+   * Ends the connection (the server stops): resolves once its adapters are closed. Destroyed, not ended: Bun 1.3's
+   * `end()` on a socket whose peer had just closed it spun at full CPU and never closed (seen with the harness's
+   * `stopLocalServers`, which connects, reads `ready` and closes right before its SIGTERM).
+   */
   end(): Promise<void> {
-    this.socket.end();
+    this.socket.destroy();
     return this.closed;
   }
 

@@ -1,5 +1,8 @@
+import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { localServerWanted, serverPaths, settingsEnv } from "../../plugin/local-server-client.js";
+import { localServerWanted, serverPaths, serversDirectory, settingsEnv } from "../../plugin/local-server-client.js";
 
 /** Which OpenCode processes use the local server, and what makes two processes share one (plugin/local-server-client.ts). */
 describe("the local server's client", () => {
@@ -49,5 +52,24 @@ describe("the local server's client", () => {
     expect(serverPaths("identity-b").socket).not.toBe(a.socket);
     expect(a.socket).toMatch(/optchat-[^/]+\/[0-9a-f]{20}\.sock$/);
     expect(a.log).toBe(a.socket.replace(/\.sock$/, ".log"));
+  });
+});
+
+describe("the local servers' directory", () => {
+  it("is refused when others may use it: the process then runs its own thread", () => {
+    const previous = process.env.TMPDIR;
+    const scratch = mkdtempSync(join(tmpdir(), "optchat-dir-"));
+    try {
+      process.env.TMPDIR = scratch;
+      const directory = serversDirectory();
+      expect(directory.startsWith(scratch)).toBe(true);
+      serverPaths("x");
+      expect(statSync(directory).mode & 0o777).toBe(0o700);
+      chmodSync(directory, 0o777);
+      expect(() => serverPaths("x")).toThrow(/is not private to this user/);
+    } finally {
+      process.env.TMPDIR = previous;
+      rmSync(scratch, { recursive: true, force: true });
+    }
   });
 });

@@ -6,7 +6,7 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { HOST_EVENT_TYPES } from "../../plugin/host-events.js";
 import { wouldBeRetried } from "../../plugin/messages.js";
 import { PromptRefused } from "../../plugin/prompt-refused.js";
-import { type BunWorker, threadedHooks } from "../../plugin/thread-bridge.js";
+import { type BunWorker, bridgedHooks, threadedHooks } from "../../plugin/thread-bridge.js";
 import { providersForThread } from "../../plugin/thread-client.js";
 import type { ToMainThread, ToPluginThread } from "../../plugin/thread-protocol.js";
 
@@ -402,5 +402,21 @@ describe("the plugin's main thread", () => {
     await vi.advanceTimersByTimeAsync(1);
     await waiting;
     expect(silent.terminated).toBe(true);
+  });
+
+  it("hands the flush to a side that outlives the process (the local server) at dispose without waiting, ends the channel after it, and sends the settings' environment and pid with init", async () => {
+    const input = { project: { id: "p1" }, worktree: "/w", directory: "/w/d", client: {} } as unknown as PluginInput;
+    const channel = new FakeWorker("socket");
+    const hooks = bridgedHooks(input, {}, channel, {
+      listenToSignals: false,
+      env: { DATABASE_URL: "postgres://x" },
+      flushOutlivesProcess: true,
+    });
+    expect(channel.posted[0]).toMatchObject({ type: "init", env: { DATABASE_URL: "postgres://x" }, pid: process.pid });
+    await (hooks.dispose as () => Promise<void>)();
+    // Posted before the channel ended, in the same stream: the server gets it, and flushes when the connection ends
+    // in any case.
+    expect(channel.posted.at(-1)).toMatchObject({ type: "hook", hook: "dispose" });
+    expect(channel.terminated).toBe(true);
   });
 });

@@ -38,7 +38,7 @@ export interface RunningLocalServer {
 /** Serves OpenCode processes on `socketPath`; undefined when another live server already listens there. */
 export async function startLocalServer(options: LocalServerOptions): Promise<RunningLocalServer | undefined> {
   const stamp = await codeStamp(options.codeRoots);
-  const memories = new SharedMemories();
+  const memories = new SharedMemories(options.idleMs);
   const connections = new Set<Connection>();
   const closing = new Set<Promise<void>>();
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -225,11 +225,18 @@ class Connection {
 class SharedMemories {
   private readonly opened = new Map<string, Promise<Memory>>();
 
+  /**
+   * `idleMs`: the server's idle time. Its connections stay open as long as the server may wait for the next process:
+   * with node-postgres's 10 s default the backends (which had planned the statements, measured ~7 ms each to warm)
+   * were closed between runs a few seconds apart.
+   */
+  constructor(private readonly idleMs: number) {}
+
   open(config: Config): Promise<Memory> {
     const key = JSON.stringify(config);
     let memory = this.opened.get(key);
     if (!memory) {
-      memory = openMemory(config, { applicationName: `optchat-local-server-${process.pid}` });
+      memory = openMemory(config, { applicationName: `optchat-local-server-${process.pid}`, poolIdleMs: this.idleMs });
       this.opened.set(key, memory);
       // A failed open (the database down) is tried again by the next connection.
       memory.catch(() => this.opened.delete(key));

@@ -167,9 +167,9 @@ export interface Memory {
  */
 export async function openMemory(
   config: Config,
-  options: { applicationName?: string; readOnly?: boolean } = {},
+  options: { applicationName?: string; readOnly?: boolean; poolIdleMs?: number } = {},
 ): Promise<Memory> {
-  const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false);
+  const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false, options.poolIdleMs);
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
     const { version, jobQueue } = await readSchemaState(pool);

@@ -26,12 +26,19 @@ const types = {
 /**
  * A pool of connections to the optchat database. `readOnly` makes every transaction on them read-only at the server
  * (`default_transaction_read_only`), so a reader such as `optchat browse` fails with 25006 instead of writing a row,
- * whatever code path it reaches.
+ * whatever code path it reaches. `idleMs`: how long an idle connection stays open (node-postgres's default, 10 s,
+ * unless given).
  */
-export function openPool(settings: DatabaseSettings, applicationName = "optchat", readOnly = false): Pool {
+export function openPool(
+  settings: DatabaseSettings,
+  applicationName = "optchat",
+  readOnly = false,
+  idleMs?: number,
+): Pool {
   const pool = new pg.Pool({
     connectionString: settings.databaseUrl,
     max: settings.poolSize,
+    ...(idleMs === undefined ? {} : { idleTimeoutMillis: idleMs }),
     application_name: applicationName,
     ...(readOnly ? { options: "-c default_transaction_read_only=on" } : {}),
     statement_timeout: settings.statementTimeoutMs === 0 ? undefined : settings.statementTimeoutMs,

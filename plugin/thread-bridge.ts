@@ -66,6 +66,8 @@ class ThreadBridge implements Closable {
   constructor(
     private readonly worker: BunWorker,
     private readonly input: PluginInput,
+    /** What the other side is, in messages: "the plugin's thread" or "the optchat local server". */
+    readonly sideName: string,
   ) {
     worker.addEventListener("message", (event) => this.receive(event.data));
     worker.addEventListener("error", (event) => this.fail(`it failed: ${event.message ?? "unknown error"}`));
@@ -78,7 +80,7 @@ class ThreadBridge implements Closable {
    * never does.
    */
   request(message: DistributiveOmit<Extract<ToPluginThread, { id: number }>, "id">): Promise<unknown> {
-    if (this.stopped) return Promise.reject(new Error(`optchat: the plugin's thread stopped: ${this.stopped}`));
+    if (this.stopped) return Promise.reject(new Error(`optchat: ${this.sideName} stopped: ${this.stopped}`));
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
       if (this.pending.size === 0) this.worker.ref();
@@ -124,10 +126,10 @@ class ThreadBridge implements Closable {
     if (this.stopped) return;
     this.stopped = reason;
     this.unregister();
-    if (report) process.stderr.write(`optchat: the plugin's thread stopped: ${reason}\n`);
+    if (report) process.stderr.write(`optchat: ${this.sideName} stopped: ${reason}\n`);
     for (const [id, pending] of this.pending) {
       this.settle(id);
-      pending.reject(new Error(`optchat: the plugin's thread stopped: ${reason}`));
+      pending.reject(new Error(`optchat: ${this.sideName} stopped: ${reason}`));
     }
   }
 
@@ -236,7 +238,11 @@ export function bridgedHooks(
   const settings = mainSettings(options, process.env);
   // Never keeps OpenCode alive by itself: `opencode run` exits once its dispose returned.
   channel.unref();
-  const bridge = new ThreadBridge(channel, input);
+  const bridge = new ThreadBridge(
+    channel,
+    input,
+    flushOutlivesProcess ? "the optchat local server" : "the plugin's thread",
+  );
   if (listenToSignals) bridge.unregister = closeOnSignals(bridge, settings.closeFlushMs + 1_500);
   bridge.post({
     type: "init",
@@ -273,7 +279,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings, flushOutli
       // OpenCode for ~77 s (plugin/retry-triggers.ts).
       throw new PromptRefused(
         withoutRetryTriggers(
-          `optchat: memory is unavailable: the plugin's thread stopped (${bridge.stopped}); restart OpenCode, or set OPTCHAT_READINESS=partial to continue without memory`,
+          `optchat: memory is unavailable: ${bridge.sideName} stopped (${bridge.stopped}); restart OpenCode, or set OPTCHAT_READINESS=partial to continue without memory`,
         ),
       );
   };
@@ -297,7 +303,7 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings, flushOutli
         bridge.post({ type: "event", event });
       } catch (error) {
         process.stderr.write(
-          `optchat: an OpenCode event could not be passed to the plugin's thread: ${String(error)}\n`,
+          `optchat: an OpenCode event could not be passed to ${bridge.sideName}: ${String(error)}\n`,
         );
       }
     },

@@ -418,5 +418,18 @@ describe("the plugin's main thread", () => {
     // in any case.
     expect(channel.posted.at(-1)).toMatchObject({ type: "hook", hook: "dispose" });
     expect(channel.terminated).toBe(true);
+
+    // A server that went away is named as such in the refusal.
+    const gone = new FakeWorker("socket");
+    const served = bridgedHooks(input, {}, gone, { listenToSignals: false, env: {}, flushOutlivesProcess: true });
+    gone.emit("close", undefined);
+    const refused = (await (served["chat.message"] as Hook)(
+      { sessionID: "s1" },
+      { message: { id: "m1" }, parts: [] },
+    ).catch((e: unknown) => e)) as Error;
+    expect(refused).toBeInstanceOf(PromptRefused);
+    expect(refused.message.replace(/\u2060/g, "")).toMatch(
+      /memory is unavailable: the optchat local server stopped \(it ended\); restart OpenCode/,
+    );
   });
 });

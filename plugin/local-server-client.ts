@@ -158,7 +158,8 @@ function startServer(
   let log: number | undefined;
   try {
     closeSync(openSync(paths.startGuard, "wx"));
-    log = openSync(paths.log, "a");
+    // Each start appends; a log past 1 MB starts afresh, so that it never grows without bound.
+    log = openSync(paths.log, fileSize(paths.log) > 1_000_000 ? "w" : "a");
     const child = spawn(process.execPath, [fileURLToPath(entry), paths.socket, String(idleSeconds(options, env))], {
       detached: true,
       stdio: ["ignore", "ignore", log],
@@ -173,6 +174,14 @@ function startServer(
       process.stderr.write(`optchat: the local server could not start: ${String(error)}\n`);
   } finally {
     if (log !== undefined) closeSync(log);
+  }
+}
+
+function fileSize(path: string): number {
+  try {
+    return statSync(path).size;
+  } catch {
+    return 0;
   }
 }
 

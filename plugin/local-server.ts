@@ -58,12 +58,14 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
    * connected ones are done: a server whose code changed on disk would serve the old code.
    */
   let retired: string | undefined;
+  /** Removes the socket file if it is still this server's (set once it listens). */
+  let unlinkOwnSocket = async (): Promise<void> => {};
   const retire = (reason: string): void => {
     if (retired || stopping) return;
     retired = reason;
     options.log(`optchat local server: retiring: ${reason}`);
     server.close();
-    void unlink(options.socketPath).catch(() => undefined);
+    void unlinkOwnSocket();
     if (connections.size === 0) void stop(reason);
   };
   // Watching costs nothing per connection; a stat of every file did (10-18 ms per process, measured, before `ready`).
@@ -99,7 +101,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
       clearTimeout(idleTimer);
       for (const watcher of watchers) watcher.close();
       server.close();
-      await unlink(options.socketPath).catch(() => undefined);
+      await unlinkOwnSocket();
       const ended = [...connections].map((connection) => connection.end());
       await Promise.allSettled(ended);
       await Promise.allSettled([...closing]);
@@ -110,7 +112,16 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     return stopping;
   };
 
-  if (!(await listen(server, options.socketPath))) return undefined;
+  if (!(await listen(server, options.socketPath))) {
+    for (const watcher of watchers) watcher.close();
+    return undefined;
+  }
+  // The socket file this server made: a retired server must not remove the one its successor made at the same path.
+  const ownInode = (await stat(options.socketPath)).ino;
+  unlinkOwnSocket = async (): Promise<void> => {
+    const current = await stat(options.socketPath).catch(() => undefined);
+    if (current?.ino === ownInode) await unlink(options.socketPath).catch(() => undefined);
+  };
   options.log(`optchat local server: listening on ${options.socketPath} (pid ${process.pid})`);
   armIdle();
   return { stopped, stop };

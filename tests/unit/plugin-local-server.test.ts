@@ -115,6 +115,21 @@ describe("the local server", () => {
     expect(await server.stopped).toBe("its code changed on disk");
   });
 
+  it("leaves the socket of the server that took its place when it stops after retiring", async () => {
+    const where = scratch();
+    const old = (await start(where)) as RunningLocalServer;
+    const connected = createConnection(where.socket);
+    await new Promise((resolve) => connected.once("data", resolve));
+    writeFileSync(join(where.code, "a.ts"), "export const a = 4; // changed\n");
+    await eventuallyTrue(() => where.log.some((line) => line.includes("retiring")));
+    // The next process starts a current server on the same path while the old one still serves its process.
+    const successor = await start(where);
+    expect(successor).toBeDefined();
+    connected.end();
+    expect(await old.stopped).toBe("its code changed on disk");
+    expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
+  });
+
   it("stamps its code by the TypeScript files' paths, sizes and times, outside node_modules", async () => {
     const where = scratch();
     const before = await codeStamp([where.code]);

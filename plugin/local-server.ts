@@ -177,7 +177,8 @@ class Connection {
   ) {
     const host = hostPlugin(
       (message: ToMainThread) => {
-        if (!socket.destroyed) socket.write(`${JSON.stringify(message)}\n`);
+        // A process that ended its side (after its dispose, which it does not wait for) gets no answer.
+        if (socket.writable) socket.write(`${JSON.stringify(message)}\n`);
       },
       this.registry,
       (init) => ({

@@ -13,8 +13,8 @@ import { closeSync, mkdirSync, openSync, readdirSync, statSync, unlinkSync } fro
 import { createConnection, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
-import { StringDecoder } from "node:string_decoder";
 import { fileURLToPath } from "node:url";
+import { LineReader } from "./json-lines.js";
 import type { BunWorker } from "./thread-bridge.js";
 import type { ToMainThread } from "./thread-protocol.js";
 
@@ -105,13 +105,20 @@ export async function localServerChannel(
   return undefined;
 }
 
+/** A connection whose `ready` came: its reader, the lines that came after `ready` in the same chunk, and `ready`. */
+interface Connected {
+  readonly socket: Socket;
+  readonly reader: LineReader;
+  readonly pending: readonly string[];
+  readonly ready: string;
+}
+
 /** Connects and waits for the server's `ready` line; undefined when there is no server or it does not answer. */
-function connect(path: string): Promise<{ socket: Socket; rest: string; ready: string } | undefined> {
+function connect(path: string): Promise<Connected | undefined> {
   return new Promise((resolve) => {
     const socket = createConnection(path);
-    const decoder = new StringDecoder("utf8");
-    let buffered = "";
-    const done = (value: { socket: Socket; rest: string; ready: string } | undefined) => {
+    const reader = new LineReader();
+    const done = (value: Connected | undefined) => {
       clearTimeout(timer);
       socket.removeAllListeners("data");
       socket.removeAllListeners("error");
@@ -123,10 +130,8 @@ function connect(path: string): Promise<{ socket: Socket; rest: string; ready: s
     socket.on("error", () => done(undefined));
     socket.on("close", () => done(undefined));
     socket.on("data", (chunk: Buffer) => {
-      buffered += decoder.write(chunk);
-      const end = buffered.indexOf("\n");
-      if (end < 0) return;
-      const first = buffered.slice(0, end);
+      const [first, ...pending] = reader.push(chunk);
+      if (first === undefined) return;
       let ready = false;
       try {
         ready = (JSON.parse(first) as { type?: string }).type === "ready";
@@ -134,7 +139,7 @@ function connect(path: string): Promise<{ socket: Socket; rest: string; ready: s
         ready = false;
       }
       socket.pause();
-      done(ready ? { socket, rest: buffered.slice(end + 1), ready: first } : undefined);
+      done(ready ? { socket, reader, pending, ready: first } : undefined);
     });
   });
 }
@@ -196,21 +201,17 @@ type Listener = (event: never) => void;
 /** The server's socket as the bridge's worker: one JSON message per line each way. */
 class SocketChannel implements BunWorker {
   private readonly listeners = { message: [] as Listener[], error: [] as Listener[], close: [] as Listener[] };
-  private readonly decoder = new StringDecoder("utf8");
-  private buffered: string;
   private readonly early: ToMainThread[] = [];
+  private readonly socket: Socket;
 
-  constructor({ socket, rest }: { socket: Socket; rest: string }) {
+  constructor({ socket, reader, pending }: Connected) {
     this.socket = socket;
-    this.buffered = rest;
-    socket.on("data", (chunk: Buffer) => this.read(this.decoder.write(chunk)));
+    socket.on("data", (chunk: Buffer) => this.read(reader.push(chunk)));
     socket.on("error", (error) => this.emit("error", { message: `the local server's connection failed: ${error}` }));
     socket.on("close", () => this.emit("close", undefined));
     socket.resume();
-    if (rest) this.read("");
+    this.read(pending);
   }
-
-  private readonly socket: Socket;
 
   postMessage(message: unknown): void {
     this.socket.write(`${JSON.stringify(message)}\n`);
@@ -240,11 +241,8 @@ class SocketChannel implements BunWorker {
     this.socket.unref();
   }
 
-  private read(text: string): void {
-    this.buffered += text;
-    for (let end = this.buffered.indexOf("\n"); end >= 0; end = this.buffered.indexOf("\n")) {
-      const line = this.buffered.slice(0, end);
-      this.buffered = this.buffered.slice(end + 1);
+  private read(lines: readonly string[]): void {
+    for (const line of lines) {
       let data: ToMainThread;
       try {
         data = JSON.parse(line) as ToMainThread;

@@ -14,8 +14,8 @@ import { watch } from "node:fs";
 import { readdir, stat, unlink } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
-import { StringDecoder } from "node:string_decoder";
 import { type Config, type Memory, openMemory } from "../src/memory/index.js";
+import { LineReader } from "./json-lines.js";
 import { hostPlugin } from "./plugin-host.js";
 import { ClosableRegistry } from "./shutdown.js";
 import type { ToMainThread, ToPluginThread } from "./thread-protocol.js";
@@ -166,8 +166,7 @@ class Connection {
   /** Resolves when the socket closed and its adapters were closed. */
   private readonly closed: Promise<void>;
   private readonly registry = new ClosableRegistry();
-  private readonly decoder = new StringDecoder("utf8");
-  private buffered = "";
+  private readonly lines = new LineReader();
 
   constructor(
     readonly socket: Socket,
@@ -190,10 +189,7 @@ class Connection {
     );
     socket.pause();
     socket.on("data", (chunk: Buffer) => {
-      this.buffered += this.decoder.write(chunk);
-      for (let end = this.buffered.indexOf("\n"); end >= 0; end = this.buffered.indexOf("\n")) {
-        const line = this.buffered.slice(0, end);
-        this.buffered = this.buffered.slice(end + 1);
+      for (const line of this.lines.push(chunk)) {
         try {
           host.receive(JSON.parse(line) as ToPluginThread);
         } catch (error) {

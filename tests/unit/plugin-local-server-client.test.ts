@@ -2,6 +2,7 @@ import { chmodSync, mkdtempSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
+import { LineReader } from "../../plugin/json-lines.js";
 import { localServerWanted, serverPaths, serversDirectory, settingsEnv } from "../../plugin/local-server-client.js";
 
 /** Which OpenCode processes use the local server, and what makes two processes share one (plugin/local-server-client.ts). */
@@ -71,5 +72,16 @@ describe("the local servers' directory", () => {
       process.env.TMPDIR = previous;
       rmSync(scratch, { recursive: true, force: true });
     }
+  });
+});
+
+describe("the local server's lines", () => {
+  it("keeps a line until its newline arrives and a character split across chunks whole", () => {
+    const reader = new LineReader();
+    const text = Buffer.from('{"a":"日本"}\n{"b":1}\n{"c"', "utf8");
+    const cut = text.indexOf(Buffer.from("本")) + 1;
+    expect(reader.push(text.subarray(0, cut))).toEqual([]);
+    expect(reader.push(text.subarray(cut))).toEqual(['{"a":"日本"}', '{"b":1}']);
+    expect(reader.push(Buffer.from(":2}\n"))).toEqual(['{"c":2}']);
   });
 });

@@ -16,14 +16,17 @@
  * which `opencode run` uses by default) and in PostgreSQL, so `addedMachineCpuS` is the machine's CPU (every process,
  * from /proc/stat) over each run, with minus without: the whole cost wherever it runs. `firstRunS` is the warm-up run
  * with the plugin, the one that found no local server (it runs its own thread and starts the server).
+ * `addedByPhaseS` splits the added time by phase (time to the first request, the tool step, the exit; each a paired
+ * median with its interval), and `localServerCpuS` / `postgresCpuS` are the median CPU seconds the local server and
+ * PostgreSQL spent during a run with the plugin: the work that runs beside OpenCode on the same cores.
  *
  * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. an export of main), each round
  * also runs that plugin, on its own database, so before and after are measured in the same run: `baseline*` fields.
  * Environment:
- *   OPTCHAT_BENCH_PLUGIN_RUNS       rounds (default 7)
+ *   OPTCHAT_BENCH_PLUGIN_RUNS       rounds (default 15)
  *   OPTCHAT_BENCH_PLUGIN_BASELINE   path of another plugin entry module to compare (optional)
  */
-import { existsSync, readFileSync, rmSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import type pg from "pg";
 import type { ModelServer } from "../model-server.js";
 import { type OpencodeEnv, runOpencode } from "../opencode-harness.js";
@@ -31,6 +34,12 @@ import { emit, envNumber, median, medianInterval, note, round } from "./common.j
 
 interface RunFigures {
   wallS: number;
+  /** Phases of the run (one tool call: two model requests): spawn to the first request, the tool step between the
+   * first request's end and the second's start, and the second request's end to exit. */
+  phases: { toFirstRequestS: number; toolStepS: number; exitS: number } | null;
+  /** CPU seconds over the run of the optchat local servers and of PostgreSQL (exited backends included). */
+  serverCpuS: number | null;
+  postgresCpuS: number | null;
   cpuS: number | null;
   /** Busy CPU seconds of the whole machine over the run (/proc/stat), null where there is none. */
   machineCpuS: number | null;
@@ -84,6 +93,8 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   if (variant.timings) rmSync(variant.timings, { force: true });
   const before = model.requests().length;
   const busyBefore = machineBusyS();
+  const serverBefore = processCpuS(isLocalServer);
+  const postgresBefore = processCpuS(isPostgres);
   const started = Date.now();
   const result = await runOpencode(variant.env, `${marker} ${PROMPT}`, {
     title: "bench",
@@ -92,6 +103,8 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   });
   const ended = Date.now();
   const busyAfter = machineBusyS();
+  const serverAfter = processCpuS(isLocalServer);
+  const postgresAfter = processCpuS(isPostgres);
   if (result.code !== 0) throw new Error(`opencode run exited ${result.code}: ${result.stderr.slice(-2000)}`);
   const mine = model
     .requests()
@@ -99,8 +112,19 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
     .filter((r) => r.kind === "main");
   const first = mine[0];
   const last = mine.at(-1);
+  const endOf = (request: { at: string; replyMs: number }) => Date.parse(request.at) + request.replyMs;
   return {
     wallS: (ended - started) / 1000,
+    phases:
+      first && last && mine.length === 2
+        ? {
+            toFirstRequestS: (Date.parse(first.at) - started) / 1000,
+            toolStepS: (Date.parse(last.at) - endOf(first)) / 1000,
+            exitS: (ended - endOf(last)) / 1000,
+          }
+        : null,
+    serverCpuS: serverBefore === null || serverAfter === null ? null : serverAfter - serverBefore,
+    postgresCpuS: postgresBefore === null || postgresAfter === null ? null : postgresAfter - postgresBefore,
     cpuS: result.cpuS ?? null,
     machineCpuS: busyBefore === null || busyAfter === null ? null : busyAfter - busyBefore,
     toFirstRequestS: first ? (Date.parse(first.at) - started) / 1000 : null,
@@ -115,6 +139,36 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   };
 }
 
+const isLocalServer = (command: string) => command.includes("local-server-entry");
+const isPostgres = (command: string) => command.startsWith("postgres") || command.includes("/bin/postgres");
+
+/**
+ * CPU seconds (user + system) of the processes whose command line matches, from /proc; with their reaped children's,
+ * so that PostgreSQL backends that ended during the run (a pool's connections closed) still count, through the
+ * postmaster. A server that started during the run counts from its start. Null where there is no /proc.
+ */
+function processCpuS(matches: (command: string) => boolean): number | null {
+  let pids: string[];
+  try {
+    pids = readdirSync("/proc").filter((name) => /^\d+$/.test(name));
+  } catch {
+    return null;
+  }
+  let ticks = 0;
+  for (const pid of pids) {
+    try {
+      if (!matches(readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " "))) continue;
+      const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+      // After the command's closing parenthesis: utime, stime, cutime, cstime (proc(5) fields 14-17) at 11-14.
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      ticks += [11, 12, 13, 14].reduce((sum, i) => sum + Number(fields[i] ?? 0), 0);
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return ticks / 100;
+}
+
 /** The machine's busy CPU seconds since boot (/proc/stat: all but idle and iowait, in USER_HZ = 100 ticks). */
 function machineBusyS(): number | null {
   try {
@@ -126,7 +180,10 @@ function machineBusyS(): number | null {
   }
 }
 
-function medianOf(runs: readonly RunFigures[], key: Exclude<keyof RunFigures, "awaitedByOpS">): number | null {
+function medianOf(
+  runs: readonly RunFigures[],
+  key: Exclude<keyof RunFigures, "awaitedByOpS" | "phases">,
+): number | null {
   const m = median(runs.flatMap((run) => (run[key] === null ? [] : [run[key] as number])));
   return m === null ? null : round(m);
 }
@@ -152,6 +209,33 @@ function medianAdded(
 ): number | null {
   const m = median(pairedDifferences(a, b, key));
   return m === null ? null : round(m);
+}
+
+/**
+ * Each phase's median added time over rounds (paired), with its 95% interval: the time to the first request carries
+ * most of the spread (OpenCode's own start varies by ±0.5 s from run to run), the tool step and the exit little, so
+ * these say where the plugin's time goes more precisely than the whole run's difference does.
+ */
+function addedByPhase(a: readonly RunFigures[], b: readonly RunFigures[]) {
+  const phases = ["toFirstRequestS", "toolStepS", "exitS"] as const;
+  return Object.fromEntries(
+    phases.map((phase) => {
+      const differences = a.flatMap((run, i) => {
+        const x = run.phases?.[phase];
+        const y = b[i]?.phases?.[phase];
+        return x === undefined || y === undefined ? [] : [x - y];
+      });
+      const m = median(differences);
+      const interval = medianInterval(differences);
+      return [
+        phase,
+        {
+          median: m === null ? null : round(m),
+          interval95: interval ? [round(interval[0]), round(interval[1])] : null,
+        },
+      ];
+    }),
+  );
 }
 
 /**
@@ -184,7 +268,7 @@ export async function runPluginRunBench(
   signal: AbortSignal,
   baseline?: BenchVariant,
 ): Promise<void> {
-  const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 1, integer: true });
+  const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 15, { min: 1, integer: true });
   // One warm-up each: the first run of a fresh environment creates OpenCode's SQLite database.
   const firstRun = await timedRun(withPlugin, model, "WARM-A");
   await timedRun(without, model, "WARM-B");
@@ -213,6 +297,9 @@ export async function runPluginRunBench(
     addedSInterval95: addedInterval(a, b),
     addedCpuS: medianAdded(a, b, "cpuS"),
     addedMachineCpuS: medianAdded(a, b, "machineCpuS"),
+    addedByPhaseS: addedByPhase(a, b),
+    localServerCpuS: medianOf(a, "serverCpuS"),
+    postgresCpuS: medianOf(a, "postgresCpuS"),
     firstRunS: round(firstRun.wallS),
     awaitedS: medianOf(a, "awaitedS"),
     awaitedMedianByOpS: Object.fromEntries(

@@ -17,7 +17,7 @@
  *              plugin-run.ts); measured first, on the fresh database
  * Environment:
  *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40; 0 skips the serve cases)
- *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 7; 0 skips the run case)
+ *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 15; 0 skips the run case)
  *   OPTCHAT_BENCH_PLUGIN_IMPORTS rounds of the import case (default 9; 0 skips it)
  *   OPTCHAT_BENCH_PLUGIN_BASELINE another checkout's plugin/index.ts, measured in the same rounds (import and run)
  */
@@ -50,7 +50,7 @@ export async function runPluginBench(context: BenchContext): Promise<void> {
 /** Every case of the plugin bench, on the scratch database at `url`. */
 async function measurePlugin(context: BenchContext, url: string): Promise<void> {
   const turns = envNumber("OPTCHAT_BENCH_PLUGIN_TURNS", 40, { min: 0, integer: true });
-  const runs = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 7, { min: 0, integer: true });
+  const runs = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 15, { min: 0, integer: true });
   const model = await startModelServer();
   const timings = join(tmpdir(), `optchat-bench-plugin-${process.pid}.jsonl`);
   const env = await createOpencodeEnv({

@@ -7,8 +7,9 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  *
  * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
  * only the bridge and the tools' declarations, and forwards the hooks. An `opencode run` forwards them to the optchat
- * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off)
- * runs everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime without Bun's workers.
+ * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). `thread: "off"`
+ * (OPTCHAT_PLUGIN_THREAD=off) runs everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime
+ * without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {

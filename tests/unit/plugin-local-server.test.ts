@@ -58,6 +58,19 @@ function firstLine(path: string): Promise<string | undefined> {
   });
 }
 
+/**
+ * A server with one process connected (its `ready` read) whose code then changes on disk: resolves once it retired.
+ * Returns the server and the process's socket.
+ */
+async function retiredWhileServing(where: ReturnType<typeof scratch>, change: string) {
+  const server = (await start(where)) as RunningLocalServer;
+  const connected = createConnection(where.socket);
+  await new Promise((resolve) => connected.once("data", resolve));
+  writeFileSync(join(where.code, "a.ts"), change);
+  await eventuallyTrue(() => where.log.some((line) => line.includes("retiring: its code changed on disk")));
+  return { server, connected };
+}
+
 async function eventuallyTrue(check: () => boolean): Promise<void> {
   await vi.waitFor(() => expect(check()).toBe(true), { timeout: 5_000 });
 }
@@ -99,11 +112,7 @@ describe("the local server", () => {
 
   it("serves a connected process to its end after its code changed, taking no new one, then stops", async () => {
     const where = scratch();
-    const server = (await start(where)) as RunningLocalServer;
-    const connected = createConnection(where.socket);
-    await new Promise((resolve) => connected.once("data", resolve));
-    writeFileSync(join(where.code, "a.ts"), "export const a = 3; // changed again\n");
-    await eventuallyTrue(() => where.log.some((line) => line.includes("retiring: its code changed on disk")));
+    const { server, connected } = await retiredWhileServing(where, "export const a = 3; // changed again\n");
     expect(await firstLine(where.socket)).toBeUndefined();
     let stopped = false;
     void server.stopped.then(() => {
@@ -117,11 +126,7 @@ describe("the local server", () => {
 
   it("leaves the socket of the server that took its place when it stops after retiring", async () => {
     const where = scratch();
-    const old = (await start(where)) as RunningLocalServer;
-    const connected = createConnection(where.socket);
-    await new Promise((resolve) => connected.once("data", resolve));
-    writeFileSync(join(where.code, "a.ts"), "export const a = 4; // changed\n");
-    await eventuallyTrue(() => where.log.some((line) => line.includes("retiring")));
+    const { server: old, connected } = await retiredWhileServing(where, "export const a = 4; // changed\n");
     // The next process starts a current server on the same path while the old one still serves its process.
     const successor = await start(where);
     expect(successor).toBeDefined();

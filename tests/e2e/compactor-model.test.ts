@@ -25,7 +25,7 @@ async function compactorCalls(): Promise<{ provider: string; model: string; outc
   return result.rows;
 }
 
-describe("the compactor's model comes from OpenCode", () => {
+describe("the compactor's model comes from OpenCode", { timeout: 180_000 }, () => {
   it("uses small_model with its provider's baseURL and key (an OpenAI-compatible provider)", async () => {
     const env = await world.env({ extraEnv: { OPTCHAT_SUMMARIZER: "auto" } });
     const server = await world.server(env);

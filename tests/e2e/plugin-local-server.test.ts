@@ -53,8 +53,9 @@ function inspectReport(marker: string): { process: { runsIn: string; holder: str
   return JSON.parse([...toolResults(request).values()][0] as string);
 }
 
-// Two or three OpenCode runs in a row per test, each waited for up to WAIT: the default 60 s ended the killed-run test on
-// CI's loaded cores once (stop 27's CI), while it takes 9.5 s alone, 14-20 s beside two busy loops, 26 s in a full run.
+// Two or three OpenCode runs in a row per test, each waited for up to WAIT: the default 60 s ended the killed-run test
+// on CI's loaded cores once (stop 27's CI), while it takes 9.5 s alone, 14-20 s beside two busy loops, 26 s in a full
+// run.
 describe("the local server", { timeout: 240_000 }, () => {
   it("is started by the first `opencode run`, which runs its own thread; the next runs are served by it", async () => {
     const inspect = 'TOOLS=[{"name":"memory_inspect","args":{}}] END';

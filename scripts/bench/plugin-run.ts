@@ -188,16 +188,17 @@ function medianOf(
   return m === null ? null : round(m);
 }
 
-/** Each round's (a - b) for `key`, pairing the round's runs. */
+/** Each round's (a - b) of the figure `read` gives, pairing the round's runs; a round missing it is left out. */
 function pairedDifferences(
   a: readonly RunFigures[],
   b: readonly RunFigures[],
-  key: "wallS" | "cpuS" | "machineCpuS",
+  read: (run: RunFigures) => number | null | undefined,
 ): number[] {
   return a.flatMap((run, i) => {
-    const x = run[key];
-    const y = b[i]?.[key];
-    return x === null || y === null || y === undefined ? [] : [x - y];
+    const x = read(run);
+    const other = b[i];
+    const y = other ? read(other) : undefined;
+    return x === null || x === undefined || y === null || y === undefined ? [] : [x - y];
   });
 }
 
@@ -207,8 +208,14 @@ function medianAdded(
   b: readonly RunFigures[],
   key: "wallS" | "cpuS" | "machineCpuS",
 ): number | null {
-  const m = median(pairedDifferences(a, b, key));
+  const m = median(pairedDifferences(a, b, (run) => run[key]));
   return m === null ? null : round(m);
+}
+
+/** The 95% confidence interval of the differences' median (common.ts medianInterval), rounded; null under 6 rounds. */
+function roundedInterval(differences: readonly number[]): [number, number] | null {
+  const interval = medianInterval(differences);
+  return interval ? [round(interval[0]), round(interval[1])] : null;
 }
 
 /**
@@ -220,31 +227,19 @@ function addedByPhase(a: readonly RunFigures[], b: readonly RunFigures[]) {
   const phases = ["toFirstRequestS", "toolStepS", "exitS"] as const;
   return Object.fromEntries(
     phases.map((phase) => {
-      const differences = a.flatMap((run, i) => {
-        const x = run.phases?.[phase];
-        const y = b[i]?.phases?.[phase];
-        return x === undefined || y === undefined ? [] : [x - y];
-      });
+      const differences = pairedDifferences(a, b, (run) => run.phases?.[phase]);
       const m = median(differences);
-      const interval = medianInterval(differences);
-      return [
-        phase,
-        {
-          median: m === null ? null : round(m),
-          interval95: interval ? [round(interval[0]), round(interval[1])] : null,
-        },
-      ];
+      return [phase, { median: m === null ? null : round(m), interval95: roundedInterval(differences) }];
     }),
   );
 }
 
 /**
- * The 95% confidence interval of that median (common.ts medianInterval), null under 6 rounds: the target is met
- * reliably when its upper end is within it, and two variants differ when their intervals do not overlap.
+ * The 95% confidence interval of the added wall time's median: the target is met reliably when its upper end is within
+ * it, and two variants differ when their intervals do not overlap.
  */
 function addedInterval(a: readonly RunFigures[], b: readonly RunFigures[]): [number, number] | null {
-  const interval = medianInterval(pairedDifferences(a, b, "wallS"));
-  return interval ? [round(interval[0]), round(interval[1])] : null;
+  return roundedInterval(pairedDifferences(a, b, (run) => run.wallS));
 }
 
 /** Markers of the plugin's runs whose turn is not completed with its four records (nothing may be lost for speed). */

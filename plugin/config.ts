@@ -87,6 +87,12 @@ export const PLUGIN_SETTINGS = {
     accepted:
       "'auto' (`opencode run` processes use it), 'on' (every OpenCode process) or 'off': run the plugin's work in the optchat local server, one long-lived process per configuration that OpenCode processes connect to (started by the first one; docs/opencode-notes.md \"The local server\"), instead of the plugin's thread; needs thread on",
   },
+  localServerRuntime: {
+    env: "OPTCHAT_LOCAL_SERVER_RUNTIME",
+    default: "auto",
+    accepted:
+      "'auto' (Node.js 20.6 or later when it is on PATH, else OpenCode's own Bun), 'node' or 'bun': what runs the optchat local server; on Node.js a served run costs it about half the CPU (docs/opencode-notes.md \"The local server on Node.js\")",
+  },
   localServerIdleSeconds: {
     env: "OPTCHAT_LOCAL_SERVER_IDLE_SECONDS",
     default: 300,
@@ -160,6 +166,7 @@ const pluginSchema = z.object({
   embeddedWorker: onOff,
   thread: onOff,
   localServer: z.enum(["auto", "on", "off"], { errorMap: () => ({ message: "not auto, on or off" }) }),
+  localServerRuntime: z.enum(["auto", "node", "bun"], { errorMap: () => ({ message: "not auto, node or bun" }) }),
   localServerIdleSeconds: integerFrom(1, 86_400),
   embeddedWorkerConcurrency: integerFrom(1, 64),
   embeddedWorkerStartMs: integerFrom(0, 600_000),

@@ -1,6 +1,8 @@
 /**
  * The optchat local server's process (plugin/local-server.ts), started detached by plugin/local-server-client.ts as
- * `<OpenCode's binary, as Bun> local-server-entry.ts <socket> <idle seconds>`, its output appended to its log.
+ * `node local-server-node.mjs <socket> <idle seconds>` (which loads this module through tsx) when Node.js 20.6 or later
+ * is on PATH, else as `<OpenCode's binary, as Bun> local-server-entry.ts <socket> <idle seconds>`; its output is
+ * appended to its log.
  */
 import { unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";

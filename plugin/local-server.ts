@@ -197,7 +197,12 @@ class Connection {
         }
       }
     });
-    socket.on("error", (error) => this.log(`optchat local server: a connection failed: ${String(error)}`));
+    socket.on("error", (error: NodeJS.ErrnoException) => {
+      // A process that exits with answers it never read resets its end (Node.js reports that, Bun did not): an
+      // ordinary disconnect, handled by the close that follows like any other.
+      if (error.code === "ECONNRESET" || error.code === "EPIPE") return;
+      this.log(`optchat local server: a connection failed: ${String(error)}`);
+    });
     this.closed = new Promise((resolve) => {
       socket.once("close", () => {
         host.disconnected("its OpenCode process disconnected");

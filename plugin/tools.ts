@@ -11,12 +11,14 @@ import type { OpencodeAdapter } from "./adapter.js";
 import { holderIsDead } from "./lease.js";
 import { type PluginRunner, pluginRunner } from "./thread-state.js";
 
-/** memory_inspect's `runsIn`: where this process's plugin work runs. */
-const RUNS_IN: Record<PluginRunner, string> = {
-  opencode: "OpenCode's thread",
-  thread: "the plugin's own thread",
-  "local server": "the optchat local server (plugin/local-server.ts), shared by OpenCode processes",
-};
+/** memory_inspect's `runsIn`: where this process's plugin work runs (and on what, for the local server). */
+function runsIn(runner: PluginRunner): string {
+  if (runner === "opencode") return "OpenCode's thread";
+  if (runner === "thread") return "the plugin's own thread";
+  const bun = (process.versions as { bun?: string }).bun;
+  const runtime = bun ? `Bun ${bun}` : `Node.js ${process.versions.node}`;
+  return `the optchat local server (plugin/local-server.ts, on ${runtime}), shared by OpenCode processes`;
+}
 
 import { type ArgsOf, jsonSchemaArgs, parseToolArgs } from "./tool-args.js";
 import { MEMORY_TOOL_SPECS, type MemoryToolName } from "./tool-specs.js";
@@ -129,7 +131,7 @@ export async function inspectSession(
     process: {
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
-      runsIn: RUNS_IN[pluginRunner()],
+      runsIn: runsIn(pluginRunner()),
       embeddedWorker: process.worker,
       workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,

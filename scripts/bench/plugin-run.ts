@@ -139,7 +139,8 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
   };
 }
 
-const isLocalServer = (command: string) => command.includes("local-server-entry");
+/** The server's process on either runtime: `local-server-entry.ts` under Bun, `local-server-node.mjs` under Node.js. */
+const isLocalServer = (command: string) => /plugin\/local-server-(entry\.ts|node\.mjs)/.test(command);
 const isPostgres = (command: string) => command.startsWith("postgres") || command.includes("/bin/postgres");
 
 /**

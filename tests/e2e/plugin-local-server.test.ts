@@ -73,7 +73,8 @@ describe("the local server", { timeout: 240_000 }, () => {
     const second = await runOpencode(env, `LS-2 ${inspect}`, { timeoutMs: WAIT });
     expect(second.code, second.stderr.slice(-2000)).toBe(0);
     const report = inspectReport("LS-2");
-    expect(report.process.runsIn).toMatch(/^the optchat local server/);
+    // On Node.js, found on PATH (setting localServerRuntime, default auto), as every machine running optchat has it.
+    expect(report.process.runsIn).toMatch(/^the optchat local server \(plugin\/local-server\.ts, on Node\.js \d+\./);
     // The lease holder is the OpenCode process served, not the server.
     expect(report.process.holder).toContain(`:${second.pid}@`);
     const third = await runOpencode(env, "LS-3 where do we deploy? REPLY=fly", { timeoutMs: WAIT });
@@ -144,5 +145,27 @@ describe("the local server", { timeout: 240_000 }, () => {
     expect(text).toContain("stopping: signal SIGTERM");
     expect(text).toContain("stopped: signal SIGTERM");
     expect(text).not.toMatch(/unhandled rejection|uncaught exception|a connection failed|could not be read/);
+  });
+
+  it("runs on OpenCode's own Bun with localServerRuntime bun, serving runs as on Node.js", async () => {
+    const bunEnv = await world.env({ extraEnv: { OPTCHAT_LOCAL_SERVER_RUNTIME: "bun" } });
+    const bunServers = join(bunEnv.env.TMPDIR as string, `optchat-${process.getuid?.() ?? "user"}`);
+    const inspect = 'TOOLS=[{"name":"memory_inspect","args":{}}] END';
+    const first = await runOpencode(bunEnv, `LS-BUN-1 ${inspect}`, { timeoutMs: WAIT });
+    expect(first.code, first.stderr.slice(-2000)).toBe(0);
+    await retrying(
+      async () => {
+        expect(readdirSync(bunServers).filter((n) => n.endsWith(".sock"))).toHaveLength(1);
+      },
+      30_000,
+      "the Bun server's socket",
+    );
+    const second = await runOpencode(bunEnv, `LS-BUN-2 ${inspect}`, { timeoutMs: WAIT });
+    expect(second.code, second.stderr.slice(-2000)).toBe(0);
+    expect(inspectReport("LS-BUN-2").process.runsIn).toMatch(
+      /^the optchat local server \(plugin\/local-server\.ts, on Bun \d+\./,
+    );
+    expect(await turnsOf(second.sessionId as string)).toEqual([{ state: "completed", records: 4 }]);
+    expect(await stopLocalServers(bunServers)).toHaveLength(1);
   });
 });

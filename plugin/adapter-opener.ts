@@ -4,6 +4,7 @@ import { type HostLookups, OpencodeAdapter } from "./adapter.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { Log } from "./diagnostics.js";
 import { EmbeddedWorker } from "./embedded-worker.js";
+import type { RememberedLimits } from "./model-limits.js";
 import { closeOnSignals, type RegisterClosable } from "./shutdown.js";
 
 /** How soon after a failed database open the next hook call tries again. */
@@ -17,6 +18,8 @@ export interface AdapterHost {
   readonly register: RegisterClosable;
   /** The OpenCode process served, when it is not this one (the local server): the adapter's lease holder. */
   readonly hostPid?: number;
+  /** Model limits the local server's earlier processes learned (plugin/model-limits.ts); none in a process's own. */
+  readonly rememberedLimits?: RememberedLimits;
 }
 
 /** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
@@ -56,7 +59,10 @@ export function openAdapterLazily(
     const adapter = new OpencodeAdapter(
       memory,
       config,
-      { id: input.project.id, worktree: input.worktree, directory: input.directory, hostPid: host.hostPid },
+      {
+        ...{ id: input.project.id, worktree: input.worktree, directory: input.directory },
+        ...{ hostPid: host.hostPid, rememberedLimits: host.rememberedLimits },
+      },
       lookups,
       log,
     );

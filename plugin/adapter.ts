@@ -9,7 +9,7 @@ import { HostSessions } from "./host-sessions.js";
 import { HOST, projectScopeId } from "./identity.js";
 import { LeaseKeeper, leaseHolderName } from "./lease.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
-import { ModelLimits } from "./model-limits.js";
+import { ModelLimits, type RememberedLimits } from "./model-limits.js";
 import { checkRequestParams, type ParamsModel, type RequestChecks } from "./request-checks.js";
 import { RequestTransform } from "./request-transform.js";
 import { onSessionDeleted } from "./session-deleted.js";
@@ -77,7 +77,13 @@ export class OpencodeAdapter {
   constructor(
     readonly memory: Memory,
     readonly config: ResolvedPluginConfig,
-    project: { id: string; worktree: string; directory: string; hostPid?: number },
+    project: {
+      id: string;
+      worktree: string;
+      directory: string;
+      hostPid?: number;
+      rememberedLimits?: RememberedLimits;
+    },
     private readonly lookups: HostLookups,
     log: Log,
     private readonly clock: Clock = systemClock,
@@ -119,7 +125,11 @@ export class OpencodeAdapter {
       ...{ memory, config, projectId, sessions, lease, jobs, records, outcomes, rewinds, staleTurns, transcript },
       ...{ clock, diagnostics, open, startWorkerIfBehind },
     });
-    this.limits = new ModelLimits((providerId, modelId) => this.lookups.modelLimits(providerId, modelId));
+    const remembered = project.rememberedLimits;
+    this.limits = new ModelLimits(
+      (providerId, modelId) => this.lookups.modelLimits(providerId, modelId),
+      remembered ? { store: remembered, directory: project.directory } : undefined,
+    );
     const { holder, limits } = this;
     this.requests = new RequestTransform({ memory, config, holder, records, limits, diagnostics, startWorkerIfBehind });
   }

@@ -16,6 +16,7 @@ import { createConnection, createServer, type Server, type Socket } from "node:n
 import { join } from "node:path";
 import { type Config, type Memory, openMemory } from "../src/memory/index.js";
 import { LineReader } from "./json-lines.js";
+import type { RememberedLimits } from "./model-limits.js";
 import { hostPlugin } from "./plugin-host.js";
 import { ClosableRegistry } from "./shutdown.js";
 import type { ToMainThread, ToPluginThread } from "./thread-protocol.js";
@@ -183,6 +184,7 @@ class Connection {
       (init) => ({
         env: init.env ?? {},
         hostPid: init.pid,
+        rememberedLimits: memories.limits,
         openMemory: (config) => memories.open(config),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),
@@ -237,6 +239,8 @@ class Connection {
  */
 class SharedMemories {
   private readonly opened = new Map<string, Promise<Memory>>();
+  /** The models' limits the connections learned, for the next ones (plugin/model-limits.ts). */
+  readonly limits: RememberedLimits = new Map();
 
   /**
    * `idleMs`: the server's idle time. Its connections stay open as long as the server may wait for the next process:

@@ -12,7 +12,10 @@ import { withoutRetryTriggers } from "./retry-triggers.js";
 export interface RequestChecks {
   /** The error `chat.params` raises, until the session's next transform or idle. */
   pendingError: string | undefined;
-  /** Memory was sized for an assumed window: `chat.params` compares the request with the model's real one, once. */
+  /**
+   * Memory was sized for an assumed window (OpenCode did not answer with the model's limits in time, or they were
+   * remembered from another process: plugin/model-limits.ts): `chat.params` compares the request with the real one, once.
+   */
   unsized: { readonly tokens: number; readonly assumedWindow: number } | undefined;
 }
 
@@ -45,7 +48,7 @@ export function checkRequestParams(checks: RequestChecks, model: ParamsModel | u
     if (checks.pendingError === undefined && unsized.tokens > window) {
       checks.pendingError = actionableError(
         "BUDGET_EXCEEDED",
-        `the request needs about ${unsized.tokens} tokens (memory sized for an assumed window of ${unsized.assumedWindow}: OpenCode did not answer with the model's limits in time); the window of ${model.providerID}/${model.id} is ${window}`,
+        `the request needs about ${unsized.tokens} tokens (memory sized for an assumed window of ${unsized.assumedWindow}: OpenCode had not confirmed the model's limits when the request was prepared); the window of ${model.providerID}/${model.id} is ${window}`,
       );
     }
   }

@@ -240,7 +240,8 @@ export class RequestTransform {
     const plugin = this.deps.config.plugin;
     const activeTokens = messages.slice(replaceable).reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
     const model = modelOf(messages);
-    const limits = model ? await this.deps.limits.of(model.providerID, model.modelID) : undefined;
+    const found = model ? await this.deps.limits.of(model.providerID, model.modelID) : undefined;
+    const limits = found?.limits;
     const windowTokens = limits?.context ?? (plugin.windowTokens || 32_000);
     const outputTokens = plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000);
     // The system prompt is measured at system.transform, which runs after this hook: the previous step's size, at least
@@ -253,7 +254,8 @@ export class RequestTransform {
       outputTokens,
       reserveTokens: plugin.reserveTokens,
     };
-    return { budget, fixed: fixedRequestTokens(budget), model, sized: limits !== undefined };
+    // Limits remembered from another process are checked against the real window at chat.params, as an assumed one.
+    return { budget, fixed: fixedRequestTokens(budget), model, sized: found?.confirmed === true };
   }
 
   /**

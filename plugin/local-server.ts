@@ -21,6 +21,9 @@ import { hostPlugin } from "./plugin-host.js";
 import { ClosableRegistry } from "./shutdown.js";
 import type { ToMainThread, ToPluginThread } from "./thread-protocol.js";
 
+/** How long after a connection closed the server checks its code's stamp (its process is exiting meanwhile). */
+const STAMP_AFTER_CLOSE_MS = 2_000;
+
 export interface LocalServerOptions {
   readonly socketPath: string;
   readonly idleMs: number;
@@ -85,11 +88,16 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
       if (stopping) return;
       if (retired && connections.size === 0) void stop(retired);
       else armIdle();
-      // A change the watch missed (a file system without events) is still found, off every process's path.
-      void codeStamp(options.codeRoots).then(
-        (now) => now !== stamp && retire("its code changed on disk"),
-        () => undefined,
-      );
+      // A change the watch missed (a file system without events) is still found, off every process's path: a moment
+      // later, since the connection closes at the dispose, while OpenCode still exits on the same cores (the stat of
+      // every file cost 7-8 ms of CPU under Bun, docs/opencode-notes.md "Fifth pass").
+      setTimeout(() => {
+        if (stopping || retired) return;
+        void codeStamp(options.codeRoots).then(
+          (now) => now !== stamp && retire("its code changed on disk"),
+          () => undefined,
+        );
+      }, STAMP_AFTER_CLOSE_MS).unref();
     });
     connections.add(connection);
     if (stopping || retired) socket.destroy();

@@ -3,15 +3,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { LineReader } from "../../plugin/json-lines.js";
-import {
-  findExecutable,
-  localServerWanted,
-  nodeSupported,
-  serverCommand,
-  serverPaths,
-  serversDirectory,
-  settingsEnv,
-} from "../../plugin/local-server-client.js";
+import { localServerWanted, serverPaths, serversDirectory, settingsEnv } from "../../plugin/local-server-client.js";
+import { findExecutable, nodeSupported, serverCommand } from "../../plugin/local-server-runtime.js";
 
 /** Which OpenCode processes use the local server, and what makes two processes share one (plugin/local-server-client.ts). */
 describe("the local server's client", () => {

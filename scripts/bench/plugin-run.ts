@@ -20,6 +20,10 @@
  * median with its interval), and `localServerCpuS` / `postgresCpuS` are the median CPU seconds the local server and
  * PostgreSQL spent during a run with the plugin: the work that runs beside OpenCode on the same cores.
  *
+ * Each round also runs OpenCode with a plugin that returns no hooks (scripts/bench/empty-plugin.ts): OpenCode 1.18.33
+ * charges a run for loading any plugin, so `emptyPluginAdded*` is that charge and `overEmptyPlugin*` (optchat minus the
+ * empty plugin, paired by round, with its phases) is what optchat itself adds.
+ *
  * With OPTCHAT_BENCH_PLUGIN_BASELINE (the plugin/index.ts of another checkout, e.g. an export of main), each round
  * also runs that plugin, on its own database, so before and after are measured in the same run: `baseline*` fields.
  * Environment:
@@ -262,26 +266,29 @@ export async function runPluginRunBench(
   model: ModelServer,
   db: pg.Pool,
   signal: AbortSignal,
-  baseline?: BenchVariant,
+  { baseline, emptyPlugin }: { baseline?: BenchVariant; emptyPlugin?: BenchVariant } = {},
 ): Promise<void> {
   const rounds = envNumber("OPTCHAT_BENCH_PLUGIN_RUNS", 15, { min: 1, integer: true });
   // One warm-up each: the first run of a fresh environment creates OpenCode's SQLite database.
   const firstRun = await timedRun(withPlugin, model, "WARM-A");
   await timedRun(without, model, "WARM-B");
   if (baseline) await timedRun(baseline, model, "WARM-C");
+  if (emptyPlugin) await timedRun(emptyPlugin, model, "WARM-E");
   const a: RunFigures[] = [];
   const b: RunFigures[] = [];
   const c: RunFigures[] = [];
+  const e: RunFigures[] = [];
   for (let i = 0; i < rounds && !signal.aborted; i++) {
     const order: [BenchVariant, RunFigures[], string][] = [
       [withPlugin, a, `RUN-A${i}`],
       [without, b, `RUN-B${i}`],
       ...(baseline ? [[baseline, c, `RUN-C${i}`] as [BenchVariant, RunFigures[], string]] : []),
+      ...(emptyPlugin ? [[emptyPlugin, e, `RUN-E${i}`] as [BenchVariant, RunFigures[], string]] : []),
     ];
     if (i % 2 === 1) order.reverse();
     for (const [variant, into, marker] of order) into.push(await timedRun(variant, model, marker));
     note(
-      `plugin run: round ${i + 1}/${rounds}: ${round(a[i]?.wallS ?? 0)} s with, ${round(b[i]?.wallS ?? 0)} s without${baseline ? `, ${round(c[i]?.wallS ?? 0)} s with the baseline plugin` : ""}`,
+      `plugin run: round ${i + 1}/${rounds}: ${round(a[i]?.wallS ?? 0)} s with, ${round(b[i]?.wallS ?? 0)} s without${baseline ? `, ${round(c[i]?.wallS ?? 0)} s with the baseline plugin` : ""}${emptyPlugin ? `, ${round(e[i]?.wallS ?? 0)} s with the empty plugin` : ""}`,
     );
   }
   const missing = await incompleteRuns(db, ["WARM-A", ...a.map((_, i) => `RUN-A${i}`)]);
@@ -317,6 +324,18 @@ export async function runPluginRunBench(
           baselineAddedMachineCpuS: medianAdded(c, b, "machineCpuS"),
           baselineToFirstRequestS: medianOf(c, "toFirstRequestS"),
           baselineLastRequestToExitS: medianOf(c, "lastRequestToExitS"),
+        }
+      : {}),
+    ...(emptyPlugin
+      ? {
+          // OpenCode's own charge for loading any plugin, and what optchat adds beyond it (paired by round).
+          emptyPluginAddedS: medianAdded(e, b, "wallS"),
+          emptyPluginAddedSInterval95: addedInterval(e, b),
+          emptyPluginAddedByPhaseS: addedByPhase(e, b),
+          overEmptyPluginS: medianAdded(a, e, "wallS"),
+          overEmptyPluginSInterval95: addedInterval(a, e),
+          overEmptyPluginByPhaseS: addedByPhase(a, e),
+          overEmptyPluginCpuS: medianAdded(a, e, "cpuS"),
         }
       : {}),
     runsWithTurnCompleteAndFourRecords: `${a.length + 1 - missing.length}/${a.length + 1}`,

@@ -13,8 +13,9 @@
  *   model      per main request: the scripted model's answer time, the baseline the plugin's time compares to
  *   import     importing the plugin in OpenCode's Bun, wall and CPU ms: what OpenCode's thread imports (the entry and
  *              the thread bridge) and what the plugin's thread imports (scripts/bench/plugin-import.ts)
- *   run        per `opencode run` invocation: wall time with and without the plugin, interleaved (scripts/bench/
- *              plugin-run.ts); measured first, on the fresh database
+ *   run        per `opencode run` invocation: wall time with and without the plugin, and with a plugin that has no
+ *              hooks (OpenCode's own charge for loading any plugin), interleaved (scripts/bench/plugin-run.ts);
+ *              measured first, on the fresh database
  * Environment:
  *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40; 0 skips the serve cases)
  *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 15; 0 skips the run case)
@@ -72,15 +73,16 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
     if (runs > 0) {
       const db = new pg.Pool({ connectionString: url, max: 1 });
       const baselinePath = process.env.OPTCHAT_BENCH_PLUGIN_BASELINE;
+      // The reference: a plugin with no hooks, measured in the same rounds (scripts/bench/empty-plugin.ts).
+      const empty = await createOpencodeEnv({
+        modelUrl: model.url,
+        pluginPath: join(ROOT, "scripts", "bench", "empty-plugin.ts"),
+      });
       const runBench = (baseline?: OpencodeEnv) =>
-        runPluginRunBench(
-          { env, timings },
-          { env: bare },
-          model,
-          db,
-          context.signal,
-          baseline ? { env: baseline } : undefined,
-        );
+        runPluginRunBench({ env, timings }, { env: bare }, model, db, context.signal, {
+          ...(baseline ? { baseline: { env: baseline } } : {}),
+          emptyPlugin: { env: empty },
+        });
       try {
         if (!baselinePath) await runBench();
         else
@@ -99,6 +101,7 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
           });
       } finally {
         await db.end();
+        await cleanupOpencodeEnv(empty).catch(() => {});
       }
     }
     if (turns === 0) return;

@@ -20,6 +20,14 @@ export interface AdapterHost {
   readonly hostPid?: number;
   /** Model limits the local server's earlier processes learned (plugin/model-limits.ts); none in a process's own. */
   readonly rememberedLimits?: RememberedLimits;
+  /**
+   * The local server keeps a served process's compactor worker, when it runs at the process's close, for the database
+   * `config` names (plugin/local-server.ts `KeptWorkers`): it drains the queue between runs.
+   */
+  readonly keepWorker?: (config: Config, worker: { stop(): Promise<void> }) => void;
+  /** True while the local server keeps a worker for that database: a served process then starts its own only for a
+   * request whose memory is not ready (plugin/embedded-worker.ts). */
+  readonly workerKept?: (config: Config) => boolean;
 }
 
 /** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
@@ -78,7 +86,9 @@ export function openAdapterLazily(
         },
         (error) => adapter.problem("worker", undefined, error),
         config.plugin.embeddedWorkerStartMs,
+        () => host.workerKept?.(config.core) ?? false,
       ),
+      host.keepWorker && ((worker) => host.keepWorker?.(config.core, worker)),
     );
     adapter.scheduleProjectReconcile();
     unregister = host.register(adapter, config.plugin.closeFlushMs);

@@ -66,6 +66,7 @@ export class OpencodeAdapter {
   private readonly admission: Admission;
   private readonly requests: RequestTransform;
   private worker: EmbeddedWorker | undefined;
+  private keepWorker: ((worker: { stop(): Promise<void> }) => void) | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
   private closingDone: Promise<void> | undefined;
@@ -142,9 +143,13 @@ export class OpencodeAdapter {
     this.staleTurns.scheduleProjectPass(afterMs);
   }
 
-  /** The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). */
-  attachWorker(worker: EmbeddedWorker): void {
+  /**
+   * The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). `keep`: whoever outlives
+   * the OpenCode process (the local server) takes the worker at close when it runs, instead of it being stopped.
+   */
+  attachWorker(worker: EmbeddedWorker, keep?: (worker: { stop(): Promise<void> }) => void): void {
     this.worker = worker;
+    this.keepWorker = keep;
   }
 
   noteWorkerEvent(event: { type: string; message?: string; error?: unknown }): void {
@@ -155,6 +160,8 @@ export class OpencodeAdapter {
     }
     if (event.type === "error" || event.type === "failure") {
       this.workerError = `${event.type}: ${describe(event.error ?? event.message ?? "")}`;
+      // A worker the local server kept after this adapter closed: nobody reads the adapter's status any more.
+      if (this.closed) this.diagnostics.log("warn", `optchat: kept compactor worker ${this.workerError}`);
     }
   }
 
@@ -197,7 +204,10 @@ export class OpencodeAdapter {
       this.lease.stopRenewing(state);
       this.clock.clear(state.idleCheck?.timer);
     }
-    await this.worker?.stop();
+    // Kept by the local server when it runs: it drains the queue between runs instead of each run starting one.
+    const kept = this.keepWorker ? this.worker?.handOver() : undefined;
+    if (kept) this.keepWorker?.(kept);
+    else await this.worker?.stop();
     this.recordTiming("close", started, { flushed });
     // Not waited for: nothing is pending any more, and `opencode run` exits once `dispose` returns (the pool's
     // sockets then close with the process); in `serve` the close completes in the background.

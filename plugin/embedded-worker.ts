@@ -24,7 +24,9 @@ const AFTER_REQUEST_MS = 100;
  * stays idle for IDLE_START_MS (an interactive process between turns); memory not ready for a request (its own
  * history waits for summaries: without a worker it would wait for nothing); jobs already waiting for a worker when the
  * process prompts (left by processes that ended: a run-only workflow still makes progress, once its first request is
- * out). The triggers are the `on…` methods below; the adapter calls them and never waits for them.
+ * out). The triggers are the `on…` methods below; the adapter calls them and never waits for them. In a process the
+ * optchat local server serves, a worker running at the process's close is handed over to the server (`handOver`), which
+ * keeps it between runs; while it does, only memory not ready for a request starts a served process's own (`covered`).
  */
 export class EmbeddedWorker {
   private current: EmbeddedWorkerState;
@@ -32,6 +34,7 @@ export class EmbeddedWorker {
   private starting: Promise<void> | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
+  private handedOver = false;
   private askedForWaitingJobs = false;
   error: string | undefined;
   startReason: string | undefined;
@@ -41,14 +44,19 @@ export class EmbeddedWorker {
     private readonly start: (reason: string) => Promise<RunningCompactor>,
     private readonly onFailure: (error: unknown) => Promise<void>,
     startAfterMs: number,
+    /**
+     * True while another worker already drains this database's queue for this process (the local server's kept
+     * worker, see `handOver`): then only a request whose memory is not ready starts this one.
+     */
+    private readonly covered: () => boolean = () => false,
   ) {
     this.current = enabled ? "waiting" : "off";
     if (!enabled) return;
     if (startAfterMs === 0) {
-      this.startNow("configured to start at once");
+      this.startUnlessCovered("configured to start at once");
       return;
     }
-    this.timer = setTimeout(() => this.startNow(`${startAfterMs} ms after load`), startAfterMs);
+    this.timer = setTimeout(() => this.startUnlessCovered(`${startAfterMs} ms after load`), startAfterMs);
     // Never keeps OpenCode alive by itself.
     this.timer.unref?.();
   }
@@ -66,7 +74,7 @@ export class EmbeddedWorker {
   onSessionIdle(stillIdle: () => boolean): void {
     if (!this.waiting) return;
     const timer = setTimeout(() => {
-      if (stillIdle()) this.startNow("a session stayed idle");
+      if (stillIdle()) this.startUnlessCovered("a session stayed idle");
     }, IDLE_START_MS);
     timer.unref?.();
   }
@@ -87,7 +95,7 @@ export class EmbeddedWorker {
    * progress. Asked once, after the request left, so the check never delays it.
    */
   onFirstRequestSent(jobsWaiting: () => Promise<boolean>): void {
-    if (!this.waiting || this.askedForWaitingJobs) return;
+    if (!this.waiting || this.askedForWaitingJobs || this.covered()) return;
     this.askedForWaitingJobs = true;
     const timer = setTimeout(() => {
       jobsWaiting()
@@ -97,6 +105,10 @@ export class EmbeddedWorker {
         .catch(() => {});
     }, AFTER_REQUEST_MS);
     timer.unref?.();
+  }
+
+  private startUnlessCovered(reason: string): void {
+    if (!this.covered()) this.startNow(reason);
   }
 
   /** Starts the worker unless it started already, is off or the process is closing. Never throws. */
@@ -126,6 +138,8 @@ export class EmbeddedWorker {
    * that pg-boss does not hand to another worker once its heartbeat lapses.
    */
   async stop(): Promise<void> {
+    // Handed over (`handOver`): the keeper stops it.
+    if (this.handedOver) return;
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
@@ -134,6 +148,29 @@ export class EmbeddedWorker {
       return;
     }
     await this.stopRunning();
+  }
+
+  /**
+   * Instead of `stop`: gives the worker, started or starting, to whoever outlives this process (the local server keeps
+   * it, plugin/local-server.ts `KeptWorkers`), and never stops or starts it here again. Undefined when it is not
+   * running (nothing to keep: waiting, off or failed); then it is stopped as by `stop`.
+   */
+  handOver(): { stop(): Promise<void> } | undefined {
+    if (this.current !== "running" && this.current !== "starting") {
+      void this.stop();
+      return undefined;
+    }
+    this.stopped = true;
+    this.handedOver = true;
+    if (this.timer) clearTimeout(this.timer);
+    this.timer = undefined;
+    const starting = this.starting;
+    return {
+      stop: async () => {
+        await starting;
+        await this.stopRunning();
+      },
+    };
   }
 
   private async stopRunning(): Promise<void> {

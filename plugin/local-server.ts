@@ -194,6 +194,8 @@ class Connection {
         hostPid: init.pid,
         rememberedLimits: memories.limits,
         openMemory: (config) => memories.open(config),
+        keepWorker: (config, worker) => memories.keepWorker(config, worker, log),
+        workerKept: (config) => memories.workerKept(config),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),
     );
@@ -247,6 +249,15 @@ class Connection {
  */
 class SharedMemories {
   private readonly opened = new Map<string, Promise<Memory>>();
+  /**
+   * One compactor worker per database configuration, kept from a served process that had started one (plugin/
+   * embedded-worker.ts `handOver`). Why: a served `opencode run` that started its worker (jobs waited, or 10 s after
+   * load) stopped it at its exit, failing its running jobs back, and the next such run paid pg-boss's start again
+   * (0.11-0.15 s of CPU beside OpenCode, docs/opencode-notes.md "The local server on Node.js"): a run-only workflow
+   * summarized only inside runs, a little each. Kept, it drains the queue between runs, and served processes start no
+   * worker of their own while it runs. It stops with the server.
+   */
+  private readonly kept = new Map<string, { stop(): Promise<void> }>();
   /** The models' limits the connections learned, for the next ones (plugin/model-limits.ts). */
   readonly limits: RememberedLimits = new Map();
 
@@ -269,7 +280,26 @@ class SharedMemories {
     return memory.then(withoutClose);
   }
 
+  /** Keeps `worker` for `config`'s database, unless one is kept already: then `worker` is stopped. */
+  keepWorker(config: Config, worker: { stop(): Promise<void> }, log: (line: string) => void): void {
+    const key = JSON.stringify(config);
+    if (this.kept.has(key) || !this.opened.has(key)) {
+      void worker.stop().catch(() => undefined);
+      return;
+    }
+    this.kept.set(key, worker);
+    log("optchat local server: keeping a served process's compactor worker until the server stops");
+  }
+
+  workerKept(config: Config): boolean {
+    return this.kept.has(JSON.stringify(config));
+  }
+
   async close(): Promise<void> {
+    // The kept workers first: they use the pools.
+    const workers = [...this.kept.values()];
+    this.kept.clear();
+    await Promise.allSettled(workers.map((worker) => worker.stop()));
     const all = [...this.opened.values()];
     this.opened.clear();
     await Promise.allSettled(all.map((memory) => memory.then((m) => m.close())));

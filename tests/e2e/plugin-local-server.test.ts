@@ -4,7 +4,9 @@ import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stopLocalServers } from "../../plugin/local-server-client.js";
 import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
-import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
+import { resolveConfig } from "../../src/memory/config.js";
+import { openMemory } from "../../src/memory/service.js";
+import { finishTurnNeedingSummary, type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 import { requestsFor, toolResults } from "./requests.js";
 
 /**
@@ -145,6 +147,65 @@ describe("the local server", { timeout: 240_000 }, () => {
     expect(text).toContain("stopping: signal SIGTERM");
     expect(text).toContain("stopped: signal SIGTERM");
     expect(text).not.toMatch(/unhandled rejection|uncaught exception|a connection failed|could not be read/);
+  });
+
+  it("keeps a served run's compactor worker: it publishes turns finished while no OpenCode process runs", async () => {
+    // Its own configuration, so its own server: the embedded worker starts at once in every process.
+    const workerEnv = await world.env({ extraEnv: { OPTCHAT_EMBEDDED_WORKER_START_MS: "0", OPTCHAT_DEBUG: "1" } });
+    const workerServers = join(workerEnv.env.TMPDIR as string, `optchat-${process.getuid?.() ?? "user"}`);
+    const serverLog = () => {
+      const log = readdirSync(workerServers).find((n) => n.endsWith(".log"));
+      return log ? readFileSync(join(workerServers, log), "utf8") : "";
+    };
+    const first = await runOpencode(workerEnv, "LS-KEEP-1 REPLY=noted", { timeoutMs: WAIT });
+    expect(first.code, first.stderr.slice(-2000)).toBe(0);
+    await retrying(
+      async () => expect(readdirSync(workerServers).filter((n) => n.endsWith(".sock"))).toHaveLength(1),
+      30_000,
+      "the server's socket",
+    );
+    // Served: its worker starts at once, and the server keeps it when the run closes.
+    const second = await runOpencode(workerEnv, "LS-KEEP-2 REPLY=noted", { timeoutMs: WAIT });
+    expect(second.code, second.stderr.slice(-2000)).toBe(0);
+    await retrying(
+      async () => expect(serverLog()).toContain("keeping a served process's compactor worker"),
+      30_000,
+      "the server to keep the run's worker",
+    );
+
+    // A turn finished by another writer while no OpenCode process runs: only a worker in the server can publish it
+    // (before, a served run's worker stopped at its exit and the job waited for the next process's worker).
+    const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: world.database.url } }));
+    try {
+      const turn = await finishTurnNeedingSummary(memory, {
+        hostSessionId: "ls-keep-between-runs",
+        projectId: "ls-keep",
+        theme: "between runs",
+        day: 6,
+      });
+      await retrying(
+        async () => {
+          const { rows } = await db.query<{ n: number }>(
+            "SELECT count(*)::int AS n FROM optchat.publications WHERE session_id = $1::text AND turn_id = $2::text",
+            [turn.sessionId, turn.turnId],
+          );
+          expect(rows[0]?.n).toBe(1);
+        },
+        60_000,
+        "the turn's publication by the kept worker",
+      );
+    } finally {
+      await memory.close();
+    }
+
+    // While the worker is kept, a served run starts none of its own (only one start in the server's log: the second
+    // run's); the server stops it when it stops.
+    const third = await runOpencode(workerEnv, "LS-KEEP-3 REPLY=noted", { timeoutMs: WAIT });
+    expect(third.code, third.stderr.slice(-2000)).toBe(0);
+    expect(serverLog().match(/embedded worker starting/g)).toHaveLength(1);
+    expect(await stopLocalServers(workerServers)).toHaveLength(1);
+    expect(serverLog()).toContain("stopped: signal SIGTERM");
+    expect(serverLog()).not.toMatch(/unhandled rejection|uncaught exception|kept compactor worker (error|failure)/);
   });
 
   it("runs on OpenCode's own Bun with localServerRuntime bun, serving runs as on Node.js", async () => {

@@ -118,7 +118,13 @@ describe("the embedded worker starts when needed", () => {
   it("starts only for a request whose memory is not ready while another worker is kept for the database", async () => {
     let kept = true;
     const run = controlledStart();
-    const worker = new EmbeddedWorker(true, run.start, async () => {}, 10_000, () => kept);
+    const worker = new EmbeddedWorker(
+      true,
+      run.start,
+      async () => {},
+      10_000,
+      () => kept,
+    );
     worker.onSessionIdle(() => true);
     let asked = 0;
     worker.onFirstRequestSent(async () => {
@@ -133,9 +139,16 @@ describe("the embedded worker starts when needed", () => {
     // Once nothing is kept any more, the usual triggers start it again.
     kept = false;
     const later = controlledStart();
-    const other = new EmbeddedWorker(true, later.start, async () => {}, 10_000, () => kept);
+    const other = new EmbeddedWorker(
+      true,
+      later.start,
+      async () => {},
+      10_000,
+      () => kept,
+    );
     await vi.advanceTimersByTimeAsync(10_000);
     expect(later.reasons).toEqual(["10000 ms after load"]);
+    expect(other.state).toBe("starting");
   });
 });
 

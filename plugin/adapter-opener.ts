@@ -3,7 +3,7 @@ import { type Config, type Memory, openMemory, redactUrl, type Summarizer, start
 import { type HostLookups, OpencodeAdapter } from "./adapter.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { Log } from "./diagnostics.js";
-import { EmbeddedWorker } from "./embedded-worker.js";
+import { EmbeddedWorker, type KeptWorker } from "./embedded-worker.js";
 import type { RememberedLimits } from "./model-limits.js";
 import { closeOnSignals, type RegisterClosable } from "./shutdown.js";
 
@@ -22,9 +22,9 @@ export interface AdapterHost {
   readonly rememberedLimits?: RememberedLimits;
   /**
    * The local server keeps a served process's compactor worker, when it runs at the process's close, for the database
-   * `config` names (plugin/local-server.ts `KeptWorkers`): it drains the queue between runs.
+   * `config` names (plugin/kept-workers.ts): it works between runs.
    */
-  readonly keepWorker?: (config: Config, worker: { stop(): Promise<void> }) => void;
+  readonly keepWorker?: (config: Config, worker: KeptWorker) => void;
   /** True while the local server keeps a worker for that database: a served process then starts its own only for a
    * request whose memory is not ready (plugin/embedded-worker.ts). */
   readonly workerKept?: (config: Config) => boolean;

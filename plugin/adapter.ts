@@ -3,7 +3,7 @@ import { Admission } from "./admission.js";
 import { type Clock, systemClock } from "./clock.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import { Diagnostics, describe, type Log } from "./diagnostics.js";
-import type { EmbeddedWorker, EmbeddedWorkerState } from "./embedded-worker.js";
+import type { EmbeddedWorker, EmbeddedWorkerState, KeptWorker } from "./embedded-worker.js";
 import { readHostEvent } from "./host-events.js";
 import { HostSessions } from "./host-sessions.js";
 import { HOST, projectScopeId } from "./identity.js";
@@ -66,7 +66,7 @@ export class OpencodeAdapter {
   private readonly admission: Admission;
   private readonly requests: RequestTransform;
   private worker: EmbeddedWorker | undefined;
-  private keepWorker: ((worker: { stop(): Promise<void> }) => void) | undefined;
+  private keepWorker: ((worker: KeptWorker) => void) | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
   private closingDone: Promise<void> | undefined;
@@ -147,7 +147,7 @@ export class OpencodeAdapter {
    * The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). `keep`: whoever outlives
    * the OpenCode process (the local server) takes the worker at close when it runs, instead of it being stopped.
    */
-  attachWorker(worker: EmbeddedWorker, keep?: (worker: { stop(): Promise<void> }) => void): void {
+  attachWorker(worker: EmbeddedWorker, keep?: (worker: KeptWorker) => void): void {
     this.worker = worker;
     this.keepWorker = keep;
   }

@@ -1,5 +1,12 @@
 import type { RunningCompactor } from "../src/memory/index.js";
 
+/** A worker handed over at close (`EmbeddedWorker.handOver`): whoever keeps it pauses, resumes and stops it. */
+export interface KeptWorker {
+  stop(): Promise<void>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+}
+
 export type EmbeddedWorkerState = "off" | "waiting" | "starting" | "running" | "failed";
 
 /**
@@ -155,7 +162,7 @@ export class EmbeddedWorker {
    * it, plugin/local-server.ts `KeptWorkers`), and never stops or starts it here again. Undefined when it is not
    * running (nothing to keep: waiting, off or failed); then it is stopped as by `stop`.
    */
-  handOver(): { stop(): Promise<void> } | undefined {
+  handOver(): KeptWorker | undefined {
     if (this.current !== "running" && this.current !== "starting") {
       void this.stop();
       return undefined;
@@ -165,10 +172,20 @@ export class EmbeddedWorker {
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     const starting = this.starting;
+    const running = async () => {
+      await starting;
+      return this.running;
+    };
     return {
       stop: async () => {
         await starting;
         await this.stopRunning();
+      },
+      pause: async () => {
+        await (await running())?.pause();
+      },
+      resume: async () => {
+        await (await running())?.resume();
       },
     };
   }

@@ -15,7 +15,9 @@ import { readdir, stat, unlink } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import { type Config, type Memory, openMemory } from "../src/memory/index.js";
+import type { KeptWorker } from "./embedded-worker.js";
 import { LineReader } from "./json-lines.js";
+import { KeptWorkers } from "./kept-workers.js";
 import type { RememberedLimits } from "./model-limits.js";
 import { hostPlugin } from "./plugin-host.js";
 import { ClosableRegistry } from "./shutdown.js";
@@ -42,7 +44,7 @@ export interface RunningLocalServer {
 /** Serves OpenCode processes on `socketPath`; undefined when another live server already listens there. */
 export async function startLocalServer(options: LocalServerOptions): Promise<RunningLocalServer | undefined> {
   const stamp = await codeStamp(options.codeRoots);
-  const memories = new SharedMemories(options.idleMs);
+  const memories = new SharedMemories(options.idleMs, options.log);
   const connections = new Set<Connection>();
   const closing = new Set<Promise<void>>();
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -83,6 +85,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     clearTimeout(idleTimer);
     const connection = new Connection(socket, memories, options.log, (adaptersClosed) => {
       connections.delete(connection);
+      memories.workers.connections(connections.size);
       closing.add(adaptersClosed);
       void adaptersClosed.finally(() => closing.delete(adaptersClosed));
       if (stopping) return;
@@ -100,6 +103,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
       }, STAMP_AFTER_CLOSE_MS).unref();
     });
     connections.add(connection);
+    memories.workers.connections(connections.size);
     if (stopping || retired) socket.destroy();
     else connection.ready();
   });
@@ -194,7 +198,7 @@ class Connection {
         hostPid: init.pid,
         rememberedLimits: memories.limits,
         openMemory: (config) => memories.open(config),
-        keepWorker: (config, worker) => memories.keepWorker(config, worker, log),
+        keepWorker: (config, worker) => memories.keepWorker(config, worker),
         workerKept: (config) => memories.workerKept(config),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),
@@ -249,15 +253,8 @@ class Connection {
  */
 class SharedMemories {
   private readonly opened = new Map<string, Promise<Memory>>();
-  /**
-   * One compactor worker per database configuration, kept from a served process that had started one (plugin/
-   * embedded-worker.ts `handOver`). Why: a served `opencode run` that started its worker (jobs waited, or 10 s after
-   * load) stopped it at its exit, failing its running jobs back, and the next such run paid pg-boss's start again
-   * (0.11-0.15 s of CPU beside OpenCode, docs/opencode-notes.md "The local server on Node.js"): a run-only workflow
-   * summarized only inside runs, a little each. Kept, it drains the queue between runs, and served processes start no
-   * worker of their own while it runs. It stops with the server.
-   */
-  private readonly kept = new Map<string, { stop(): Promise<void> }>();
+  /** The compactor workers kept from served processes, one per database configuration (plugin/kept-workers.ts). */
+  readonly workers: KeptWorkers;
   /** The models' limits the connections learned, for the next ones (plugin/model-limits.ts). */
   readonly limits: RememberedLimits = new Map();
 
@@ -266,7 +263,12 @@ class SharedMemories {
    * with node-postgres's 10 s default the backends (which had planned the statements, measured ~7 ms each to warm)
    * were closed between runs a few seconds apart.
    */
-  constructor(private readonly idleMs: number) {}
+  constructor(
+    private readonly idleMs: number,
+    log: (line: string) => void,
+  ) {
+    this.workers = new KeptWorkers(log);
+  }
 
   open(config: Config): Promise<Memory> {
     const key = JSON.stringify(config);
@@ -280,26 +282,20 @@ class SharedMemories {
     return memory.then(withoutClose);
   }
 
-  /** Keeps `worker` for `config`'s database, unless one is kept already: then `worker` is stopped. */
-  keepWorker(config: Config, worker: { stop(): Promise<void> }, log: (line: string) => void): void {
+  /** Keeps `worker` for `config`'s database, unless one is kept already (or it was never opened): then it is stopped. */
+  keepWorker(config: Config, worker: KeptWorker): void {
     const key = JSON.stringify(config);
-    if (this.kept.has(key) || !this.opened.has(key)) {
-      void worker.stop().catch(() => undefined);
-      return;
-    }
-    this.kept.set(key, worker);
-    log("optchat local server: keeping a served process's compactor worker until the server stops");
+    const memory = this.opened.get(key);
+    if (!memory || !this.workers.keep(key, worker, memory)) void worker.stop().catch(() => undefined);
   }
 
   workerKept(config: Config): boolean {
-    return this.kept.has(JSON.stringify(config));
+    return this.workers.has(JSON.stringify(config));
   }
 
   async close(): Promise<void> {
     // The kept workers first: they use the pools.
-    const workers = [...this.kept.values()];
-    this.kept.clear();
-    await Promise.allSettled(workers.map((worker) => worker.stop()));
+    await this.workers.stopAll();
     const all = [...this.opened.values()];
     this.opened.clear();
     await Promise.allSettled(all.map((memory) => memory.then((m) => m.close())));

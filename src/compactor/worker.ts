@@ -71,6 +71,12 @@ export interface RunningCompactor {
    * idempotent): for a process that is exiting.
    */
   stop(timeoutMs?: number, options?: { graceful?: boolean }): Promise<void>;
+  /**
+   * Stops fetching jobs, letting the running ones finish; `resume` fetches again. For a worker kept beside processes
+   * whose cores it must not take while they run (the plugin's local server, plugin/local-server.ts). Idempotent.
+   */
+  pause(): Promise<void>;
+  resume(): Promise<void>;
 }
 
 /** Starts a compactor worker: `concurrency` jobs at once, sharing the queue with every other worker. */
@@ -130,17 +136,40 @@ export async function startCompactor(
     const failed = results.find((result) => result.status === "rejected");
     if (failed) throw failed.reason;
   };
-  await boss.work<NodeJobData>(NODE_QUEUE, options, (jobs) => runAll(jobs, (job) => buildNodeJob(deps, job), "node"));
+  const workNodes = () =>
+    boss.work<NodeJobData>(NODE_QUEUE, options, (jobs) => runAll(jobs, (job) => buildNodeJob(deps, job), "node"));
+  const workPublications = () =>
+    boss.work<PublishJobData>(PUBLISH_QUEUE, { ...options, localConcurrency: 1 }, (jobs) =>
+      runAll(jobs, (job) => publishTurnJob(deps, job), "publication"),
+    );
+  await workNodes();
   await sweepLostWork(deps).catch((error) =>
     report({ type: "error", error: `start-up sweep: ${(error as Error).message}` }),
   );
-  await boss.work<PublishJobData>(PUBLISH_QUEUE, { ...options, localConcurrency: 1 }, (jobs) =>
-    runAll(jobs, (job) => publishTurnJob(deps, job), "publication"),
-  );
+  await workPublications();
+  // Pauses and resumes run one after another, in the order asked.
+  let paused = false;
+  let switching: Promise<void> = Promise.resolve();
+  const switchTo = (pause: boolean): Promise<void> => {
+    switching = switching.then(async () => {
+      if (paused === pause) return;
+      paused = pause;
+      if (pause) {
+        await boss.offWork(NODE_QUEUE, { wait: false });
+        await boss.offWork(PUBLISH_QUEUE, { wait: false });
+      } else {
+        await workNodes();
+        await workPublications();
+      }
+    });
+    return switching;
+  };
   return {
     boss,
     async stop(timeoutMs = 30_000, options = {}) {
       await boss.stop({ graceful: options.graceful ?? true, timeout: timeoutMs });
     },
+    pause: () => switchTo(true),
+    resume: () => switchTo(false),
   };
 }

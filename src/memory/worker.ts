@@ -58,9 +58,11 @@ export async function startWorker(
     boss: compactor.boss,
     retention,
     summarizer: summarizer.identity,
-    async stop(timeoutMs) {
+    async stop(timeoutMs, options) {
       await retention.stop();
-      await compactor.stop(timeoutMs);
+      await compactor.stop(timeoutMs, options);
     },
+    pause: () => compactor.pause(),
+    resume: () => compactor.resume(),
   };
 }

@@ -5,6 +5,7 @@ import type { RunningCompactor } from "../../src/memory/index.js";
 /** A worker start the test finishes by hand, and the stops it received. */
 function controlledStart() {
   const stops: boolean[] = [];
+  const switches: string[] = [];
   let finish!: () => void;
   const reasons: string[] = [];
   const start = (reason: string) => {
@@ -16,10 +17,16 @@ function controlledStart() {
           stop: async (_timeout?: number, options?: { graceful?: boolean }) => {
             stops.push(options?.graceful ?? true);
           },
+          pause: async () => {
+            switches.push("pause");
+          },
+          resume: async () => {
+            switches.push("resume");
+          },
         });
     });
   };
-  return { start, stops, reasons, finish: () => finish() };
+  return { start, stops, switches, reasons, finish: () => finish() };
 }
 
 beforeEach(() => {

@@ -1,0 +1,59 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type RunningCompactor, startWorker } from "../../src/memory/worker.js";
+import { eventually, finishTurnNeedingSummary, useTestMemory } from "../helpers.js";
+
+/**
+ * A compactor worker paused and resumed (src/compactor/worker.ts `pause`/`resume`; the local server pauses the worker
+ * it keeps while served processes run, plugin/kept-workers.ts): paused, it takes no job; resumed, it takes them again.
+ * Real Postgres and pg-boss, the deterministic summarizer.
+ */
+
+const db = useTestMemory();
+let worker: RunningCompactor;
+
+beforeAll(async () => {
+  worker = await startWorker(db.memory, db.config, () => {});
+});
+afterAll(async () => {
+  await worker?.stop(1_000, { graceful: false });
+});
+
+async function publications(sessionId: string): Promise<number> {
+  const { rows } = await db.memory.pool.query<{ n: number }>(
+    "SELECT count(*)::int AS n FROM optchat.publications WHERE session_id = $1::text",
+    [sessionId],
+  );
+  return rows[0]?.n ?? 0;
+}
+
+describe("a paused compactor worker", () => {
+  it("takes no job while paused, and takes them again once resumed", async () => {
+    const first = await finishTurnNeedingSummary(db.memory, {
+      hostSessionId: "pause-before",
+      projectId: "prj_pause",
+      theme: "working",
+      day: 1,
+    });
+    await eventually(async () => ((await publications(first.sessionId)) === 1 ? true : undefined), 30_000, "first");
+
+    await worker.pause();
+    await worker.pause(); // idempotent
+    const held = await finishTurnNeedingSummary(db.memory, {
+      hostSessionId: "pause-held",
+      projectId: "prj_pause",
+      theme: "paused",
+      day: 2,
+    });
+    // Polling every second and woken by new jobs when working: three seconds is ample to see it take nothing.
+    await new Promise((resolve) => setTimeout(resolve, 3_000));
+    expect(await publications(held.sessionId)).toBe(0);
+    const { rows } = await db.memory.pool.query<{ n: number }>(
+      "SELECT count(*)::int AS n FROM pgboss.job WHERE state = 'created'",
+    );
+    expect(rows[0]?.n).toBeGreaterThan(0);
+
+    await worker.resume();
+    await worker.resume();
+    await eventually(async () => ((await publications(held.sessionId)) === 1 ? true : undefined), 30_000, "resumed");
+  });
+});

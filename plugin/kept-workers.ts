@@ -17,7 +17,7 @@ const STARVED_AFTER_S = 30;
  * 10 s) stopped it at its exit, failing its running jobs back, and a later run paid pg-boss's start again (0.11-0.15 s
  * of CPU beside OpenCode): a run-only workflow summarized a little inside each run, never between them. Kept, a worker
  * works while no served process runs, and pauses while one does (their cores are OpenCode's: measured, a worker that
- * took each run's jobs at once added 0.04 s to its exit, docs/opencode-notes.md "The kept compactor worker"), unless
+ * took each run's jobs at once added 0.04 s to its exit, docs/opencode-notes.md "What any plugin costs, and the kept compactor worker"), unless
  * jobs have waited 30 s; served processes start none of their own meanwhile. They stop with the server.
  */
 export class KeptWorkers {

@@ -50,9 +50,12 @@ export const NODE_QUEUE_OPTIONS = {
 
 export type BossRole = "installer" | "worker";
 
+/** How often a working compactor runs pg-boss's supervision pass (a killed worker's job runs again in ~11 s). */
+export const SUPERVISE_INTERVAL_SECONDS = 1;
+
 /**
  * A pg-boss instance for one role. The installer (optchat migrate) creates pg-boss's schema and our queue; workers
- * also supervise expired claims and listen for new jobs. Producers (every memory service) only insert jobs inside our
+ * also listen for new jobs (and run the supervision of expired claims, src/compactor/supervision.ts). Producers (every memory service) only insert jobs inside our
  * transactions and start no pg-boss at all (`producerJobs`).
  */
 export async function createBoss(
@@ -71,8 +74,10 @@ export async function createBoss(
     migrate: role === "installer",
     createSchema: role === "installer",
     schedule: false,
-    supervise: role === "worker",
-    superviseIntervalSeconds: 1,
+    // Workers run pg-boss's supervision pass themselves, every SUPERVISE_INTERVAL_SECONDS, so that a paused worker
+    // runs none (src/compactor/supervision.ts); the pass claims its work by these intervals.
+    supervise: false,
+    superviseIntervalSeconds: SUPERVISE_INTERVAL_SECONDS,
     monitorIntervalSeconds: 1,
     useListenNotify: role === "worker",
     // Only workers belong in pg-boss's instance registry (a row, its pruning, a heartbeat timer sampling heap,

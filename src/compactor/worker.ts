@@ -17,9 +17,11 @@ import {
   type NodeJobData,
   PUBLISH_QUEUE,
   type PublishJobData,
+  SUPERVISE_INTERVAL_SECONDS,
 } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
 import type { Summarizer } from "./summarizer.js";
+import { superviseEvery } from "./supervision.js";
 
 export type { CompactorDeps, CompactorEvent } from "./deps.js";
 export { retryDelaySeconds, treeCacheKey } from "./deps.js";
@@ -72,8 +74,9 @@ export interface RunningCompactor {
    */
   stop(timeoutMs?: number, options?: { graceful?: boolean }): Promise<void>;
   /**
-   * Stops fetching jobs, letting the running ones finish; `resume` fetches again. For a worker kept beside processes
-   * whose cores it must not take while they run (the plugin's local server, plugin/local-server.ts). Idempotent.
+   * Stops fetching jobs, letting the running ones finish, and runs no supervision pass; `resume` does both again. For
+   * a worker kept beside processes whose cores it must not take while they run (the plugin's local server,
+   * plugin/local-server.ts). Idempotent.
    */
   pause(): Promise<void>;
   resume(): Promise<void>;
@@ -91,6 +94,11 @@ export async function startCompactor(
   });
   boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
   await boss.start();
+  const supervision = superviseEvery(
+    () => boss.supervise(),
+    SUPERVISE_INTERVAL_SECONDS * 1000,
+    (error) => report({ type: "error", error: `pg-boss supervision: ${(error as Error).message}` }),
+  );
   const deps: CompactorDeps = {
     pool,
     boss,
@@ -155,11 +163,13 @@ export async function startCompactor(
       if (paused === pause) return;
       paused = pause;
       if (pause) {
+        supervision.pause();
         await boss.offWork(NODE_QUEUE, { wait: false });
         await boss.offWork(PUBLISH_QUEUE, { wait: false });
       } else {
         await workNodes();
         await workPublications();
+        supervision.resume();
       }
     });
     return switching;
@@ -167,6 +177,7 @@ export async function startCompactor(
   return {
     boss,
     async stop(timeoutMs = 30_000, options = {}) {
+      await supervision.stop();
       await boss.stop({ graceful: options.graceful ?? true, timeout: timeoutMs });
     },
     pause: () => switchTo(true),

@@ -4,8 +4,8 @@ import { eventually, finishTurnNeedingSummary, useTestMemory } from "../helpers.
 
 /**
  * A compactor worker paused and resumed (src/compactor/worker.ts `pause`/`resume`; the local server pauses the worker
- * it keeps while served processes run, plugin/kept-workers.ts): paused, it takes no job; resumed, it takes them again.
- * Real Postgres and pg-boss, the deterministic summarizer.
+ * it keeps while served processes run, plugin/kept-workers.ts): paused, it takes no job and runs no supervision pass
+ * (src/compactor/supervision.ts); resumed, it does both again. Real Postgres and pg-boss, the deterministic summarizer.
  */
 
 const db = useTestMemory();
@@ -26,6 +26,14 @@ async function publications(sessionId: string): Promise<number> {
   return rows[0]?.n ?? 0;
 }
 
+/** When a supervision pass last claimed the queues' monitoring (pg-boss stamps it in every pass, at most once a second). */
+async function lastSupervised(): Promise<string> {
+  const { rows } = await db.memory.pool.query<{ at: string }>(
+    "SELECT max(monitor_claim_on)::text AS at FROM pgboss.queue WHERE name LIKE 'optchat%'",
+  );
+  return rows[0]?.at ?? "";
+}
+
 describe("a paused compactor worker", () => {
   it("takes no job while paused, and takes them again once resumed", async () => {
     const first = await finishTurnNeedingSummary(db.memory, {
@@ -36,8 +44,12 @@ describe("a paused compactor worker", () => {
     });
     await eventually(async () => ((await publications(first.sessionId)) === 1 ? true : undefined), 30_000, "first");
 
+    await eventually(async () => ((await lastSupervised()) !== "" ? true : undefined), 10_000, "supervised");
     await worker.pause();
     await worker.pause(); // idempotent
+    // A pass under way when it paused may still stamp: what counts is that none follows.
+    await new Promise((resolve) => setTimeout(resolve, 1_000));
+    const supervisedWhenPaused = await lastSupervised();
     const held = await finishTurnNeedingSummary(db.memory, {
       hostSessionId: "pause-held",
       projectId: "prj_pause",
@@ -51,9 +63,16 @@ describe("a paused compactor worker", () => {
       "SELECT count(*)::int AS n FROM pgboss.job WHERE state = 'created'",
     );
     expect(rows[0]?.n).toBeGreaterThan(0);
+    // Working, the worker supervises every second: paused, it ran no pass in four seconds.
+    expect(await lastSupervised()).toBe(supervisedWhenPaused);
 
     await worker.resume();
     await worker.resume();
     await eventually(async () => ((await publications(held.sessionId)) === 1 ? true : undefined), 30_000, "resumed");
+    await eventually(
+      async () => ((await lastSupervised()) !== supervisedWhenPaused ? true : undefined),
+      10_000,
+      "supervised again",
+    );
   });
 });

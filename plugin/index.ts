@@ -12,8 +12,9 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
+  const started = performance.now();
   if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {
-    const { bridgedHooks, threadedHooks, workerClass } = await import("./thread-bridge.js");
+    const { bridgedHooks, recordLoad, threadedHooks, workerClass } = await import("./thread-bridge.js");
     // The local server, where this process uses one and it answers (plugin/local-server-client.ts).
     const local = await import("./local-server-client.js")
       .then(({ localServerChannel }) =>
@@ -23,10 +24,18 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
         process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
         return undefined;
       });
-    if (local) return bridgedHooks(input, options, local.channel, { env: local.env, flushOutlivesProcess: true });
+    if (local) {
+      const hooks = bridgedHooks(input, options, local.channel, { env: local.env, flushOutlivesProcess: true });
+      recordLoad(options, "local server", started);
+      return hooks;
+    }
     const WorkerClass = workerClass();
     try {
-      if (WorkerClass) return threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+      if (WorkerClass) {
+        const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+        recordLoad(options, "thread", started);
+        return hooks;
+      }
     } catch (error) {
       // A thread that cannot start (Bun resolves the entry when the worker is made): run in OpenCode's thread.
       process.stderr.write(

@@ -401,11 +401,33 @@ function forwardedTools(bridge: ThreadBridge): Record<string, unknown> {
   return tools;
 }
 
-/** One line of the timings file: `{"op":"awaited","hook":…,"ms":…,"at":…}`; a write that fails is left out. */
+/** One line of the timings file: `{"op":"awaited","hook":…,"ms":…,"at":…}`. */
 function recordWait(file: string, hook: ForwardedHook, started: number): void {
-  const ms = Math.round((performance.now() - started) * 1000) / 1000;
+  appendTiming(file, { op: "awaited", hook, ms: msSince(started) });
+}
+
+/**
+ * With OPTCHAT_TIMINGS_FILE: how long the plugin's load took OpenCode (from the call of the plugin's function to its
+ * hooks) and where its work runs: `{"op":"load","side":"local server"|"thread",…}` (`bench plugin` counts the runs
+ * the local server served: one that did not pays a thread's start, docs/opencode-notes.md "Eighth pass").
+ */
+export function recordLoad(
+  options: Record<string, unknown> | undefined,
+  side: "local server" | "thread",
+  started: number,
+): void {
+  const file = mainSettings(options, process.env).timingsFile;
+  if (file) appendTiming(file, { op: "load", side, ms: msSince(started) });
+}
+
+function msSince(started: number): number {
+  return Math.round((performance.now() - started) * 1000) / 1000;
+}
+
+/** Appends one JSON line with the time; a write that fails is left out. */
+function appendTiming(file: string, entry: Record<string, unknown>): void {
   try {
-    appendFileSync(file, `${JSON.stringify({ op: "awaited", hook, ms, at: Date.now() })}\n`);
+    appendFileSync(file, `${JSON.stringify({ ...entry, at: Date.now() })}\n`);
   } catch {
     // Timings are for benchmarks: a failed write must not touch the hook.
   }

@@ -15,7 +15,9 @@
  * `addedCpuS` is OpenCode's process only; the plugin's work may run in another process (the optchat local server,
  * which `opencode run` uses by default) and in PostgreSQL, so `addedMachineCpuS` is the machine's CPU (every process,
  * from /proc/stat) over each run, with minus without: the whole cost wherever it runs. `firstRunS` is the warm-up run
- * with the plugin, the one that found no local server (it runs its own thread and starts the server).
+ * with the plugin, the one that found no local server (it runs its own thread and starts the server). `servedRuns`
+ * counts the rounds' runs the local server served (one that was not paid a thread's start), and `pluginLoadMs` is the
+ * median time OpenCode waited for the plugin's load (from the timings file's `load` line).
  * `addedByPhaseS` splits the added time by phase (time to the first request, the tool step, the exit; each a paired
  * median with its interval), and `localServerCpuS` / `postgresCpuS` are the median CPU seconds the local server and
  * PostgreSQL spent during a run with the plugin: the work that runs beside OpenCode on the same cores.
@@ -53,6 +55,8 @@ interface RunFigures {
   awaitedS: number | null;
   /** The same by hook (chat.message, transform: every request's, dispose). */
   awaitedByOpS: Record<string, number> | null;
+  /** The plugin's load as OpenCode waited for it, and where its work ran (null without a timings file). */
+  load: { side: string; ms: number } | null;
 }
 
 export interface BenchVariant {
@@ -91,6 +95,17 @@ function awaitedByOp(timings: string | undefined): Record<string, number> | null
     byOp[op] = (byOp[op] ?? 0) + entry.ms / 1000;
   }
   return Object.keys(byOp).length > 0 ? byOp : null;
+}
+
+/** The plugin's `load` line in the timings file (plugin/thread-bridge.ts `recordLoad`), or null. */
+function loadOf(timings: string | undefined): { side: string; ms: number } | null {
+  if (!timings || !existsSync(timings)) return null;
+  for (const line of readFileSync(timings, "utf8").split("\n")) {
+    if (!line.includes('"op":"load"')) continue;
+    const entry = JSON.parse(line) as { side: string; ms: number };
+    return { side: entry.side, ms: entry.ms };
+  }
+  return null;
 }
 
 async function timedRun(variant: BenchVariant, model: ModelServer, marker: string): Promise<RunFigures> {
@@ -140,6 +155,7 @@ async function timedRun(variant: BenchVariant, model: ModelServer, marker: strin
         awaitedByOpS: byOp,
       };
     })(),
+    load: loadOf(variant.timings),
   };
 }
 
@@ -187,7 +203,7 @@ function machineBusyS(): number | null {
 
 function medianOf(
   runs: readonly RunFigures[],
-  key: Exclude<keyof RunFigures, "awaitedByOpS" | "phases">,
+  key: Exclude<keyof RunFigures, "awaitedByOpS" | "phases" | "load">,
 ): number | null {
   const m = median(runs.flatMap((run) => (run[key] === null ? [] : [run[key] as number])));
   return m === null ? null : round(m);
@@ -311,6 +327,9 @@ export async function runPluginRunBench(
         round(median(a.flatMap((run) => (run.awaitedByOpS?.[op] === undefined ? [] : [run.awaitedByOpS[op]]))) ?? 0),
       ]),
     ),
+    // Runs the local server served (the rest paid a thread's start), and the plugin's load as OpenCode waited for it.
+    servedRuns: `${a.filter((run) => run.load?.side === "local server").length}/${a.length}`,
+    pluginLoadMs: round(median(a.flatMap((run) => (run.load ? [run.load.ms] : []))) ?? 0),
     withPluginMedianS: medianOf(a, "wallS"),
     withoutPluginMedianS: medianOf(b, "wallS"),
     toFirstRequestS: { with: medianOf(a, "toFirstRequestS"), without: medianOf(b, "toFirstRequestS") },

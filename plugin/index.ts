@@ -6,16 +6,34 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
  *
  * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
- * only the bridge and the tools' declarations, and forwards the hooks. An `opencode run` forwards them to the optchat
+ * only the bridge and the tools' declarations, and forwards the hooks. OpenCode gets them before that side is set up
+ * (plugin/deferred-hooks.ts). An `opencode run` forwards them to the optchat
  * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). `thread: "off"`
  * (OPTCHAT_PLUGIN_THREAD=off) runs everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime
  * without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
-  const started = performance.now();
-  if (threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) {
+  const load = { started: performance.now(), waitedMs: undefined as number | undefined };
+  if (!threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) return inProcessHooks(input, options);
+  // OpenCode gets the hooks at once; its calls wait for the side beside it (plugin/deferred-hooks.ts).
+  const { deferredHooks } = await import("./deferred-hooks.js");
+  const hooks = deferredHooks(besideHooks(input, options, load));
+  load.waitedMs = performance.now() - load.started;
+  return hooks;
+};
+
+/**
+ * The hooks of the plugin's side beside OpenCode: the local server's where this process uses one and it answers
+ * (plugin/local-server-client.ts), else the plugin's own thread's, else (a thread that cannot start: Bun resolves the
+ * entry when the worker is made) the hooks of OpenCode's own thread.
+ */
+async function besideHooks(
+  input: PluginInput,
+  options: Record<string, unknown> | undefined,
+  load: { readonly started: number; readonly waitedMs: number | undefined },
+): Promise<Hooks> {
+  try {
     const { bridgedHooks, recordLoad, threadedHooks, workerClass } = await import("./thread-bridge.js");
-    // The local server, where this process uses one and it answers (plugin/local-server-client.ts).
     const local = await import("./local-server-client.js")
       .then(({ localServerChannel }) =>
         localServerChannel(options, process.env, new URL("./local-server-entry.ts", import.meta.url)),
@@ -26,26 +44,27 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
       });
     if (local) {
       const hooks = bridgedHooks(input, options, local.channel, { env: local.env, flushOutlivesProcess: true });
-      recordLoad(options, "local server", started);
+      recordLoad(options, "local server", load);
       return hooks;
     }
     const WorkerClass = workerClass();
-    try {
-      if (WorkerClass) {
-        const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
-        recordLoad(options, "thread", started);
-        return hooks;
-      }
-    } catch (error) {
-      // A thread that cannot start (Bun resolves the entry when the worker is made): run in OpenCode's thread.
-      process.stderr.write(
-        `optchat: the plugin's thread could not start (${String(error)}); running in OpenCode's thread\n`,
-      );
+    if (WorkerClass) {
+      const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+      recordLoad(options, "thread", load);
+      return hooks;
     }
+  } catch (error) {
+    process.stderr.write(
+      `optchat: the plugin's thread could not start (${String(error)}); running in OpenCode's thread\n`,
+    );
   }
+  return inProcessHooks(input, options);
+}
+
+async function inProcessHooks(input: PluginInput, options: Record<string, unknown> | undefined): Promise<Hooks> {
   const { optchatHooks } = await import("./hooks.js");
   return optchatHooks(input, options);
-};
+}
 
 /**
  * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/config.ts,

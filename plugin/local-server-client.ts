@@ -19,8 +19,13 @@ import type { ServerCommand } from "./local-server-runtime.js";
 import type { BunWorker } from "./thread-bridge.js";
 import type { ToMainThread } from "./thread-protocol.js";
 
-/** How long a connection waits for the server's `ready` (it checks its code is current first: a few ms). */
-const READY_WITHIN_MS = 1_000;
+/**
+ * How long a connection waits for the server's `ready`, which the server sends at once. Generous: the connection is
+ * made while OpenCode goes on with its start (plugin/deferred-hooks.ts), whose event loop reads the answer only when it
+ * gets to it (measured up to 0.6 s after the plugin's load on 2 busy cores), and a `ready` read after the timer fired
+ * would cost the process a thread of its own and start a second server. A missing server fails at once.
+ */
+const READY_WITHIN_MS = 3_000;
 /** A start another process began this recently is not begun again (many OpenCode processes starting at once). */
 const START_GUARD_MS = 5_000;
 

@@ -407,17 +407,19 @@ function recordWait(file: string, hook: ForwardedHook, started: number): void {
 }
 
 /**
- * With OPTCHAT_TIMINGS_FILE: how long the plugin's load took OpenCode (from the call of the plugin's function to its
- * hooks) and where its work runs: `{"op":"load","side":"local server"|"thread",…}` (`bench plugin` counts the runs
- * the local server served: one that did not pays a thread's start, docs/opencode-notes.md "Eighth pass").
+ * With OPTCHAT_TIMINGS_FILE: where the plugin's work runs, how long OpenCode waited for the plugin's function
+ * (`waitedMs`) and how long its side took to be ready from the call (`readyMs`):
+ * `{"op":"load","side":"local server"|"thread",…}`. `bench plugin` counts the runs the local server served (one that
+ * was not paid a thread's start) and reports the waits (docs/opencode-notes.md "Eighth pass").
  */
 export function recordLoad(
   options: Record<string, unknown> | undefined,
   side: "local server" | "thread",
-  started: number,
+  load: { readonly started: number; readonly waitedMs: number | undefined },
 ): void {
   const file = mainSettings(options, process.env).timingsFile;
-  if (file) appendTiming(file, { op: "load", side, ms: msSince(started) });
+  const waitedMs = load.waitedMs === undefined ? null : Math.round(load.waitedMs * 1000) / 1000;
+  if (file) appendTiming(file, { op: "load", side, waitedMs, readyMs: msSince(load.started) });
 }
 
 function msSince(started: number): number {

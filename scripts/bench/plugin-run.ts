@@ -16,8 +16,9 @@
  * which `opencode run` uses by default) and in PostgreSQL, so `addedMachineCpuS` is the machine's CPU (every process,
  * from /proc/stat) over each run, with minus without: the whole cost wherever it runs. `firstRunS` is the warm-up run
  * with the plugin, the one that found no local server (it runs its own thread and starts the server). `servedRuns`
- * counts the rounds' runs the local server served (one that was not paid a thread's start), and `pluginLoadMs` is the
- * median time OpenCode waited for the plugin's load (from the timings file's `load` line).
+ * counts the rounds' runs the local server served (one that was not paid a thread's start), `pluginLoadMs` is the
+ * median time OpenCode waited for the plugin's function and `pluginSideReadyMs` the time until its side (the server's
+ * connection or its thread) was ready, which its hooks wait for (both from the timings file's `load` line).
  * `addedByPhaseS` splits the added time by phase (time to the first request, the tool step, the exit; each a paired
  * median with its interval), and `localServerCpuS` / `postgresCpuS` are the median CPU seconds the local server and
  * PostgreSQL spent during a run with the plugin: the work that runs beside OpenCode on the same cores.
@@ -55,8 +56,11 @@ interface RunFigures {
   awaitedS: number | null;
   /** The same by hook (chat.message, transform: every request's, dispose). */
   awaitedByOpS: Record<string, number> | null;
-  /** The plugin's load as OpenCode waited for it, and where its work ran (null without a timings file). */
-  load: { side: string; ms: number } | null;
+  /**
+   * Where the plugin's work ran, how long OpenCode waited for the plugin's function, and how long its side took to be
+   * ready (null without a timings file).
+   */
+  load: { side: string; waitedMs: number | null; readyMs: number } | null;
 }
 
 export interface BenchVariant {
@@ -98,12 +102,12 @@ function awaitedByOp(timings: string | undefined): Record<string, number> | null
 }
 
 /** The plugin's `load` line in the timings file (plugin/thread-bridge.ts `recordLoad`), or null. */
-function loadOf(timings: string | undefined): { side: string; ms: number } | null {
+function loadOf(timings: string | undefined): RunFigures["load"] {
   if (!timings || !existsSync(timings)) return null;
   for (const line of readFileSync(timings, "utf8").split("\n")) {
     if (!line.includes('"op":"load"')) continue;
-    const entry = JSON.parse(line) as { side: string; ms: number };
-    return { side: entry.side, ms: entry.ms };
+    const entry = JSON.parse(line) as { side: string; waitedMs: number | null; readyMs: number };
+    return { side: entry.side, waitedMs: entry.waitedMs, readyMs: entry.readyMs };
   }
   return null;
 }
@@ -327,9 +331,11 @@ export async function runPluginRunBench(
         round(median(a.flatMap((run) => (run.awaitedByOpS?.[op] === undefined ? [] : [run.awaitedByOpS[op]]))) ?? 0),
       ]),
     ),
-    // Runs the local server served (the rest paid a thread's start), and the plugin's load as OpenCode waited for it.
+    // Runs the local server served (the rest paid a thread's start), how long OpenCode waited for the plugin's
+    // function, and how long its side took to be ready (the hooks wait for it, plugin/deferred-hooks.ts).
     servedRuns: `${a.filter((run) => run.load?.side === "local server").length}/${a.length}`,
-    pluginLoadMs: round(median(a.flatMap((run) => (run.load ? [run.load.ms] : []))) ?? 0),
+    pluginLoadMs: round(median(a.flatMap((run) => (run.load?.waitedMs != null ? [run.load.waitedMs] : []))) ?? 0),
+    pluginSideReadyMs: round(median(a.flatMap((run) => (run.load ? [run.load.readyMs] : []))) ?? 0),
     withPluginMedianS: medianOf(a, "wallS"),
     withoutPluginMedianS: medianOf(b, "wallS"),
     toFirstRequestS: { with: medianOf(a, "toFirstRequestS"), without: medianOf(b, "toFirstRequestS") },

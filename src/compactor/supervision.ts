@@ -5,11 +5,12 @@
  *
  * Why ours (issue 9 item 2): pg-boss arms its timer at start and has no way to disarm it short of stopping, and a
  * worker that is paused (the local server's kept worker while OpenCode processes run, plugin/kept-workers.ts) must
- * not take the cores those processes are using. Measured on the 2-core machine, 10 served `opencode run`s each: a
- * kept, paused worker added 0.08-0.15 s of the server's CPU and 0.05-0.15 s of PostgreSQL's to every run, all of it
- * the 1 s supervision pass (~9 ms of statement time in PostgreSQL per pass, pg_stat_statements;
- * docs/opencode-notes.md "Eighth pass"). Paused, this loop runs no pass; claims of a worker that died meanwhile
- * expire at the next pass after the resume, or at another worker's.
+ * not take the cores those processes are using. Measured (15 s windows, a worker paused on the database a dozen
+ * served runs had left): 16-22 ms of the worker's CPU and 14-28 ms of PostgreSQL's per second with pg-boss's timer,
+ * 6-8 and 4-9 ms with this loop (about what they use with no worker); a pass was ~9 ms of statement time in
+ * PostgreSQL (pg_stat_statements), more on a larger job table (its queue statistics read the whole table, pg-boss's
+ * own comments say; docs/opencode-notes.md "Eighth pass"). Paused, this loop runs no pass; claims of a worker that
+ * died meanwhile expire at the next pass after the resume, or at another worker's.
  */
 
 export interface Supervision {

@@ -9,8 +9,7 @@
  * OpenCode calls comes later in its start (`chat.message`, or an event).
  */
 import type { Hooks, ToolContext } from "@opencode-ai/plugin";
-import { jsonSchemaArgs } from "./tool-args.js";
-import { MEMORY_TOOL_SPECS } from "./tool-specs.js";
+import { declaredMemoryTools } from "./tool-specs.js";
 
 /** The hooks the plugin's side answers (plugin/thread-bridge.ts `forwardedHooks`, plugin/hooks.ts). */
 const DEFERRED_HOOKS = [
@@ -51,18 +50,11 @@ export function deferredHooks(ready: Promise<Hooks>): Hooks {
       await (side[name] as HookFunction | undefined)?.(input, output);
     };
   }
-  const tools: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(MEMORY_TOOL_SPECS)) {
-    tools[name] = {
-      description: spec.description,
-      args: jsonSchemaArgs(spec.args),
-      async execute(args: unknown, context: ToolContext): Promise<string> {
-        const target = (await ready).tool?.[name] as unknown as ToolDefinition | undefined;
-        if (!target) throw new Error(`optchat: the memory tool ${name} is not available`);
-        return target.execute(args, context);
-      },
-    };
-  }
+  const tools = declaredMemoryTools(async (name, args, context) => {
+    const target = (await ready).tool?.[name] as unknown as ToolDefinition | undefined;
+    if (!target) throw new Error(`optchat: the memory tool ${name} is not available`);
+    return target.execute(args, context);
+  });
   hooks.tool = tools;
   return hooks as Hooks;
 }

@@ -10,7 +10,7 @@
  * module and the tools' declarations, and the thread's work runs beside OpenCode's on another core.
  */
 import { appendFileSync } from "node:fs";
-import type { Hooks, PluginInput, ToolContext } from "@opencode-ai/plugin";
+import type { Hooks, PluginInput } from "@opencode-ai/plugin";
 import { HOST_EVENT_TYPES, readHostEvent } from "./host-events.js";
 import { PromptRefused } from "./prompt-refused.js";
 import { checkRequestParams, type ParamsModel, type RequestChecks } from "./request-checks.js";
@@ -26,8 +26,7 @@ import {
   type TransformReply,
   threadError,
 } from "./thread-protocol.js";
-import { jsonSchemaArgs } from "./tool-args.js";
-import { MEMORY_TOOL_SPECS } from "./tool-specs.js";
+import { declaredMemoryTools } from "./tool-specs.js";
 
 /** The part of Bun's Worker (a web Worker) the bridge uses; the project's types know no DOM or Bun globals. */
 export interface BunWorker {
@@ -381,24 +380,16 @@ function forwardedHooks(bridge: ThreadBridge, settings: MainSettings, flushOutli
 
 /** The memory tools as OpenCode's thread declares them (plugin/tool-specs.ts); each call runs in the thread. */
 function forwardedTools(bridge: ThreadBridge): Record<string, unknown> {
-  const tools: Record<string, unknown> = {};
-  for (const [name, spec] of Object.entries(MEMORY_TOOL_SPECS)) {
-    tools[name] = {
-      description: spec.description,
-      args: jsonSchemaArgs(spec.args),
-      async execute(args: unknown, context: ToolContext): Promise<string> {
-        const picked: ToolCallContext = {
-          sessionID: context.sessionID,
-          messageID: context.messageID,
-          agent: context.agent,
-          directory: context.directory,
-          worktree: context.worktree,
-        };
-        return (await bridge.request({ type: "tool", name, args, context: picked })) as string;
-      },
+  return declaredMemoryTools(async (name, args, context) => {
+    const picked: ToolCallContext = {
+      sessionID: context.sessionID,
+      messageID: context.messageID,
+      agent: context.agent,
+      directory: context.directory,
+      worktree: context.worktree,
     };
-  }
-  return tools;
+    return (await bridge.request({ type: "tool", name, args, context: picked })) as string;
+  });
 }
 
 /** One line of the timings file: `{"op":"awaited","hook":…,"ms":…,"at":…}`. */

@@ -3,7 +3,8 @@
  * from plugin/tools.ts so that the plugin's main thread (plugin/thread-bridge.ts) can declare the tools to OpenCode
  * without importing the memory service: the tools run in the plugin's thread.
  */
-import type { ArgSpecs } from "./tool-args.js";
+import type { ToolContext } from "@opencode-ai/plugin";
+import { type ArgSpecs, jsonSchemaArgs } from "./tool-args.js";
 
 const REF = { type: "string", maxLength: 300, description: "A ref from memory or a memory tool result" } as const;
 
@@ -69,3 +70,21 @@ export const MEMORY_TOOL_SPECS = {
 } as const satisfies Record<string, { readonly description: string; readonly args: ArgSpecs }>;
 
 export type MemoryToolName = keyof typeof MEMORY_TOOL_SPECS;
+
+/**
+ * The memory tools as OpenCode is given them, each call run by `run` (on the plugin's thread or server, or once the
+ * side beside OpenCode is set up): the one place that turns the specs into OpenCode's tool declarations.
+ */
+export function declaredMemoryTools(
+  run: (name: MemoryToolName, args: unknown, context: ToolContext) => Promise<string>,
+): Record<string, unknown> {
+  const tools: Record<string, unknown> = {};
+  for (const [name, spec] of Object.entries(MEMORY_TOOL_SPECS)) {
+    tools[name] = {
+      description: spec.description,
+      args: jsonSchemaArgs(spec.args),
+      execute: (args: unknown, context: ToolContext): Promise<string> => run(name as MemoryToolName, args, context),
+    };
+  }
+  return tools;
+}

@@ -6,11 +6,10 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
  *
  * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
- * only the bridge and the tools' declarations, and forwards the hooks. OpenCode gets them before that side is set up
- * (plugin/deferred-hooks.ts). An `opencode run` forwards them to the optchat
- * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). `thread: "off"`
- * (OPTCHAT_PLUGIN_THREAD=off) runs everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime
- * without Bun's workers.
+ * only the bridge and the tools' declarations, and forwards the hooks. An `opencode run` forwards them to the optchat
+ * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). OpenCode gets the
+ * hooks before either is set up (plugin/deferred-hooks.ts). `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off) runs
+ * everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   const load = { started: performance.now(), waitedMs: undefined as number | undefined };

@@ -55,8 +55,9 @@ export const SUPERVISE_INTERVAL_SECONDS = 1;
 
 /**
  * A pg-boss instance for one role. The installer (optchat migrate) creates pg-boss's schema and our queue; workers
- * also listen for new jobs (and run the supervision of expired claims, src/compactor/supervision.ts). Producers (every memory service) only insert jobs inside our
- * transactions and start no pg-boss at all (`producerJobs`).
+ * also listen for new jobs (and run the supervision of expired claims themselves, src/compactor/supervision.ts).
+ * Producers (every memory service) only insert jobs inside our transactions and start no pg-boss at all
+ * (`producerJobs`).
  */
 export async function createBoss(
   databaseUrl: string,

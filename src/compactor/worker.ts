@@ -94,11 +94,6 @@ export async function startCompactor(
   });
   boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
   await boss.start();
-  const supervision = superviseEvery(
-    () => boss.supervise(),
-    SUPERVISE_INTERVAL_SECONDS * 1000,
-    (error) => report({ type: "error", error: `pg-boss supervision: ${(error as Error).message}` }),
-  );
   const deps: CompactorDeps = {
     pool,
     boss,
@@ -155,6 +150,12 @@ export async function startCompactor(
     report({ type: "error", error: `start-up sweep: ${(error as Error).message}` }),
   );
   await workPublications();
+  // Started once the rest is: a start that failed above leaves no loop running against its pg-boss.
+  const supervision = superviseEvery(
+    () => boss.supervise(),
+    SUPERVISE_INTERVAL_SECONDS * 1000,
+    (error) => report({ type: "error", error: `pg-boss supervision: ${(error as Error).message}` }),
+  );
   // Pauses and resumes run one after another, in the order asked.
   let paused = false;
   let switching: Promise<void> = Promise.resolve();

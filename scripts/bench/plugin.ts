@@ -20,11 +20,13 @@
  *   OPTCHAT_BENCH_PLUGIN_TURNS   turns (default 40; 0 skips the serve cases)
  *   OPTCHAT_BENCH_PLUGIN_RUNS    rounds of `opencode run` (default 15; 0 skips the run case)
  *   OPTCHAT_BENCH_PLUGIN_IMPORTS rounds of the import case (default 9; 0 skips it)
- *   OPTCHAT_BENCH_PLUGIN_BASELINE another checkout's plugin/index.ts, measured in the same rounds (import and run)
+ *   OPTCHAT_BENCH_PLUGIN_BASELINE another checkout's plugin/index.ts, measured in the same rounds (import and run), on
+ *                                a database of its own migrated by that checkout's src/memory/migrate.ts
  */
-import { readFileSync, rmSync } from "node:fs";
+import { existsSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { dirname, join } from "node:path";
+import { pathToFileURL } from "node:url";
 import pg from "pg";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { startModelServer } from "../model-server.js";
@@ -46,6 +48,22 @@ const ROOT = new URL("../..", import.meta.url).pathname;
 
 export async function runPluginBench(context: BenchContext): Promise<void> {
   await withScratchDatabase(context.serverUrl, "plugin", ({ url }) => measurePlugin(context, url));
+}
+
+/**
+ * The migrations of the checkout whose plugin entry is `pluginPath` (its src/memory/migrate.ts `migrateAll`), so that an
+ * older checkout runs on the schema it was written for (this checkout's schema can refuse it: a migration it does not
+ * know, a column it no longer writes). This checkout's own when that module is not there.
+ */
+async function baselineMigrate(pluginPath: string): Promise<(url: string) => Promise<unknown>> {
+  const module = join(dirname(pluginPath), "..", "src", "memory", "migrate.ts");
+  if (!existsSync(module)) return migrateAll;
+  const imported = (await import(pathToFileURL(module).href)) as { migrateAll?: (url: string) => Promise<unknown> };
+  if (typeof imported.migrateAll !== "function")
+    throw new Error(
+      `${module} exports no migrateAll: OPTCHAT_BENCH_PLUGIN_BASELINE must be a plugin/index.ts of an optchat checkout`,
+    );
+  return imported.migrateAll;
 }
 
 /** Every case of the plugin bench, on the scratch database at `url`. */
@@ -87,7 +105,7 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
         if (!baselinePath) await runBench();
         else
           await withScratchDatabase(context.serverUrl, "plugin_base", async ({ url: baselineUrl }) => {
-            await migrateAll(baselineUrl);
+            await (await baselineMigrate(baselinePath))(baselineUrl);
             const baseline = await createOpencodeEnv({
               modelUrl: model.url,
               pluginPath: baselinePath,

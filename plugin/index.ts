@@ -54,7 +54,7 @@ async function besideHooks(
     }
   } catch (error) {
     process.stderr.write(
-      `optchat: the plugin's thread could not start (${String(error)}); running in OpenCode's thread\n`,
+      `optchat: neither the local server's connection nor the plugin's thread could be set up (${String(error)}); running in OpenCode's thread\n`,
     );
   }
   return inProcessHooks(input, options);

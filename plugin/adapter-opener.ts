@@ -1,9 +1,17 @@
 import type { PluginInput } from "@opencode-ai/plugin";
-import { type Config, type Memory, openMemory, redactUrl, type Summarizer, startWorker } from "../src/memory/index.js";
+import {
+  type Config,
+  type Memory,
+  openMemory,
+  redactUrl,
+  type SummarizerSettings,
+  startWorker,
+} from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter } from "./adapter.js";
+import type { CompactorModel } from "./compactor-model.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { Log } from "./diagnostics.js";
-import { EmbeddedWorker, type KeptWorker } from "./embedded-worker.js";
+import { type CompactorHandle, EmbeddedWorker, type LocalHandOff } from "./embedded-worker.js";
 import type { RememberedLimits } from "./model-limits.js";
 import { closeOnSignals, type RegisterClosable } from "./shutdown.js";
 
@@ -21,13 +29,23 @@ export interface AdapterHost {
   /** Model limits the local server's earlier processes learned (plugin/model-limits.ts); none in a process's own. */
   readonly rememberedLimits?: RememberedLimits;
   /**
-   * The local server keeps a served process's compactor worker, when it runs at the process's close, for the database
-   * `config` names (plugin/kept-workers.ts): it works between runs.
+   * The local server: the compactor of a process it serves is its own worker for the database `config` names
+   * (plugin/server-workers.ts), given the process's compactor model; the process starts none.
    */
-  readonly keepWorker?: (config: Config, worker: KeptWorker) => void;
-  /** True while the local server keeps a worker for that database: a served process then starts its own only for a
-   * request whose memory is not ready (plugin/embedded-worker.ts). */
-  readonly workerKept?: (config: Config) => boolean;
+  readonly serverCompactor?: (
+    config: Config,
+    settings: () => Promise<SummarizerSettings>,
+    concurrency: number,
+  ) => CompactorHandle;
+  /**
+   * A process that runs its own thread while its local server starts: at close it gives the server its database and
+   * compactor model (plugin/local-server-client.ts `handOffToLocalServer`), whose worker then drains the queue.
+   */
+  readonly handOff?: (
+    config: Config,
+    settings: SummarizerSettings,
+    concurrency: number,
+  ) => Promise<{ release(): void }>;
 }
 
 /** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
@@ -55,7 +73,7 @@ export function openAdapterLazily(
   input: PluginInput,
   config: ResolvedPluginConfig,
   lookups: HostLookups,
-  summarizer: () => Promise<Summarizer>,
+  compactor: CompactorModel,
   log: Log,
   host: AdapterHost = IN_PROCESS_HOST,
 ): LazyAdapter {
@@ -74,22 +92,7 @@ export function openAdapterLazily(
       lookups,
       log,
     );
-    adapter.attachWorker(
-      new EmbeddedWorker(
-        config.plugin.embeddedWorker,
-        (reason) => {
-          adapter.noteWorkerEvent({ type: `starting (${reason})` });
-          return startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
-            concurrency: config.plugin.embeddedWorkerConcurrency,
-            summarizer,
-          });
-        },
-        (error) => adapter.problem("worker", undefined, error),
-        config.plugin.embeddedWorkerStartMs,
-        () => host.workerKept?.(config.core) ?? false,
-      ),
-      host.keepWorker && ((worker) => host.keepWorker?.(config.core, worker)),
-    );
+    adapter.attachWorker(compactorOf(adapter, memory, config, compactor, host), handOffOf(config, compactor, host));
     adapter.scheduleProjectReconcile();
     unregister = host.register(adapter, config.plugin.closeFlushMs);
     unavailable = undefined;
@@ -112,5 +115,49 @@ export function openAdapterLazily(
     },
     unavailable: () => unavailable,
     unregister: () => unregister(),
+  };
+}
+
+/** The adapter's compactor worker: the local server's for a process it serves, else one in this process. */
+function compactorOf(
+  adapter: OpencodeAdapter,
+  memory: Memory,
+  config: ResolvedPluginConfig,
+  compactor: CompactorModel,
+  host: AdapterHost,
+): CompactorHandle {
+  if (host.serverCompactor && config.plugin.embeddedWorker)
+    return host.serverCompactor(config.core, compactor.settings, config.plugin.embeddedWorkerConcurrency);
+  return new EmbeddedWorker(
+    config.plugin.embeddedWorker,
+    (reason) => {
+      adapter.noteWorkerEvent({ type: `starting (${reason})` });
+      return startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
+        concurrency: config.plugin.embeddedWorkerConcurrency,
+        summarizer: compactor.summarizer,
+      });
+    },
+    (error) => adapter.problem("worker", undefined, error),
+    config.plugin.embeddedWorkerStartMs,
+  );
+}
+
+function handOffOf(
+  config: ResolvedPluginConfig,
+  compactor: CompactorModel,
+  host: AdapterHost,
+): LocalHandOff | undefined {
+  const handOff = host.handOff;
+  if (!handOff || !config.plugin.embeddedWorker) return undefined;
+  let given: Promise<{ release(): void }> | undefined;
+  const give = () => {
+    given ??= compactor
+      .settings()
+      .then((settings) => handOff(config.core, settings, config.plugin.embeddedWorkerConcurrency));
+    return given;
+  };
+  return {
+    begin: () => void give().catch(() => undefined),
+    end: async () => (await give()).release(),
   };
 }

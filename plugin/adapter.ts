@@ -3,7 +3,7 @@ import { Admission } from "./admission.js";
 import { type Clock, systemClock } from "./clock.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import { Diagnostics, describe, type Log } from "./diagnostics.js";
-import type { EmbeddedWorker, EmbeddedWorkerState, KeptWorker } from "./embedded-worker.js";
+import type { CompactorHandle, LocalHandOff } from "./embedded-worker.js";
 import { readHostEvent } from "./host-events.js";
 import { HostSessions } from "./host-sessions.js";
 import { HOST, projectScopeId } from "./identity.js";
@@ -17,7 +17,7 @@ import { SessionJobs } from "./session-jobs.js";
 import { SessionMemory } from "./session-memory.js";
 import { SessionRewinds } from "./session-rewind.js";
 import type { SessionState } from "./session-state.js";
-import { settle } from "./shutdown.js";
+import { bounded, settle } from "./shutdown.js";
 import { StaleTurns } from "./stale-turns.js";
 import { TurnOutcomes } from "./turn-outcomes.js";
 import { turnOfToolCall } from "./turn-tracking.js";
@@ -32,10 +32,15 @@ export interface HostLookups {
   transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
 }
 
+/** How long a close waits for the hand-off to the local server (a connection and one line on a Unix socket). */
+const HAND_OFF_WITHIN_MS = 1_000;
+
 export interface AdapterStatus {
   readonly holder: string;
   readonly startedAt: Date;
-  readonly worker: EmbeddedWorkerState;
+  readonly worker: string;
+  /** True when the compactor worker runs in this OpenCode process (not in the local server). */
+  readonly workerInThisProcess: boolean;
   /** What made the embedded worker start (it starts when needed, see plugin/embedded-worker.ts). */
   readonly workerStartReason: string | undefined;
   readonly workerError: string | undefined;
@@ -65,8 +70,8 @@ export class OpencodeAdapter {
   private readonly staleTurns: StaleTurns;
   private readonly admission: Admission;
   private readonly requests: RequestTransform;
-  private worker: EmbeddedWorker | undefined;
-  private keepWorker: ((worker: KeptWorker) => void) | undefined;
+  private worker: CompactorHandle | undefined;
+  private handOff: LocalHandOff | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
   private closingDone: Promise<void> | undefined;
@@ -144,12 +149,13 @@ export class OpencodeAdapter {
   }
 
   /**
-   * The embedded worker, started by this adapter when it is needed (plugin/embedded-worker.ts). `keep`: whoever outlives
-   * the OpenCode process (the local server) takes the worker at close when it runs, instead of it being stopped.
+   * The compactor worker (plugin/embedded-worker.ts: started by this adapter when it is needed; or the local server's,
+   * plugin/served-worker.ts). `handOff`: a process that ran its own thread gives its database and compactor model to
+   * the local server at close, whose worker then drains the queue between runs (plugin/server-workers.ts).
    */
-  attachWorker(worker: EmbeddedWorker, keep?: (worker: KeptWorker) => void): void {
+  attachWorker(worker: CompactorHandle, handOff?: LocalHandOff): void {
     this.worker = worker;
-    this.keepWorker = keep;
+    this.handOff = handOff;
   }
 
   noteWorkerEvent(event: { type: string; message?: string; error?: unknown }): void {
@@ -160,8 +166,6 @@ export class OpencodeAdapter {
     }
     if (event.type === "error" || event.type === "failure") {
       this.workerError = `${event.type}: ${describe(event.error ?? event.message ?? "")}`;
-      // A worker the local server kept after this adapter closed: nobody reads the adapter's status any more.
-      if (this.closed) this.diagnostics.log("warn", `optchat: kept compactor worker ${this.workerError}`);
     }
   }
 
@@ -204,14 +208,14 @@ export class OpencodeAdapter {
       this.lease.stopRenewing(state);
       this.clock.clear(state.idleCheck?.timer);
     }
-    // Kept by the local server when it runs: it drains the queue between runs instead of each run starting one.
-    const kept = this.keepWorker ? this.worker?.handOver() : undefined;
-    if (kept) this.keepWorker?.(kept);
-    else await this.worker?.stop();
+    await this.worker?.stop();
+    // The local server's worker drains the queue after this process (plugin/server-workers.ts), bounded: OpenCode waits.
+    if (this.handOff) await bounded(this.handOff.end(), HAND_OFF_WITHIN_MS).catch(() => undefined);
     this.recordTiming("close", started, { flushed });
     // Not waited for: nothing is pending any more, and `opencode run` exits once `dispose` returns (the pool's
-    // sockets then close with the process); in `serve` the close completes in the background.
-    void this.memory.close().catch(() => {});
+    // sockets then close with the process); in `serve` the close completes in the background. After the worker's
+    // release: a worker still starting uses the pool.
+    void (this.worker?.released() ?? Promise.resolve()).then(() => this.memory.close()).catch(() => {});
   }
 
   status(): AdapterStatus {
@@ -219,6 +223,7 @@ export class OpencodeAdapter {
       holder: this.holder,
       startedAt: this.startedAt,
       worker: this.worker?.state ?? "off",
+      workerInThisProcess: this.worker?.inThisProcess === true && this.worker.state === "running",
       workerStartReason: this.worker?.startReason,
       workerError: this.workerError ?? this.worker?.error,
       workerLastEvent: this.workerLastEvent,
@@ -306,6 +311,8 @@ export class OpencodeAdapter {
   /** `chat.params` of an agent request: the request is on its way (see EmbeddedWorker.onFirstRequestSent). */
   noteRequestSent(): void {
     this.worker?.onFirstRequestSent(() => this.memory.host.jobsWaitingForWorker());
+    // The local server starting for this process learns its database now that the request is out (EmbeddedWorker).
+    this.handOff?.begin();
   }
 
   /**

@@ -143,14 +143,15 @@ export function compactorModel(
   retryMs = LOOKUP_RETRY_MS,
 ) {
   let problem: string | undefined;
-  let pending: Promise<Summarizer> | undefined;
-  const resolve = async (): Promise<Summarizer> => {
-    if (core.summarizer !== AUTO) return await createSummarizer(summarizerSettingsOf(core));
+  let pending: Promise<SummarizerSettings> | undefined;
+  let summarizer: Promise<Summarizer> | undefined;
+  const resolve = async (): Promise<SummarizerSettings> => {
+    if (core.summarizer !== AUTO) return summarizerSettingsOf(core);
     for (;;) {
       const found = await resolveFromOpencode(source, core);
       if (found.type === "found") {
         log("info", `optchat: compactor model from OpenCode: ${found.from} (${found.settings.summarizer})`);
-        return await createSummarizer(found.settings);
+        return found.settings;
       }
       if (found.type === "none") {
         problem = `optchat: no compactor model: ${found.reason}. To summarize memory, ${NO_MODEL_HINT}.`;
@@ -162,16 +163,28 @@ export function compactorModel(
       await new Promise((done) => setTimeout(done, retryMs).unref?.());
     }
   };
+  const settings = (): Promise<SummarizerSettings> => {
+    pending ??= resolve();
+    return pending;
+  };
   return {
+    /**
+     * The model's settings (plain data: the local server's worker is started from them, plugin/server-workers.ts);
+     * rejects with CONFIG_INVALID when there is none.
+     */
+    settings,
     /** The summarizer (the embedded worker awaits it); rejects with CONFIG_INVALID when there is none. */
     summarizer: (): Promise<Summarizer> => {
-      pending ??= resolve();
-      return pending;
+      summarizer ??= settings().then((found) => createSummarizer(found));
+      return summarizer;
     },
     /** The reason prompts are refused, once it is known that no model can be used. */
     problem: (): string | undefined => problem,
   };
 }
+
+/** What the adapter's compactor needs of `compactorModel`. */
+export type CompactorModel = Pick<ReturnType<typeof compactorModel>, "settings" | "summarizer">;
 
 function splitModel(value: string | undefined): { provider: string; model: string } | undefined {
   if (!value) return undefined;

@@ -1,13 +1,36 @@
 import type { RunningCompactor } from "../src/memory/index.js";
 
-/** A worker handed over at close (`EmbeddedWorker.handOver`): whoever keeps it pauses, resumes and stops it. */
-export interface KeptWorker {
-  stop(): Promise<void>;
-  pause(): Promise<void>;
-  resume(): Promise<void>;
+/**
+ * Giving this process's database and compactor model to the local server (plugin/server-workers.ts), for a process
+ * that runs its own thread while its server starts: the server's worker then drains the queue after it.
+ */
+export interface LocalHandOff {
+  /** The first request is out: resolves OpenCode's compactor model and gives it to the server, in the background. */
+  begin(): void;
+  /** At close: makes sure the server has it (given now if `begin` had not), then lets the server's worker work. */
+  end(): Promise<void>;
 }
 
 export type EmbeddedWorkerState = "off" | "waiting" | "starting" | "running" | "failed";
+
+/**
+ * The adapter's compactor worker, whatever runs it: the embedded worker of this process (`EmbeddedWorker`), or the
+ * local server's for the processes it serves (plugin/server-workers.ts, through `ServedWorker`).
+ */
+export interface CompactorHandle {
+  readonly state: string;
+  readonly startReason: string | undefined;
+  readonly error: string | undefined;
+  /** True when the worker runs in this OpenCode process (memory_inspect). */
+  readonly inThisProcess: boolean;
+  onSessionIdle(stillIdle: () => boolean): void;
+  onRequest(boundary: number, builtLeaves: () => Promise<number>): Promise<void>;
+  onFirstRequestSent(jobsWaiting: () => Promise<boolean>): void;
+  /** Stops at once (never waits for a start under way). */
+  stop(): Promise<void>;
+  /** Resolves once no worker of this handle uses the memory service's pool any more (it may then be closed). */
+  released(): Promise<void>;
+}
 
 /**
  * How long a session stays idle before a waiting worker starts: `opencode run` is disposed within ~0.1 s of its idle
@@ -25,23 +48,22 @@ const AFTER_REQUEST_MS = 100;
  * ran while OpenCode prepared the first request, and its graceful stop waited for running jobs at exit; measured with
  * 1.18.33's `opencode run` (one tool call) this was most of the ~1.3 s the plugin added per run (issue 9 item 2). An
  * `opencode run` that ends before anything calls for the worker now never starts it; its jobs are durable in the
- * queue and the next worker takes them (any OpenCode process that lives longer, or `optchat worker`).
+ * queue and the next worker takes them (the local server's, any OpenCode process that lives longer, `optchat worker`).
  *
  * The worker starts at the first of: `startAfterMs` after load (a long-lived process always runs one); a session that
  * stays idle for IDLE_START_MS (an interactive process between turns); memory not ready for a request (its own
  * history waits for summaries: without a worker it would wait for nothing); jobs already waiting for a worker when the
  * process prompts (left by processes that ended: a run-only workflow still makes progress, once its first request is
- * out). The triggers are the `on…` methods below; the adapter calls them and never waits for them. In a process the
- * optchat local server serves, a worker running at the process's close is handed over to the server (`handOver`), which
- * keeps it between runs; while it does, only memory not ready for a request starts a served process's own (`covered`).
+ * out). The triggers are the `on…` methods below; the adapter calls them and never waits for them. A process the
+ * optchat local server serves has none: the server's worker does its work (plugin/server-workers.ts).
  */
-export class EmbeddedWorker {
+export class EmbeddedWorker implements CompactorHandle {
   private current: EmbeddedWorkerState;
   private running: RunningCompactor | undefined;
   private starting: Promise<void> | undefined;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private stopped = false;
-  private handedOver = false;
+  private releasing: Promise<void> | undefined;
   private askedForWaitingJobs = false;
   error: string | undefined;
   startReason: string | undefined;
@@ -51,22 +73,19 @@ export class EmbeddedWorker {
     private readonly start: (reason: string) => Promise<RunningCompactor>,
     private readonly onFailure: (error: unknown) => Promise<void>,
     startAfterMs: number,
-    /**
-     * True while another worker already drains this database's queue for this process (the local server's kept
-     * worker, see `handOver`): then only a request whose memory is not ready starts this one.
-     */
-    private readonly covered: () => boolean = () => false,
   ) {
     this.current = enabled ? "waiting" : "off";
     if (!enabled) return;
     if (startAfterMs === 0) {
-      this.startUnlessCovered("configured to start at once");
+      this.startNow("configured to start at once");
       return;
     }
-    this.timer = setTimeout(() => this.startUnlessCovered(`${startAfterMs} ms after load`), startAfterMs);
+    this.timer = setTimeout(() => this.startNow(`${startAfterMs} ms after load`), startAfterMs);
     // Never keeps OpenCode alive by itself.
     this.timer.unref?.();
   }
+
+  readonly inThisProcess = true;
 
   get state(): EmbeddedWorkerState {
     return this.current;
@@ -81,7 +100,7 @@ export class EmbeddedWorker {
   onSessionIdle(stillIdle: () => boolean): void {
     if (!this.waiting) return;
     const timer = setTimeout(() => {
-      if (stillIdle()) this.startUnlessCovered("a session stayed idle");
+      if (stillIdle()) this.startNow("a session stayed idle");
     }, IDLE_START_MS);
     timer.unref?.();
   }
@@ -102,7 +121,7 @@ export class EmbeddedWorker {
    * progress. Asked once, after the request left, so the check never delays it.
    */
   onFirstRequestSent(jobsWaiting: () => Promise<boolean>): void {
-    if (!this.waiting || this.askedForWaitingJobs || this.covered()) return;
+    if (!this.waiting || this.askedForWaitingJobs) return;
     this.askedForWaitingJobs = true;
     const timer = setTimeout(() => {
       jobsWaiting()
@@ -112,10 +131,6 @@ export class EmbeddedWorker {
         .catch(() => {});
     }, AFTER_REQUEST_MS);
     timer.unref?.();
-  }
-
-  private startUnlessCovered(reason: string): void {
-    if (!this.covered()) this.startNow(reason);
   }
 
   /** Starts the worker unless it started already, is off or the process is closing. Never throws. */
@@ -145,49 +160,27 @@ export class EmbeddedWorker {
    * that pg-boss does not hand to another worker once its heartbeat lapses.
    */
   async stop(): Promise<void> {
-    // Handed over (`handOver`): the keeper stops it.
-    if (this.handedOver) return;
     this.stopped = true;
     if (this.timer) clearTimeout(this.timer);
     this.timer = undefined;
     if (this.current === "starting") {
-      void this.starting?.then(() => this.stopRunning());
+      void this.released();
       return;
     }
     await this.stopRunning();
   }
 
   /**
-   * Instead of `stop`: gives the worker, started or starting, to whoever outlives this process (the local server keeps
-   * it, plugin/local-server.ts `KeptWorkers`), and never stops or starts it here again. Undefined when it is not
-   * running (nothing to keep: waiting, off or failed); then it is stopped as by `stop`.
+   * Once stopped: resolves when a start still under way has ended and its worker is stopped too. The adapter closes
+   * its pool only then: a pool ended under a starting worker failed its start-up sweep and its first jobs with "Cannot
+   * use a pool after calling end on the pool", and those jobs could not even be failed back (issue 37).
    */
-  handOver(): KeptWorker | undefined {
-    if (this.current !== "running" && this.current !== "starting") {
-      void this.stop();
-      return undefined;
-    }
-    this.stopped = true;
-    this.handedOver = true;
-    if (this.timer) clearTimeout(this.timer);
-    this.timer = undefined;
-    const starting = this.starting;
-    const running = async () => {
-      await starting;
-      return this.running;
-    };
-    return {
-      stop: async () => {
-        await starting;
-        await this.stopRunning();
-      },
-      pause: async () => {
-        await (await running())?.pause();
-      },
-      resume: async () => {
-        await (await running())?.resume();
-      },
-    };
+  released(): Promise<void> {
+    this.releasing ??= (async () => {
+      await this.starting;
+      await this.stopRunning();
+    })();
+    return this.releasing;
   }
 
   private async stopRunning(): Promise<void> {

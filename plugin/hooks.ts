@@ -70,7 +70,7 @@ export async function optchatInstance(
     config.core,
     log,
   );
-  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor.summarizer, log, host);
+  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor, log, host);
   const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
     ready()
       .then(work, () => undefined)

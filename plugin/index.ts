@@ -41,14 +41,17 @@ async function besideHooks(
         process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
         return undefined;
       });
-    if (local) {
-      const hooks = bridgedHooks(input, options, local.channel, { env: local.env, flushOutlivesProcess: true });
+    if (local?.served) {
+      const { channel, env } = local.served;
+      const hooks = bridgedHooks(input, options, channel, { env, flushOutlivesProcess: true });
       recordLoad(options, "local server", load);
       return hooks;
     }
     const WorkerClass = workerClass();
     if (WorkerClass) {
-      const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass);
+      const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass, {
+        handOffSocket: local?.handOffSocket,
+      });
       recordLoad(options, "thread", load);
       return hooks;
     }

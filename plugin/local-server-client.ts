@@ -92,23 +92,44 @@ export interface LocalServerConnection {
 }
 
 /**
- * A channel to the local server for this configuration, or undefined when this process does not use one, or when
- * none answers: then one is started in the background for the next process, and this one runs its own thread.
+ * A channel to the local server for this configuration (`served`), or none when this process does not use one, or when
+ * none answers: then one is started in the background for the next process, and this one runs its own thread, which
+ * hands its queue to the server at its close (`handOffSocket`, see `handOffToLocalServer`).
  */
 export async function localServerChannel(
   options: Record<string, unknown> | undefined,
   env: NodeJS.ProcessEnv,
   entry: URL,
-): Promise<LocalServerConnection | undefined> {
-  if (!localServerWanted(options?.localServer ?? env.OPTCHAT_LOCAL_SERVER, process.argv)) return undefined;
+): Promise<{ readonly served?: LocalServerConnection; readonly handOffSocket?: string }> {
+  if (!localServerWanted(options?.localServer ?? env.OPTCHAT_LOCAL_SERVER, process.argv)) return {};
   const pickedEnv = settingsEnv(env);
   const pluginDirectory = dirname(fileURLToPath(entry));
   // Processes with the same code, options and settings share a server; any difference gets a server of its own.
   const paths = serverPaths(JSON.stringify({ pluginDirectory, options: options ?? {}, env: pickedEnv }));
   const socket = await connect(paths.socket);
-  if (socket) return { channel: new SocketChannel(socket), env: pickedEnv, socketPath: paths.socket };
+  if (socket) return { served: { channel: new SocketChannel(socket), env: pickedEnv, socketPath: paths.socket } };
   startServer(entry, paths, options, env);
-  return undefined;
+  return { handOffSocket: paths.socket };
+}
+
+/** How long a hand-off waits for the server (its `ready`, then the written line). */
+const HAND_OFF_READY_MS = 800;
+
+/**
+ * Gives the local server at `socketPath` one message (`hand-off`: a database configuration and the compactor model for
+ * its worker, plugin/server-workers.ts) and holds the connection until `release`: a run that had to run its own thread
+ * (the server was starting) counts as a connected process (the server's worker stays paused while it runs), and leaves
+ * its queue to the server instead of to nobody. Rejects when no server answers in time. The connection never keeps the
+ * process alive; a process that dies closes it.
+ */
+export async function handOffToLocalServer(socketPath: string, message: object): Promise<{ release(): void }> {
+  const connected = await connect(socketPath, HAND_OFF_READY_MS);
+  if (!connected) throw new Error(`no optchat local server answers at ${socketPath}`);
+  const { socket } = connected;
+  socket.on("error", () => undefined);
+  socket.write(`${JSON.stringify(message)}\n`);
+  socket.unref();
+  return { release: () => void socket.end() };
 }
 
 /** A connection whose `ready` came: its reader, the lines that came after `ready` in the same chunk, and `ready`. */
@@ -120,7 +141,7 @@ interface Connected {
 }
 
 /** Connects and waits for the server's `ready` line; undefined when there is no server or it does not answer. */
-function connect(path: string): Promise<Connected | undefined> {
+function connect(path: string, withinMs = READY_WITHIN_MS): Promise<Connected | undefined> {
   return new Promise((resolve) => {
     const socket = createConnection(path);
     const reader = new LineReader();
@@ -132,7 +153,7 @@ function connect(path: string): Promise<Connected | undefined> {
       if (!value) socket.destroy();
       resolve(value);
     };
-    const timer = setTimeout(() => done(undefined), READY_WITHIN_MS);
+    const timer = setTimeout(() => done(undefined), withinMs);
     socket.on("error", () => done(undefined));
     socket.on("close", () => done(undefined));
     socket.on("data", (chunk: Buffer) => {

@@ -14,17 +14,25 @@ import { watch } from "node:fs";
 import { readdir, stat, unlink } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
-import { type Config, type Memory, openMemory } from "../src/memory/index.js";
-import type { KeptWorker } from "./embedded-worker.js";
 import { LineReader } from "./json-lines.js";
-import { KeptWorkers } from "./kept-workers.js";
-import type { RememberedLimits } from "./model-limits.js";
 import { hostPlugin } from "./plugin-host.js";
+import { ServerMemories } from "./server-memories.js";
 import { ClosableRegistry } from "./shutdown.js";
 import type { ToMainThread, ToPluginThread } from "./thread-protocol.js";
 
 /** How long after a connection closed the server checks its code's stamp (its process is exiting meanwhile). */
 const STAMP_AFTER_CLOSE_MS = 2_000;
+/**
+ * The idle time of a server no process gave work yet (its memory opened, or a hand-off): the run that started it
+ * failed before any turn (a database not migrated, a misspelled option), and nobody may come for it.
+ */
+export const UNUSED_IDLE_MS = 30_000;
+/** At its idle time, a server whose worker still has jobs due looks again this much later (at most its idle time). */
+const BUSY_RECHECK_MS = 5_000;
+/** How often the server checks that its socket is still its own and its databases still exist. */
+export const HEALTH_CHECK_MS = 5_000;
+/** However its stop is stuck (a worker, a pool, a connection), the server is stopped after this long. */
+export const STOP_DEADLINE_MS = 15_000;
 
 export interface LocalServerOptions {
   readonly socketPath: string;
@@ -33,6 +41,8 @@ export interface LocalServerOptions {
   readonly codeRoots: readonly string[];
   /** Where the server reports (its log). */
   readonly log: (line: string) => void;
+  /** How often it checks its socket and databases (HEALTH_CHECK_MS; tests shorten it). */
+  readonly healthCheckMs?: number;
 }
 
 export interface RunningLocalServer {
@@ -44,7 +54,7 @@ export interface RunningLocalServer {
 /** Serves OpenCode processes on `socketPath`; undefined when another live server already listens there. */
 export async function startLocalServer(options: LocalServerOptions): Promise<RunningLocalServer | undefined> {
   const stamp = await codeStamp(options.codeRoots);
-  const memories = new SharedMemories(options.idleMs, options.log);
+  const memories = new ServerMemories(options.idleMs, options.log);
   const connections = new Set<Connection>();
   const closing = new Set<Promise<void>>();
   let idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -54,10 +64,20 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     resolveStopped = resolve;
   });
 
-  const armIdle = () => {
+  let deferredMs = 0;
+  const armIdle = (afterMs = memories.used ? options.idleMs : Math.min(options.idleMs, UNUSED_IDLE_MS)) => {
     clearTimeout(idleTimer);
-    if (connections.size === 0)
-      idleTimer = setTimeout(() => void stop("no OpenCode process for its idle time"), options.idleMs);
+    if (connections.size === 0) idleTimer = setTimeout(() => void idleOut(), afterMs);
+  };
+  /** The idle time passed: the server stops, unless its worker is still draining the queue (then a little later). */
+  const idleOut = async (): Promise<void> => {
+    if (connections.size > 0 || stopping) return;
+    if (deferredMs < options.idleMs && (await memories.workers.busy())) {
+      deferredMs += BUSY_RECHECK_MS;
+      return armIdle(BUSY_RECHECK_MS);
+    }
+    if (connections.size > 0) return;
+    void stop(memories.used ? "no OpenCode process for its idle time" : "no OpenCode process gave it work");
   };
   /**
    * Stops taking processes (the socket goes, so the next process starts a current server) and stops once the
@@ -83,6 +103,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
   );
   const server = createServer((socket) => {
     clearTimeout(idleTimer);
+    deferredMs = 0;
     const connection = new Connection(socket, memories, options.log, (adaptersClosed) => {
       connections.delete(connection);
       memories.workers.connections(connections.size);
@@ -111,7 +132,13 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
   const stop = (reason: string): Promise<string> => {
     stopping ??= (async () => {
       options.log(`optchat local server: stopping: ${reason}`);
+      // However the orderly stop is stuck, the server stops: `stopped` resolves and its entry exits the process.
+      setTimeout(() => {
+        options.log(`optchat local server: the stop took over ${STOP_DEADLINE_MS} ms; stopping anyway`);
+        resolveStopped(`${reason} (forced after ${STOP_DEADLINE_MS} ms)`);
+      }, STOP_DEADLINE_MS).unref();
       clearTimeout(idleTimer);
+      clearInterval(healthTimer);
       for (const watcher of watchers) watcher.close();
       server.close();
       await unlinkOwnSocket();
@@ -125,18 +152,34 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     return stopping;
   };
 
+  let healthTimer: ReturnType<typeof setInterval> | undefined;
+  let ownInode: number | undefined;
+  /**
+   * A server whose socket is gone (removed with its directory: a temporary directory cleaned, a test's) can take no
+   * process, and a new one is started beside it: it retires. A server whose databases were all dropped has nothing to
+   * serve: it stops once no process is connected.
+   */
+  const checkHealth = async (): Promise<void> => {
+    if (stopping || retired) return;
+    const current = await stat(options.socketPath).catch(() => undefined);
+    if (current?.ino !== ownInode) return retire("its socket was removed");
+    if (connections.size === 0 && (await memories.forgetDroppedDatabases())) void stop("its databases no longer exist");
+  };
+
   if (!(await listen(server, options.socketPath))) {
     for (const watcher of watchers) watcher.close();
     return undefined;
   }
   // The socket file this server made: a retired server must not remove the one its successor made at the same path.
-  const ownInode = (await stat(options.socketPath)).ino;
+  ownInode = (await stat(options.socketPath)).ino;
   unlinkOwnSocket = async (): Promise<void> => {
     const current = await stat(options.socketPath).catch(() => undefined);
     if (current?.ino === ownInode) await unlink(options.socketPath).catch(() => undefined);
   };
   options.log(`optchat local server: listening on ${options.socketPath} (pid ${process.pid})`);
   armIdle();
+  healthTimer = setInterval(() => void checkHealth(), options.healthCheckMs ?? HEALTH_CHECK_MS);
+  healthTimer.unref();
   return { stopped, stop };
 }
 
@@ -183,7 +226,7 @@ class Connection {
 
   constructor(
     readonly socket: Socket,
-    memories: SharedMemories,
+    memories: ServerMemories,
     private readonly log: (line: string) => void,
     onClose: (adaptersClosed: Promise<void>) => void,
   ) {
@@ -198,8 +241,7 @@ class Connection {
         hostPid: init.pid,
         rememberedLimits: memories.limits,
         openMemory: (config) => memories.open(config),
-        keepWorker: (config, worker) => memories.keepWorker(config, worker),
-        workerKept: (config) => memories.workerKept(config),
+        serverCompactor: (config, settings, concurrency) => memories.compactor(config, settings, concurrency),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),
     );
@@ -207,7 +249,9 @@ class Connection {
     socket.on("data", (chunk: Buffer) => {
       for (const line of this.lines.push(chunk)) {
         try {
-          host.receive(JSON.parse(line) as ToPluginThread);
+          const message = JSON.parse(line) as ToPluginThread | { type: "hand-off" };
+          if (message.type === "hand-off") memories.handOff(message);
+          else host.receive(message);
         } catch (error) {
           this.log(`optchat local server: a message could not be read: ${String(error)}`);
         }
@@ -245,66 +289,6 @@ class Connection {
     this.socket.write(`${JSON.stringify({ type: "ready", pid: process.pid })}\n`);
     this.socket.resume();
   }
-}
-
-/**
- * One memory service per database configuration, shared by the connections: its pool stays open between processes.
- * A connection's adapter gets it without `close` (the pool is the server's to close).
- */
-class SharedMemories {
-  private readonly opened = new Map<string, Promise<Memory>>();
-  /** The compactor workers kept from served processes, one per database configuration (plugin/kept-workers.ts). */
-  readonly workers: KeptWorkers;
-  /** The models' limits the connections learned, for the next ones (plugin/model-limits.ts). */
-  readonly limits: RememberedLimits = new Map();
-
-  /**
-   * `idleMs`: the server's idle time. Its connections stay open as long as the server may wait for the next process:
-   * with node-postgres's 10 s default the backends (which had planned the statements, measured ~7 ms each to warm)
-   * were closed between runs a few seconds apart.
-   */
-  constructor(
-    private readonly idleMs: number,
-    log: (line: string) => void,
-  ) {
-    this.workers = new KeptWorkers(log);
-  }
-
-  open(config: Config): Promise<Memory> {
-    const key = JSON.stringify(config);
-    let memory = this.opened.get(key);
-    if (!memory) {
-      memory = openMemory(config, { applicationName: `optchat-local-server-${process.pid}`, poolIdleMs: this.idleMs });
-      this.opened.set(key, memory);
-      // A failed open (the database down) is tried again by the next connection.
-      memory.catch(() => this.opened.delete(key));
-    }
-    return memory.then(withoutClose);
-  }
-
-  /** Keeps `worker` for `config`'s database, unless one is kept already (or it was never opened): then it is stopped. */
-  keepWorker(config: Config, worker: KeptWorker): void {
-    const key = JSON.stringify(config);
-    const memory = this.opened.get(key);
-    if (!memory || !this.workers.keep(key, worker, memory)) void worker.stop().catch(() => undefined);
-  }
-
-  workerKept(config: Config): boolean {
-    return this.workers.has(JSON.stringify(config));
-  }
-
-  async close(): Promise<void> {
-    // The kept workers first: they use the pools.
-    await this.workers.stopAll();
-    const all = [...this.opened.values()];
-    this.opened.clear();
-    await Promise.allSettled(all.map((memory) => memory.then((m) => m.close())));
-  }
-}
-
-/** The service as a connection's adapter gets it: a frozen object of functions (src/memory/guard.ts), `close` a no-op. */
-function withoutClose(memory: Memory): Memory {
-  return Object.freeze({ ...memory, close: async () => undefined });
 }
 
 /** A stamp of the TypeScript files under the roots (paths, sizes, modification times). */

@@ -6,7 +6,9 @@
  * (plugin/local-server.ts).
  */
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
+import { IN_PROCESS_HOST } from "./adapter-opener.js";
 import { type InstanceHost, type OptchatInstance, optchatInstance } from "./hooks.js";
+import { handOffToLocalServer } from "./local-server-client.js";
 import { PromptRefused } from "./prompt-refused.js";
 import type { ClosableRegistry } from "./shutdown.js";
 import {
@@ -108,15 +110,17 @@ export function hostPlugin(
   const init = (message: Extract<ToPluginThread, { type: "init" }>): void => {
     const input = { ...message.input, client: clientStandIn } as unknown as PluginInput;
     // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
-    void optchatInstance(input, message.options, host?.(message)).then(resolveInstance, (error: unknown) =>
-      resolveInstance({
-        hooks: {
-          "chat.message": async () => {
-            throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
+    void optchatInstance(input, message.options, host?.(message) ?? ownThreadHost(message)).then(
+      resolveInstance,
+      (error: unknown) =>
+        resolveInstance({
+          hooks: {
+            "chat.message": async () => {
+              throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
+            },
           },
-        },
-        requestChecks: async () => undefined,
-      }),
+          requestChecks: async () => undefined,
+        }),
     );
   };
 
@@ -155,5 +159,17 @@ export function hostPlugin(
         pending.reject(new Error(`OpenCode's client is unavailable: ${reason}`));
       }
     },
+  };
+}
+
+/** The plugin's own thread: its queue goes to the local server starting for this process, if any, at close. */
+function ownThreadHost(message: Extract<ToPluginThread, { type: "init" }>): InstanceHost | undefined {
+  const socket = message.handOffSocket;
+  if (!socket) return undefined;
+  return {
+    ...IN_PROCESS_HOST,
+    env: process.env,
+    handOff: (config, settings, concurrency) =>
+      handOffToLocalServer(socket, { type: "hand-off", config, settings, concurrency }),
   };
 }

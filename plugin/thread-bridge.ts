@@ -222,6 +222,8 @@ export interface BridgeOptions {
    * flushes the same way when the connection ends, so a dispose message lost with the process changes nothing.
    */
   readonly flushOutlivesProcess?: boolean;
+  /** The local server this process would have used, starting meanwhile: the thread hands it its queue at close. */
+  readonly handOffSocket?: string;
 }
 
 /**
@@ -232,7 +234,7 @@ export function bridgedHooks(
   input: PluginInput,
   options: Record<string, unknown> | undefined,
   channel: BunWorker,
-  { listenToSignals = true, env, flushOutlivesProcess = false }: BridgeOptions = {},
+  { listenToSignals = true, env, flushOutlivesProcess = false, handOffSocket }: BridgeOptions = {},
 ): Hooks {
   const settings = mainSettings(options, process.env);
   // Never keeps OpenCode alive by itself: `opencode run` exits once its dispose returned.
@@ -248,6 +250,7 @@ export function bridgedHooks(
     input: { project: input.project as never, worktree: input.worktree, directory: input.directory },
     options,
     ...(env ? { env, pid: process.pid } : {}),
+    ...(handOffSocket ? { handOffSocket } : {}),
   });
 
   return forwardedHooks(bridge, settings, flushOutlivesProcess);

@@ -43,6 +43,8 @@ export type ToPluginThread =
       readonly env?: Readonly<Record<string, string | undefined>>;
       /** The OpenCode process (to the local server: it holds the sessions' leases in that process's name). */
       readonly pid?: number;
+      /** The local server starting for this process (to its own thread): the queue is handed to it at close. */
+      readonly handOffSocket?: string;
     }
   | {
       readonly type: "hook";

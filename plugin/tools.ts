@@ -156,7 +156,7 @@ export async function inspectSession(
   Object.assign(
     report,
     await inspectStoredSession(adapter.memory, session, {
-      workerInThisProcess: process.worker === "running",
+      workerInThisProcess: process.workerInThisProcess,
       holderIsGone: holderIsDead,
       budget: budgetSettingsOf(adapter.config.core),
     }),

@@ -1,7 +1,7 @@
 import type { Memory, Session } from "../src/memory/index.js";
 import type { Clock } from "./clock.js";
 import type { Diagnostics } from "./diagnostics.js";
-import type { EmbeddedWorker } from "./embedded-worker.js";
+import type { CompactorHandle } from "./embedded-worker.js";
 import type { LeaseKeeper } from "./lease.js";
 import { assistantRecordDrafts, type HostMessageInfo, stepOutcome } from "./messages.js";
 import type { SessionJobs } from "./session-jobs.js";
@@ -23,7 +23,7 @@ export interface TurnOutcomesDeps {
   readonly records: SessionMemory;
   readonly clock: Clock;
   readonly diagnostics: Diagnostics;
-  readonly worker: () => EmbeddedWorker | undefined;
+  readonly worker: () => CompactorHandle | undefined;
   readonly closed: () => boolean;
 }
 

@@ -76,3 +76,19 @@ describe("a paused compactor worker", () => {
     );
   });
 });
+
+describe("a compactor worker paused and resumed at once", () => {
+  it("takes jobs again when the resume comes before its pollers have stopped (the local server's quick runs)", async () => {
+    await worker.pause();
+    await worker.resume();
+    await worker.pause();
+    await worker.resume();
+    const quick = await finishTurnNeedingSummary(db.memory, {
+      hostSessionId: "pause-quick",
+      projectId: "prj_pause",
+      theme: "quick",
+      day: 3,
+    });
+    await eventually(async () => ((await publications(quick.sessionId)) === 1 ? true : undefined), 15_000, "quick");
+  });
+});

@@ -121,68 +121,35 @@ describe("the embedded worker starts when needed", () => {
     expect(none.state).toBe("off");
     expect(off.reasons).toEqual([]);
   });
-
-  it("starts only for a request whose memory is not ready while another worker is kept for the database", async () => {
-    let kept = true;
-    const run = controlledStart();
-    const worker = new EmbeddedWorker(
-      true,
-      run.start,
-      async () => {},
-      10_000,
-      () => kept,
-    );
-    worker.onSessionIdle(() => true);
-    let asked = 0;
-    worker.onFirstRequestSent(async () => {
-      asked += 1;
-      return true;
-    });
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect({ state: worker.state, asked }).toEqual({ state: "waiting", asked: 0 });
-    await worker.onRequest(3, async () => 2);
-    expect(run.reasons).toEqual(["memory was not ready for a request"]);
-
-    // Once nothing is kept any more, the usual triggers start it again.
-    kept = false;
-    const later = controlledStart();
-    const other = new EmbeddedWorker(
-      true,
-      later.start,
-      async () => {},
-      10_000,
-      () => kept,
-    );
-    await vi.advanceTimersByTimeAsync(10_000);
-    expect(later.reasons).toEqual(["10000 ms after load"]);
-    expect(other.state).toBe("starting");
-  });
 });
 
-describe("handing the worker over at close (the local server keeps it)", () => {
-  it("gives a running or starting worker away unstopped, and stops it when the keeper says so", async () => {
+describe("stopping at close (issue 37: a pool ended under a starting worker)", () => {
+  it("does not wait for a start under way, and is released only once the started worker is stopped", async () => {
     const run = controlledStart();
     const worker = new EmbeddedWorker(true, run.start, async () => {}, 0);
-    const handed = worker.handOver();
-    expect(handed).toBeDefined();
+    expect(worker.state).toBe("starting");
+    await worker.stop();
+    let released = false;
+    void worker.released().then(() => {
+      released = true;
+    });
+    await vi.advanceTimersByTimeAsync(0);
+    // The close went on without the start; the pool must stay open: the start still uses it.
+    expect({ released, stops: run.stops }).toEqual({ released: false, stops: [] });
     run.finish();
     await vi.advanceTimersByTimeAsync(0);
-    expect(run.stops).toEqual([]);
-    // Never started or stopped here again.
-    await worker.stop();
+    expect({ released, stops: run.stops }).toEqual({ released: true, stops: [false] });
+    // Never started again after its stop.
     worker.startNow("again");
-    expect({ stops: run.stops, starts: run.reasons.length }).toEqual({ stops: [], starts: 1 });
-    await handed?.stop();
-    expect(run.stops).toEqual([false]);
+    expect(run.reasons).toHaveLength(1);
   });
 
-  it("gives nothing for a worker that is not running, and stops it as at any close", async () => {
+  it("is released at once when it never started", async () => {
     const run = controlledStart();
-    const waiting = new EmbeddedWorker(true, run.start, async () => {}, 10_000);
-    expect(waiting.handOver()).toBeUndefined();
+    const worker = new EmbeddedWorker(true, run.start, async () => {}, 10_000);
+    await worker.stop();
+    await expect(worker.released()).resolves.toBeUndefined();
     await vi.advanceTimersByTimeAsync(10_000);
     expect(run.reasons).toEqual([]);
-    const off = new EmbeddedWorker(false, run.start, async () => {}, 0);
-    expect(off.handOver()).toBeUndefined();
   });
 });

@@ -4,6 +4,8 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { codeStamp, type RunningLocalServer, startLocalServer } from "../../plugin/local-server.js";
+import { handOffToLocalServer } from "../../plugin/local-server-client.js";
+import { resolveConfig } from "../../src/memory/config.js";
 
 /**
  * The local server's own life (plugin/local-server.ts) on real Unix sockets, without OpenCode or a database: its
@@ -29,10 +31,15 @@ function scratch(): { socket: string; code: string; log: string[] } {
   return { socket: join(directory, "s.sock"), code, log: [] };
 }
 
-async function start(where: ReturnType<typeof scratch>, idleMs = 60_000): Promise<RunningLocalServer | undefined> {
+async function start(
+  where: ReturnType<typeof scratch>,
+  idleMs = 60_000,
+  healthCheckMs?: number,
+): Promise<RunningLocalServer | undefined> {
   const server = await startLocalServer({
     socketPath: where.socket,
     idleMs,
+    healthCheckMs,
     codeRoots: [where.code],
     log: (line) => where.log.push(line),
   });
@@ -94,8 +101,48 @@ describe("the local server", () => {
   it("stops when no process has been connected for its idle time, removing its socket", async () => {
     const where = scratch();
     const server = (await start(where, 50)) as RunningLocalServer;
-    expect(await server.stopped).toBe("no OpenCode process for its idle time");
+    // No process gave it work (the run that started it failed before any turn): it says so.
+    expect(await server.stopped).toBe("no OpenCode process gave it work");
     expect(await firstLine(where.socket)).toBeUndefined();
+  });
+
+  it("after a hand-off, stops at its idle time once the process that gave it has let go", async () => {
+    const where = scratch();
+    const server = (await start(where, 50)) as RunningLocalServer;
+    const config = resolveConfig({ overrides: { databaseUrl: "postgres://nobody@127.0.0.1:1/none" } });
+    const held = await handOffToLocalServer(where.socket, {
+      type: "hand-off",
+      config,
+      settings: { summarizer: "fake", model: "" },
+      concurrency: 1,
+    });
+    // Held: a connected process, so no idle time runs.
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    let stopped: string | undefined;
+    void server.stopped.then((reason) => {
+      stopped = reason;
+    });
+    expect(stopped).toBeUndefined();
+    held.release();
+    expect(await server.stopped).toBe("no OpenCode process for its idle time");
+    // Its worker could not start (no database there): that went to its log, not to a process.
+    expect(where.log.join("\n")).not.toMatch(/hand-off was refused/);
+  });
+
+  it("refuses a malformed hand-off in its log and keeps serving", async () => {
+    const where = scratch();
+    await start(where);
+    const held = await handOffToLocalServer(where.socket, { type: "hand-off", config: {}, settings: 3 });
+    held.release();
+    await eventuallyTrue(() => where.log.some((line) => line.includes("a hand-off was refused")));
+    expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
+  });
+
+  it("retires and stops when its socket is removed (its directory cleaned away)", async () => {
+    const where = scratch();
+    const server = (await start(where, 60_000, 50)) as RunningLocalServer;
+    rmSync(where.socket);
+    expect(await server.stopped).toBe("its socket was removed");
   });
 
   it("takes no one once its code changed on disk, and stops so that the next process starts a current server", async () => {

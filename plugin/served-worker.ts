@@ -1,0 +1,38 @@
+import type { Config } from "../src/memory/index.js";
+import type { CompactorHandle } from "./embedded-worker.js";
+import type { ServerWorkers } from "./server-workers.js";
+
+/**
+ * The compactor of a process the optchat local server serves: the server's worker for its database
+ * (plugin/server-workers.ts). The process starts none of its own; a request whose memory waits for summaries makes
+ * the server's worker work at once.
+ */
+export class ServedWorker implements CompactorHandle {
+  readonly inThisProcess = false;
+  readonly startReason = undefined;
+
+  constructor(
+    private readonly workers: ServerWorkers,
+    private readonly config: Config,
+  ) {}
+
+  get state(): string {
+    return `the local server's: ${this.workers.state(this.config)}`;
+  }
+
+  get error(): string | undefined {
+    return this.workers.error(this.config);
+  }
+
+  onSessionIdle(): void {}
+
+  onFirstRequestSent(): void {}
+
+  async onRequest(boundary: number, builtLeaves: () => Promise<number>): Promise<void> {
+    if (boundary > 0 && (await builtLeaves()) < boundary) this.workers.demand(this.config);
+  }
+
+  async stop(): Promise<void> {}
+
+  async released(): Promise<void> {}
+}

@@ -43,6 +43,8 @@ export interface LocalServerOptions {
   readonly log: (line: string) => void;
   /** How often it checks its socket and databases (HEALTH_CHECK_MS; tests shorten it). */
   readonly healthCheckMs?: number;
+  /** The idle time while no process gave it work (UNUSED_IDLE_MS; tests shorten it). */
+  readonly unusedIdleMs?: number;
 }
 
 export interface RunningLocalServer {
@@ -64,20 +66,29 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     resolveStopped = resolve;
   });
 
-  let deferredMs = 0;
-  const armIdle = (afterMs = memories.used ? options.idleMs : Math.min(options.idleMs, UNUSED_IDLE_MS)) => {
+  const unusedIdleMs = Math.min(options.idleMs, options.unusedIdleMs ?? UNUSED_IDLE_MS);
+  const armIdle = () => {
     clearTimeout(idleTimer);
-    if (connections.size === 0) idleTimer = setTimeout(() => void idleOut(), afterMs);
+    if (connections.size === 0)
+      idleTimer = setTimeout(
+        () =>
+          void drainThenStop(
+            memories.used ? "no OpenCode process for its idle time" : "no OpenCode process gave it work",
+          ),
+        memories.used ? options.idleMs : unusedIdleMs,
+      );
   };
-  /** The idle time passed: the server stops, unless its worker is still draining the queue (then a little later). */
-  const idleOut = async (): Promise<void> => {
-    if (connections.size > 0 || stopping) return;
-    if (deferredMs < options.idleMs && (await memories.workers.busy())) {
-      deferredMs += BUSY_RECHECK_MS;
-      return armIdle(BUSY_RECHECK_MS);
+  /**
+   * Stops once its worker has no job due (looked at every BUSY_RECHECK_MS, for at most its idle time), unless a process
+   * connects meanwhile: a server that idles out or retires first publishes the turns it was given.
+   */
+  const drainThenStop = async (reason: string): Promise<void> => {
+    for (let waited = 0; waited < options.idleMs; waited += BUSY_RECHECK_MS) {
+      if (stopping || connections.size > 0) return;
+      if (!(await memories.workers.busy())) break;
+      await new Promise((resolve) => setTimeout(resolve, BUSY_RECHECK_MS));
     }
-    if (connections.size > 0) return;
-    void stop(memories.used ? "no OpenCode process for its idle time" : "no OpenCode process gave it work");
+    if (connections.size === 0) void stop(reason);
   };
   /**
    * Stops taking processes (the socket goes, so the next process starts a current server) and stops once the
@@ -92,7 +103,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     options.log(`optchat local server: retiring: ${reason}`);
     server.close();
     void unlinkOwnSocket();
-    if (connections.size === 0) void stop(reason);
+    if (connections.size === 0) void drainThenStop(reason);
   };
   // Watching costs nothing per connection; a stat of every file did (10-18 ms per process, measured, before `ready`).
   const watchers = options.codeRoots.map((root) =>
@@ -103,14 +114,13 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
   );
   const server = createServer((socket) => {
     clearTimeout(idleTimer);
-    deferredMs = 0;
     const connection = new Connection(socket, memories, options.log, (adaptersClosed) => {
       connections.delete(connection);
       memories.workers.connections(connections.size);
       closing.add(adaptersClosed);
       void adaptersClosed.finally(() => closing.delete(adaptersClosed));
       if (stopping) return;
-      if (retired && connections.size === 0) void stop(retired);
+      if (retired && connections.size === 0) void drainThenStop(retired);
       else armIdle();
       // A change the watch missed (a file system without events) is still found, off every process's path: a moment
       // later, since the connection closes at the dispose, while OpenCode still exits on the same cores (the stat of

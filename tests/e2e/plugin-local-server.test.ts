@@ -149,9 +149,9 @@ describe("the local server", { timeout: 240_000 }, () => {
     expect(text).not.toMatch(/unhandled rejection|uncaught exception|a connection failed|could not be read/);
   });
 
-  it("keeps a served run's compactor worker: it publishes turns finished while no OpenCode process runs", async () => {
-    // Its own configuration, so its own server: the embedded worker starts at once in every process.
-    const workerEnv = await world.env({ extraEnv: { OPTCHAT_EMBEDDED_WORKER_START_MS: "0", OPTCHAT_DEBUG: "1" } });
+  it("runs its own compactor worker: it publishes turns finished while no OpenCode process runs", async () => {
+    // Its own configuration, so its own server.
+    const workerEnv = await world.env({ extraEnv: { OPTCHAT_DEBUG: "1" } });
     const workerServers = join(workerEnv.env.TMPDIR as string, `optchat-${process.getuid?.() ?? "user"}`);
     const serverLog = () => {
       const log = readdirSync(workerServers).find((n) => n.endsWith(".log"));
@@ -164,17 +164,17 @@ describe("the local server", { timeout: 240_000 }, () => {
       30_000,
       "the server's socket",
     );
-    // Served: its worker starts at once, and the server keeps it when the run closes.
+    // The first run ran its own thread and handed its database and model to the server, whose worker started once
+    // the run had gone.
+    await retrying(
+      async () => expect(serverLog()).toContain("compactor worker started"),
+      30_000,
+      "the server's worker",
+    );
     const second = await runOpencode(workerEnv, "LS-KEEP-2 REPLY=noted", { timeoutMs: WAIT });
     expect(second.code, second.stderr.slice(-2000)).toBe(0);
-    await retrying(
-      async () => expect(serverLog()).toContain("keeping a served process's compactor worker"),
-      30_000,
-      "the server to keep the run's worker",
-    );
 
-    // A turn finished by another writer while no OpenCode process runs: only a worker in the server can publish it
-    // (before, a served run's worker stopped at its exit and the job waited for the next process's worker).
+    // A turn finished by another writer while no OpenCode process runs: only the server's worker can publish it.
     const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: world.database.url } }));
     try {
       const turn = await finishTurnNeedingSummary(memory, {
@@ -192,20 +192,20 @@ describe("the local server", { timeout: 240_000 }, () => {
           expect(rows[0]?.n).toBe(1);
         },
         60_000,
-        "the turn's publication by the kept worker",
+        "the turn's publication by the server's worker",
       );
     } finally {
       await memory.close();
     }
 
-    // While the worker is kept, a served run starts none of its own (only one start in the server's log: the second
-    // run's); the server stops it when it stops.
+    // Served runs start no worker of their own: one start in the server's log, none in the runs.
     const third = await runOpencode(workerEnv, "LS-KEEP-3 REPLY=noted", { timeoutMs: WAIT });
     expect(third.code, third.stderr.slice(-2000)).toBe(0);
-    expect(serverLog().match(/embedded worker starting/g)).toHaveLength(1);
+    expect(serverLog().match(/compactor worker started/g)).toHaveLength(1);
+    expect(serverLog()).not.toMatch(/embedded worker starting/);
     expect(await stopLocalServers(workerServers)).toHaveLength(1);
     expect(serverLog()).toContain("stopped: signal SIGTERM");
-    expect(serverLog()).not.toMatch(/unhandled rejection|uncaught exception|kept compactor worker (error|failure)/);
+    expect(serverLog()).not.toMatch(/unhandled rejection|uncaught exception|compactor (error|failure)/);
   });
 
   it("runs on OpenCode's own Bun with localServerRuntime bun, serving runs as on Node.js", async () => {

@@ -35,11 +35,13 @@ async function start(
   where: ReturnType<typeof scratch>,
   idleMs = 60_000,
   healthCheckMs?: number,
+  unusedIdleMs?: number,
 ): Promise<RunningLocalServer | undefined> {
   const server = await startLocalServer({
     socketPath: where.socket,
     idleMs,
     healthCheckMs,
+    unusedIdleMs,
     codeRoots: [where.code],
     log: (line) => where.log.push(line),
   });
@@ -98,9 +100,10 @@ describe("the local server", () => {
     expect(JSON.parse((await firstLine(where.socket)) as string).type).toBe("ready");
   });
 
-  it("stops when no process has been connected for its idle time, removing its socket", async () => {
+  it("stops soon when no process gave it work (the run that started it failed first), removing its socket", async () => {
     const where = scratch();
-    const server = (await start(where, 50)) as RunningLocalServer;
+    // Its idle time is long, but no process gave it work (the run that started it failed before any turn).
+    const server = (await start(where, 60_000, undefined, 50)) as RunningLocalServer;
     // No process gave it work (the run that started it failed before any turn): it says so.
     expect(await server.stopped).toBe("no OpenCode process gave it work");
     expect(await firstLine(where.socket)).toBeUndefined();

@@ -128,7 +128,7 @@ function compactorOf(
 ): CompactorHandle {
   if (host.serverCompactor && config.plugin.embeddedWorker)
     return host.serverCompactor(config.core, compactor.settings, config.plugin.embeddedWorkerConcurrency);
-  return new EmbeddedWorker(
+  const worker = new EmbeddedWorker(
     config.plugin.embeddedWorker,
     (reason) => {
       adapter.noteWorkerEvent({ type: `starting (${reason})` });
@@ -137,10 +137,21 @@ function compactorOf(
         summarizer: compactor.summarizer,
       });
     },
-    (error) => adapter.problem("worker", undefined, error),
+    (error) => adapter.problem("worker", undefined, error, { background: true }),
     config.plugin.embeddedWorkerStartMs,
   );
+  // A run whose local server is only starting (a stopped or killed one left jobs due): nobody else runs them now, and
+  // the next runs' memory waits for them, so this run's worker starts at once.
+  if (host.handOff && config.plugin.embeddedWorker)
+    void memory.host.jobsWaitingForWorker(LEFT_WAITING_S).then(
+      (left) => left && worker.startNow("jobs were left waiting by a stopped local server"),
+      () => undefined,
+    );
+  return worker;
 }
+
+/** Jobs due this long when a run starts without its local server were left by a server that stopped. */
+const LEFT_WAITING_S = 5;
 
 function handOffOf(
   config: ResolvedPluginConfig,

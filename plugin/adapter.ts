@@ -383,8 +383,13 @@ export class OpencodeAdapter {
     this.diagnostics.recordTiming(op, started, extra);
   }
 
-  problem(operation: string, hostSessionId: string | undefined, error: unknown): Promise<void> {
-    return this.diagnostics.problem(operation, hostSessionId, error);
+  problem(
+    operation: string,
+    hostSessionId: string | undefined,
+    error: unknown,
+    options?: { background?: boolean },
+  ): Promise<void> {
+    return this.diagnostics.problem(operation, hostSessionId, error, options);
   }
 
   // ---------------------------------------------------------------------------------------------------------------

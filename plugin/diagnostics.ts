@@ -34,11 +34,24 @@ export class Diagnostics {
     }
   }
 
-  async problem(operation: string, hostSessionId: string | undefined, error: unknown): Promise<void> {
+  /**
+   * Records a problem. `background`: work the person did not ask for (the compactor worker): its driver-level text is
+   * not written where `opencode run` shows it (the person's terminal), only recorded for status and inspect
+   * (OPTCHAT_DEBUG shows it).
+   */
+  async problem(
+    operation: string,
+    hostSessionId: string | undefined,
+    error: unknown,
+    options: { background?: boolean } = {},
+  ): Promise<void> {
     this.problems += 1;
     const message = describe(error);
     this.lastProblem = `${new Date(this.clock.now()).toISOString()} ${operation}: ${message}`;
-    this.log("warn", `optchat ${operation}${hostSessionId ? ` (${hostSessionId})` : ""}: ${message}`);
+    this.log(
+      options.background ? "info" : "warn",
+      `optchat ${operation}${hostSessionId ? ` (${hostSessionId})` : ""}: ${message}`,
+    );
     try {
       await this.memory.host.reportProblem({
         host: HOST,

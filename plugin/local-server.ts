@@ -14,6 +14,7 @@ import { watch } from "node:fs";
 import { readdir, stat, unlink } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
+import type { Config } from "../src/memory/index.js";
 import { LineReader } from "./json-lines.js";
 import { hostPlugin } from "./plugin-host.js";
 import { ServerMemories } from "./server-memories.js";
@@ -240,6 +241,8 @@ class Connection {
     private readonly log: (line: string) => void,
     onClose: (adaptersClosed: Promise<void>) => void,
   ) {
+    /** The database a process that ran its own thread handed over on this connection (`hand-off`). */
+    let handedOff: Config | undefined;
     const host = hostPlugin(
       (message: ToMainThread) => {
         // A process that ended its side (after its dispose, which it does not wait for) gets no answer.
@@ -260,7 +263,7 @@ class Connection {
       for (const line of this.lines.push(chunk)) {
         try {
           const message = JSON.parse(line) as ToPluginThread | { type: "hand-off" };
-          if (message.type === "hand-off") memories.handOff(message);
+          if (message.type === "hand-off") handedOff = memories.handOff(message) ?? handedOff;
           else host.receive(message);
         } catch (error) {
           this.log(`optchat local server: a message could not be read: ${String(error)}`);
@@ -276,6 +279,8 @@ class Connection {
     this.closed = new Promise((resolve) => {
       socket.once("close", () => {
         host.disconnected("its OpenCode process disconnected");
+        // The run that handed its queue over is done: its turn's publication is due now.
+        if (handedOff) memories.workers.demand(handedOff);
         // After a dispose this finds nothing left; after a kill it flushes what the process had sent.
         const adaptersClosed = this.registry.closeAll();
         onClose(adaptersClosed);

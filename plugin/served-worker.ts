@@ -4,8 +4,8 @@ import type { ServerWorkers } from "./server-workers.js";
 
 /**
  * The compactor of a process the optchat local server serves: the server's worker for its database
- * (plugin/server-workers.ts). The process starts none of its own; a request whose memory waits for summaries makes
- * the server's worker work at once.
+ * (plugin/server-workers.ts). The process starts none of its own; a turn that ended, or a request whose memory waits
+ * for summaries, makes the server's worker work at once.
  */
 export class ServedWorker implements CompactorHandle {
   readonly inThisProcess = false;
@@ -24,7 +24,10 @@ export class ServedWorker implements CompactorHandle {
     return this.workers.error(this.config);
   }
 
-  onSessionIdle(): void {}
+  /** A session went idle: its turn ended, and its publication is due now (p99 <= 2 s, issue 37's soak). */
+  onSessionIdle(): void {
+    this.workers.demand(this.config);
+  }
 
   onFirstRequestSent(): void {}
 

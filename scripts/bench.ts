@@ -25,6 +25,7 @@ import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
 import { runPluginBench } from "./bench/plugin.js";
 import { runPublicationBench } from "./bench/publication.js";
+import { runRunOnlyBench } from "./bench/run-only.js";
 import { runSearchScaleBench } from "./bench/search-scale.js";
 import { runSharedBench } from "./bench/shared.js";
 import { runTreeBench } from "./bench/tree.js";
@@ -78,6 +79,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "publication lag (finishTurn → publication) p50/p99 with 8 writer and 2 worker processes, steady and with workers SIGKILLed",
     run: runPublicationBench,
+  },
+  "run-only": {
+    description:
+      "a soak of 200 `opencode run`s only (3 projects, 2 configurations, local servers killed and idled out): publication lag, stuck jobs, processes left",
+    run: runRunOnlyBench,
   },
   tree: {
     description:

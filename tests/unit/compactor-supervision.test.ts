@@ -3,7 +3,7 @@ import { type Supervision, superviseEvery } from "../../src/compactor/supervisio
 
 /**
  * The compactor's loop over pg-boss's supervision pass (src/compactor/supervision.ts): a pass every interval measured
- * from the previous pass's end, none while paused (a kept worker beside running OpenCode processes), none after stop.
+ * from the previous pass's end, none while paused (the local server's worker beside running OpenCode processes), none after stop.
  */
 
 beforeEach(() => {

@@ -12,7 +12,7 @@
  *   this process exits.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -664,4 +664,19 @@ export async function cleanupOpencodeEnv(env: OpencodeEnv): Promise<void> {
   await Promise.all(children.map((child) => waitExit(child, 5_000)));
   await stopLocalServers(join(env.root, "tmp", `optchat-${process.getuid?.() ?? "user"}`));
   await rm(env.root, { recursive: true, force: true, maxRetries: 3 });
+}
+
+/** Pids of the optchat local servers running with their socket under `directory` (read from /proc). */
+export function localServerPids(directory: string): number[] {
+  const pids: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const args = readFileSync(`/proc/${entry}/cmdline`, "utf8");
+      if (args.includes("local-server") && args.includes(directory)) pids.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return pids;
 }

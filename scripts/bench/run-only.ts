@@ -14,12 +14,18 @@
  * Environment: OPTCHAT_BENCH_RUN_ONLY_RUNS (default 200), OPTCHAT_BENCH_RUN_ONLY_SEED (default 37).
  */
 import { execFileSync } from "node:child_process";
-import { mkdirSync, readdirSync, readFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { startModelServer } from "../model-server.js";
-import { cleanupOpencodeEnv, createOpencodeEnv, type OpencodeEnv, runOpencode } from "../opencode-harness.js";
+import {
+  cleanupOpencodeEnv,
+  createOpencodeEnv,
+  localServerPids,
+  type OpencodeEnv,
+  runOpencode,
+} from "../opencode-harness.js";
 import {
   type BenchContext,
   emit,
@@ -174,21 +180,6 @@ function gitProject(directory: string, project: number): void {
     });
   git("init", "-q");
   git("commit", "-q", "--allow-empty", "-m", `soak project ${project}`);
-}
-
-/** Pids of local servers whose socket lives under `directory`. */
-function localServerPids(directory: string): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const args = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      if (args.includes("local-server") && args.includes(directory)) pids.push(Number(entry));
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return pids;
 }
 
 async function countUnpublished(db: pg.Pool, sessions: readonly string[]): Promise<number> {

@@ -3,7 +3,7 @@ import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stopLocalServers } from "../../plugin/local-server-client.js";
-import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
+import { localServerPids, type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
 import { type PrivateCluster, privateClusterUnsupported, startPrivateCluster } from "../private-cluster.js";
@@ -46,19 +46,9 @@ afterAll(async () => {
   await cluster?.destroy();
 });
 
-/** Pids of this environment's local servers now running (by their socket argument). */
+/** Pids of this environment's local servers now running. */
 function serverPids(): number[] {
-  const pids: number[] = [];
-  for (const entry of readdirSync("/proc")) {
-    if (!/^\d+$/.test(entry)) continue;
-    try {
-      const args = readFileSync(`/proc/${entry}/cmdline`, "utf8");
-      if (args.includes("local-server") && args.includes(serversDirectory)) pids.push(Number(entry));
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return pids;
+  return localServerPids(serversDirectory);
 }
 
 function serverLog(): string {

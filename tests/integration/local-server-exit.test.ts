@@ -6,7 +6,7 @@ import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
 import { STOP_DEADLINE_MS } from "../../plugin/local-server.js";
 import { handOffToLocalServer } from "../../plugin/local-server-client.js";
-import { resolveConfig } from "../../src/memory/config.js";
+import { type Config, resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
 import { createTestDatabase, finishTurnNeedingSummary, ROOT, retrying } from "../helpers.js";
 
@@ -50,6 +50,17 @@ async function startServer(): Promise<{
   return { child, socket, directory, exited };
 }
 
+/** What a run of its own thread does: gives the server its database and the fake model, then ends. */
+async function handOffAndLeave(socket: string, config: Config): Promise<void> {
+  const held = await handOffToLocalServer(socket, {
+    type: "hand-off",
+    config,
+    settings: { summarizer: "fake", model: "" },
+    concurrency: 1,
+  });
+  held.release();
+}
+
 /** What each server wrote so far (its stderr), by its log path. */
 const logs = new Map<string, string>();
 
@@ -79,13 +90,7 @@ describe("the local server process exits by itself", { timeout: 120_000 }, () =>
         day: 1,
       });
       const { child, socket, directory, exited } = await startServer();
-      const held = await handOffToLocalServer(socket, {
-        type: "hand-off",
-        config,
-        settings: { summarizer: "fake", model: "" },
-        concurrency: 1,
-      });
-      held.release();
+      await handOffAndLeave(socket, config);
       await retrying(
         async () => {
           const { rows } = await memory.pool.query<{ n: number }>(
@@ -113,13 +118,7 @@ describe("the local server process exits by itself", { timeout: 120_000 }, () =>
     const database = await createTestDatabase();
     const { socket, directory, exited } = await startServer();
     const config = resolveConfig({ overrides: { databaseUrl: database.url, summarizer: "fake" } });
-    const held = await handOffToLocalServer(socket, {
-      type: "hand-off",
-      config,
-      settings: { summarizer: "fake", model: "" },
-      concurrency: 1,
-    });
-    held.release();
+    await handOffAndLeave(socket, config);
     await retrying(
       async () => expect(logOf(directory)).toContain("compactor worker started"),
       30_000,

@@ -103,7 +103,10 @@ export class ServerWorkers {
     this.decide(created);
   }
 
-  /** A served request waits for summaries of `config`'s database: its worker works now (DEMAND_HOLD_MS). */
+  /**
+   * Work is due on `config`'s database now (a served session went idle, a hand-off ended, a request waits for
+   * summaries): its worker works at once, for DEMAND_HOLD_MS.
+   */
   demand(config: Config): void {
     const entry = this.entries.get(keyOf(config));
     if (!entry) return;
@@ -225,7 +228,11 @@ export class ServerWorkers {
       } catch (error) {
         entry.failedAt = this.deps.now();
         entry.error = describe(error);
-        this.deps.log(`optchat local server: the compactor worker could not start: ${entry.error}`);
+        this.deps.log(
+          `optchat local server: the compactor worker could not start (tried again in ${RESTART_AFTER_MS / 1000} s): ${entry.error}`,
+        );
+        // Tried again by itself: no process may come to call for it (the database was restarting, say).
+        unref(setTimeout(() => this.decide(entry), RESTART_AFTER_MS));
       }
     })();
     void entry.starting.then(() => {

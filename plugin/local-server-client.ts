@@ -112,9 +112,6 @@ export async function localServerChannel(
   return { handOffSocket: paths.socket };
 }
 
-/** How long a hand-off waits for the server (its `ready`, then the written line). */
-const HAND_OFF_READY_MS = 800;
-
 /**
  * Gives the local server at `socketPath` one message (`hand-off`: a database configuration and the compactor model for
  * its worker, plugin/server-workers.ts) and holds the connection until `release`: a run that had to run its own thread
@@ -123,7 +120,7 @@ const HAND_OFF_READY_MS = 800;
  * process alive; a process that dies closes it.
  */
 export async function handOffToLocalServer(socketPath: string, message: object): Promise<{ release(): void }> {
-  const connected = await connect(socketPath, HAND_OFF_READY_MS);
+  const connected = await connect(socketPath);
   if (!connected) throw new Error(`no optchat local server answers at ${socketPath}`);
   const { socket } = connected;
   socket.on("error", () => undefined);

@@ -7,7 +7,7 @@
 import { unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startLocalServer } from "./local-server.js";
+import { recordServerPid, startLocalServer, waitForPredecessor } from "./local-server.js";
 import { markPluginThread } from "./thread-state.js";
 
 markPluginThread("local server");
@@ -24,6 +24,7 @@ if (!socketPath) {
   process.exit(2);
 }
 const pluginDirectory = dirname(fileURLToPath(import.meta.url));
+await waitForPredecessor(socketPath, log);
 const server = await startLocalServer({
   socketPath,
   idleMs: Math.max(1, Number(idleSeconds) || 300) * 1000,
@@ -34,6 +35,7 @@ if (!server) {
   log(`optchat local server: another server already listens on ${socketPath}`);
   process.exit(0);
 }
+await recordServerPid(socketPath);
 // The start is done: the next process that finds no server may start one again (plugin/local-server-client.ts).
 await unlink(socketPath.replace(/\.sock$/, ".starting")).catch(() => undefined);
 for (const signal of ["SIGTERM", "SIGINT", "SIGHUP"] as const)

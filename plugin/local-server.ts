@@ -11,7 +11,7 @@
  */
 import { createHash } from "node:crypto";
 import { watch } from "node:fs";
-import { readdir, stat, unlink } from "node:fs/promises";
+import { readdir, readFile, stat, unlink, utimes, writeFile } from "node:fs/promises";
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import type { Config } from "../src/memory/index.js";
@@ -324,4 +324,38 @@ export async function codeStamp(roots: readonly string[]): Promise<string> {
   };
   for (const root of roots) await visit(root);
   return hash.digest("hex");
+}
+
+/** Where a server writes its pid, beside its socket. */
+function pidFileOf(socketPath: string): string {
+  return socketPath.replace(/\.sock$/, "") + ".pid";
+}
+
+/**
+ * Waits (at most STOP_DEADLINE_MS and 5 s more) until the server that last served this socket has exited: a server
+ * stopping (its socket already gone, so a run started this one) still closes its adapters and pools, and two servers of
+ * one configuration must never run at once (issue 37). A pid that is not a local server any more is not waited for.
+ */
+export async function waitForPredecessor(socketPath: string, log: (line: string) => void): Promise<void> {
+  const pid = Number((await readFile(pidFileOf(socketPath), "utf8").catch(() => "")).trim());
+  if (!Number.isInteger(pid) || pid <= 0 || pid === process.pid) return;
+  const alive = async () => {
+    const args = await readFile(`/proc/${pid}/cmdline`, "utf8").catch(() => "");
+    return args.includes("local-server");
+  };
+  if (!(await alive())) return;
+  log(`optchat local server: waiting for the previous server (pid ${pid}) to exit`);
+  const until = Date.now() + STOP_DEADLINE_MS + 5_000;
+  const guard = socketPath.replace(/\.sock$/, ".starting");
+  while (Date.now() < until && (await alive())) {
+    // The start is still under way: no other run starts a server meanwhile (plugin/local-server-client.ts).
+    const now = new Date();
+    await utimes(guard, now, now).catch(() => undefined);
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+}
+
+/** Records this process as the server of `socketPath` (read by `waitForPredecessor`). */
+export async function recordServerPid(socketPath: string): Promise<void> {
+  await writeFile(pidFileOf(socketPath), `${process.pid}\n`, { mode: 0o600 }).catch(() => undefined);
 }

@@ -131,11 +131,10 @@ async function soak(context: BenchContext, url: string): Promise<void> {
     // Every turn published, with no process running any more.
     const sessions = records.filter((r) => r.sessionId).map((r) => r.sessionId as string);
     const deadline = Date.now() + 60_000;
-    let unpublished = sessions.length;
-    while (Date.now() < deadline && !context.signal.aborted) {
-      unpublished = await countUnpublished(db, sessions);
-      if (unpublished === 0) break;
+    let unpublished = await countUnpublished(db, sessions);
+    while (unpublished > 0 && Date.now() < deadline && !context.signal.aborted) {
       await new Promise((resolve) => setTimeout(resolve, 1_000));
+      unpublished = await countUnpublished(db, sessions);
     }
     const lags = await publicationLags(db, records, kills);
     const { rows: jobs } = await db.query<{ n: number }>(

@@ -1,9 +1,16 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { codeStamp, type RunningLocalServer, startLocalServer } from "../../plugin/local-server.js";
+import {
+  codeStamp,
+  type RunningLocalServer,
+  recordServerPid,
+  startLocalServer,
+  waitForPredecessor,
+} from "../../plugin/local-server.js";
 import { handOffToLocalServer } from "../../plugin/local-server-client.js";
 import { resolveConfig } from "../../src/memory/config.js";
 
@@ -196,5 +203,30 @@ describe("the local server", () => {
     expect(await codeStamp([where.code])).toBe(before);
     writeFileSync(join(where.code, "b.ts"), "export const b = 1;\n");
     expect(await codeStamp([where.code])).not.toBe(before);
+  });
+
+  it("waits for the previous server of its socket to exit before it starts (never two at once)", async () => {
+    const where = scratch();
+    await recordServerPid(where.socket);
+    // Its own pid: nothing to wait for.
+    const started = Date.now();
+    await waitForPredecessor(where.socket, () => {});
+    expect(Date.now() - started).toBeLessThan(500);
+    // A previous server still stopping (a process whose arguments name the local server), exiting 1.5 s later.
+    const previous = spawn(process.execPath, ["-e", "setTimeout(() => {}, 1500)", "local-server"], { stdio: "ignore" });
+    await new Promise((resolve) => previous.once("spawn", resolve));
+    writeFileSync(where.socket.replace(/\.sock$/, ".pid"), `${previous.pid}\n`);
+    const exited = new Promise<number>((resolve) => previous.once("exit", () => resolve(Date.now())));
+    const lines: string[] = [];
+    await waitForPredecessor(where.socket, (line) => lines.push(line));
+    const done = Date.now();
+    expect(done).toBeGreaterThanOrEqual(await exited);
+    expect(lines.join("\n")).toContain(`waiting for the previous server (pid ${previous.pid})`);
+    // A pid that is not a local server is not waited for.
+    writeFileSync(where.socket.replace(/\.sock$/, ".pid"), "1\n");
+    const again = Date.now();
+    await waitForPredecessor(where.socket, () => {});
+    expect(Date.now() - again).toBeLessThan(500);
+    expect(readFileSync(where.socket.replace(/\.sock$/, ".pid"), "utf8")).toBe("1\n");
   });
 });

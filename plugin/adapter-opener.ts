@@ -12,6 +12,7 @@ import type { CompactorModel } from "./compactor-model.js";
 import type { ResolvedPluginConfig } from "./config.js";
 import type { Log } from "./diagnostics.js";
 import { type CompactorHandle, EmbeddedWorker, type LocalHandOff } from "./embedded-worker.js";
+import type { LocalServerHold } from "./local-server-client.js";
 import type { RememberedLimits } from "./model-limits.js";
 import { closeOnSignals, type RegisterClosable } from "./shutdown.js";
 
@@ -38,14 +39,11 @@ export interface AdapterHost {
     concurrency: number,
   ) => CompactorHandle;
   /**
-   * A process that runs its own thread while its local server starts: at close it gives the server its database and
-   * compactor model (plugin/local-server-client.ts `handOffToLocalServer`), whose worker then drains the queue.
+   * A process that runs its own thread while its local server starts: it holds a connection to the server from its
+   * start and gives it its database and compactor model (plugin/local-server-client.ts `holdLocalServer`), whose
+   * worker then drains the queue.
    */
-  readonly handOff?: (
-    config: Config,
-    settings: SummarizerSettings,
-    concurrency: number,
-  ) => Promise<{ release(): void }>;
+  readonly holdServer?: () => LocalServerHold;
 }
 
 /** The adapter inside OpenCode's process (its own thread or OpenCode's): its own pool, closed on the process's signals. */
@@ -142,7 +140,7 @@ function compactorOf(
   );
   // A run whose local server is only starting (a stopped or killed one left jobs due): nobody else runs them now, and
   // the next runs' memory waits for them, so this run's worker starts at once.
-  if (host.handOff && config.plugin.embeddedWorker)
+  if (host.holdServer && config.plugin.embeddedWorker)
     void memory.host.jobsWaitingForWorker(LEFT_WAITING_S).then(
       (left) => left && worker.startNow("jobs were left waiting by a stopped local server"),
       () => undefined,
@@ -158,17 +156,28 @@ function handOffOf(
   compactor: CompactorModel,
   host: AdapterHost,
 ): LocalHandOff | undefined {
-  const handOff = host.handOff;
-  if (!handOff || !config.plugin.embeddedWorker) return undefined;
-  let given: Promise<{ release(): void }> | undefined;
+  if (!host.holdServer || !config.plugin.embeddedWorker) return undefined;
+  const hold = host.holdServer();
+  let given: Promise<void> | undefined;
   const give = () => {
-    given ??= compactor
-      .settings()
-      .then((settings) => handOff(config.core, settings, config.plugin.embeddedWorkerConcurrency));
+    given ??= compactor.settings().then((settings) =>
+      hold.send({
+        type: "hand-off",
+        config: config.core,
+        settings,
+        concurrency: config.plugin.embeddedWorkerConcurrency,
+      }),
+    );
     return given;
   };
   return {
     begin: () => void give().catch(() => undefined),
-    end: async () => (await give()).release(),
+    end: async () => {
+      try {
+        await give();
+      } finally {
+        hold.release();
+      }
+    },
   };
 }

@@ -112,21 +112,66 @@ export async function localServerChannel(
   return { handOffSocket: paths.socket };
 }
 
+/** How long a hold keeps trying to reach a server that is starting. */
+const HOLD_WITHIN_MS = 30_000;
+/** Between two tries. */
+const HOLD_RETRY_MS = 250;
+
+/** A connection to the local server held by a run of its own thread (see `holdLocalServer`). */
+export interface LocalServerHold {
+  /** Sends one line once connected; rejects when no server answered in time. */
+  send(message: object): Promise<void>;
+  /** Ends the connection (now, or once it is made). */
+  release(): void;
+}
+
 /**
- * Gives the local server at `socketPath` one message (`hand-off`: a database configuration and the compactor model for
- * its worker, plugin/server-workers.ts) and holds the connection until `release`: a run that had to run its own thread
- * (the server was starting) counts as a connected process (the server's worker stays paused while it runs), and leaves
- * its queue to the server instead of to nobody. Rejects when no server answers in time. The connection never keeps the
- * process alive; a process that dies closes it.
+ * A run that had to run its own thread (its local server was only starting) holds a connection to that server from its
+ * start until its close: the server counts it as a connected process (its worker stays paused while the run runs,
+ * and it does not idle out under it), and the run gives it its database and compactor model (`hand-off`,
+ * plugin/server-workers.ts) once it knows them, so the server's worker drains the queue after it instead of nobody.
+ * Tries every HOLD_RETRY_MS for HOLD_WITHIN_MS while the server starts. The connection never keeps the process alive;
+ * a process that dies closes it.
  */
-export async function handOffToLocalServer(socketPath: string, message: object): Promise<{ release(): void }> {
-  const connected = await connect(socketPath);
-  if (!connected) throw new Error(`no optchat local server answers at ${socketPath}`);
-  const { socket } = connected;
-  socket.on("error", () => undefined);
-  socket.write(`${JSON.stringify(message)}\n`);
-  socket.unref();
-  return { release: () => void socket.end() };
+export function holdLocalServer(socketPath: string, withinMs = HOLD_WITHIN_MS): LocalServerHold {
+  let released = false;
+  const connecting = (async (): Promise<Socket> => {
+    const until = Date.now() + withinMs;
+    for (;;) {
+      const connected = await connect(socketPath);
+      if (connected) {
+        connected.socket.on("error", () => undefined);
+        connected.socket.unref();
+        return connected.socket;
+      }
+      if (released || Date.now() >= until) throw new Error(`no optchat local server answers at ${socketPath}`);
+      await new Promise((resolve) => setTimeout(resolve, HOLD_RETRY_MS).unref?.());
+    }
+  })();
+  connecting.then(
+    (socket) => released && socket.end(),
+    () => undefined,
+  );
+  return {
+    send: async (message) => {
+      const socket = await connecting;
+      socket.write(`${JSON.stringify(message)}\n`);
+    },
+    release: () => {
+      released = true;
+      void connecting.then(
+        (socket) => socket.end(),
+        () => undefined,
+      );
+    },
+  };
+}
+
+/** `holdLocalServer` and one message at once (tests; a process that already knows what it hands over). */
+export async function handOffToLocalServer(socketPath: string, message: object): Promise<LocalServerHold> {
+  const hold = holdLocalServer(socketPath, 0);
+  await hold.send(message);
+  return hold;
 }
 
 /** A connection whose `ready` came: its reader, the lines that came after `ready` in the same chunk, and `ready`. */

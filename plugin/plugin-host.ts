@@ -8,7 +8,7 @@
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
 import { IN_PROCESS_HOST } from "./adapter-opener.js";
 import { type InstanceHost, type OptchatInstance, optchatInstance } from "./hooks.js";
-import { handOffToLocalServer } from "./local-server-client.js";
+import { holdLocalServer } from "./local-server-client.js";
 import { PromptRefused } from "./prompt-refused.js";
 import type { ClosableRegistry } from "./shutdown.js";
 import {
@@ -169,7 +169,6 @@ function ownThreadHost(message: Extract<ToPluginThread, { type: "init" }>): Inst
   return {
     ...IN_PROCESS_HOST,
     env: process.env,
-    handOff: (config, settings, concurrency) =>
-      handOffToLocalServer(socket, { type: "hand-off", config, settings, concurrency }),
+    holdServer: () => holdLocalServer(socket),
   };
 }

@@ -66,9 +66,18 @@ function firstRequestMemory(marker: string): string {
   return `${(stableMemoryParts(request) ?? []).join("")}\n${volatileMemoryText(request) ?? ""}`;
 }
 
+/** `retrying`, with the servers' log in the error: what the server did instead is the evidence. */
+async function retryingWithLog(check: () => Promise<void>, timeoutMs: number, what: string): Promise<void> {
+  try {
+    await retrying(check, timeoutMs, what);
+  } catch (error) {
+    throw new Error(`${(error as Error).message}\nlocal server log:\n${serverLog().slice(-4000)}`);
+  }
+}
+
 /** Waits until the turn of the run whose session is `hostSessionId` is published, with no OpenCode process running. */
 async function published(hostSessionId: string): Promise<void> {
-  await retrying(
+  await retryingWithLog(
     async () => {
       const { rows } = await db.query<{ n: number }>(
         `SELECT count(*)::int AS n FROM optchat.publications p JOIN optchat.sessions s USING (session_id)

@@ -176,3 +176,39 @@ export function compactorVerdict(facts: HealthFacts): Verdict {
       : `${plural(alive.length, "worker")} alive${alive.length > running.length ? ` (${alive.length - running.length} paused)` : ""}`;
   return { state: "working", summary: `working: ${workers}, ${waitText}`, reasons: [], notes };
 }
+
+/** What one session's verdict is decided from (`optchat inspect`, memory_inspect). */
+export interface SessionFacts {
+  /** Active turns no process holds any more, and the last holder. */
+  readonly stuckTurnIds: readonly string[];
+  readonly stuckHolder: string | null;
+  /** Advice for a stuck turn (the same words as `optchat audit`). */
+  readonly stuckAdvice: string;
+  readonly failingNodes: number;
+  readonly failingPublications: number;
+  /** Messages not summarized yet or finished turns not published yet. */
+  readonly pending: boolean;
+  /** The compactor's verdict over the whole database. */
+  readonly compactor: Verdict;
+  readonly budgetCapReached: string | null;
+}
+
+/**
+ * One line, first word the state: `stuck`, `failing`, `stalled`, `degraded`, `working` or `up to date`. A stuck turn
+ * and a failing compactor say what to do first; a spent budget is said otherwise.
+ */
+export function sessionVerdict(facts: SessionFacts): string {
+  if (facts.stuckTurnIds.length > 0) {
+    return `stuck: turn ${facts.stuckTurnIds.join(", ")} is still active but no OpenCode process holds the session (last holder ${facts.stuckHolder}); ${facts.stuckAdvice}`;
+  }
+  if (facts.failingNodes > 0 || facts.failingPublications > 0) {
+    const model = facts.compactor.reasons.find((r) => r.cause === "model-failing");
+    return `failing: the compactor keeps failing for this session (see lastNodeError / lastPublicationError)${model ? `; ${model.text}; ${model.fix}` : ""}`;
+  }
+  const stall = facts.compactor.reasons.find((r) => r.cause !== "model-failing");
+  if (facts.pending && stall) return `stalled: ${stall.text}; ${stall.fix}`;
+  if (facts.budgetCapReached) {
+    return `degraded: the compactor's budget is spent (${facts.budgetCapReached}); new summaries are labelled fallbacks until the next UTC day`;
+  }
+  return facts.pending ? "working: summaries or publications are pending" : "up to date";
+}

@@ -37,3 +37,6 @@ export const startWorker: typeof import("./worker.js").startWorker = async (...a
   (await import("./worker.js")).startWorker(...args);
 export const inspectStoredSession: typeof import("./inspect.js").inspectStoredSession = async (...args) =>
   (await import("./inspect.js")).inspectStoredSession(...args);
+export const inspectText = async (
+  ...args: Parameters<typeof import("./inspect-text.js").inspectText>
+): Promise<string> => (await import("./inspect-text.js")).inspectText(...args);

@@ -47,7 +47,7 @@ export type StatusReport =
   | {
       readonly setUp: false;
       readonly verdict: Verdict;
-      readonly status?: StoreStatus & { expectedSchemaVersion: number };
+      readonly status?: StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend };
       /** The error that stopped the reading (database unreachable or missing). */
       readonly error?: OptchatError;
     };

@@ -103,7 +103,7 @@ export function setupVerdict(problem: SetupProblem): Verdict {
   return { state: "not set up", summary: `not set up: ${reason.text}`, reasons: [reason], notes: [] };
 }
 
-const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const plural = (n: number, word: string, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 
 /** The verdict of a database that is set up. */
 export function compactorVerdict(facts: HealthFacts): Verdict {
@@ -125,12 +125,12 @@ export function compactorVerdict(facts: HealthFacts): Verdict {
   if (modelFails) {
     reasons.push({
       cause: "model-failing",
-      text: `the compactor model fails: ${plural(facts.failingNodes, "summary")} and ${plural(facts.failingPublications, "publication")} keep failing${facts.lastFailureSecondsAgo !== null ? `, last ${facts.lastFailureSecondsAgo} s ago` : ""}: ${facts.lastError ?? "no error recorded"}`,
+      text: `the compactor model fails: ${plural(facts.failingNodes, "summary", "summaries")} and ${plural(facts.failingPublications, "publication")} keep failing${facts.lastFailureSecondsAgo !== null ? `, last ${facts.lastFailureSecondsAgo} s ago` : ""}: ${facts.lastError ?? "no error recorded"}`,
       fix: "fix the compactor model (OPTCHAT_SUMMARIZER, OPTCHAT_SUMMARIZER_MODEL, OPTCHAT_SUMMARIZER_URL and its key, or OpenCode's small_model); `optchat doctor` makes one test call",
     });
   } else if (failing > 0) {
     notes.push(
-      `${plural(failing, "node or publication")} keep failing although other calls succeed; last error: ${facts.lastError ?? "none recorded"}`,
+      `${plural(failing, "node or publication", "nodes or publications")} keep failing although other calls succeed; last error: ${facts.lastError ?? "none recorded"}`,
     );
   }
   const stalledWait = waits && facts.oldestWaitingSeconds > STALLED_AFTER_SECONDS;

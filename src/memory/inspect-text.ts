@@ -11,7 +11,7 @@ interface InspectReport {
   readonly verdict: string;
   readonly compactor: CompactorHealth;
   readonly compactorToday?: TodaySpend;
-  readonly session: { id: string; hostSessionId: string; scope: string; generation: number };
+  readonly session: { id: string; host: string; hostSessionId: string; scope: string; generation: number };
   readonly health: SessionHealth & { pendingLeaves: number };
   readonly lastInjection: { at: string; status: string; turn: string; error?: string | null } | null;
   readonly recentProblems: readonly { at: string; operation: string; code: string; message: string }[];
@@ -28,7 +28,7 @@ export function inspectText(raw: Record<string, unknown>, extra: readonly string
   const lines = [
     labelled(
       "session",
-      `${report.session.id} (OpenCode ${report.session.hostSessionId}), scope ${report.session.scope}, generation ${report.session.generation}`,
+      `${report.session.id} (${report.session.host} session ${report.session.hostSessionId}), scope ${report.session.scope}, generation ${report.session.generation}`,
     ),
     labelled(
       "records",

@@ -16,6 +16,8 @@ import { readStatusReport } from "./status.js";
 export interface Check {
   readonly name: string;
   readonly ok: boolean;
+  /** Not judged because an earlier check failed (that line says what to fix); not ok, not counted as failed. */
+  readonly skipped?: boolean;
   readonly text: string;
   /** What to do, when not ok. */
   readonly fix?: string;
@@ -37,12 +39,15 @@ export async function checkDatabase(config: Config): Promise<Check> {
 
 /**
  * A worker will run: OpenCode's embedded worker is on (`embedded`: where that was decided), or an `optchat worker`
- * is alive on the database now. `databaseOk` false: the workers cannot be read (said by the database check).
+ * is alive on the database now. `databaseOk` false: the workers cannot be read (said by the database check);
+ * `pluginBroken`: OpenCode's config does not load the plugin (said by the opencode check). Either makes a missing
+ * worker a skipped line rather than a second failure of the same cause.
  */
 export async function checkWorker(
   config: Config,
   embedded: { readonly on: boolean; readonly source: string } | undefined,
   databaseOk: boolean,
+  pluginBroken = false,
 ): Promise<Check> {
   let cli = 0;
   if (databaseOk) {
@@ -68,6 +73,16 @@ export async function checkWorker(
       name: "worker",
       ok: true,
       text: `${workers}${embedded ? `; OpenCode's embedded worker is off (${embedded.source})` : ""}`,
+    };
+  }
+  if (!databaseOk || pluginBroken) {
+    return {
+      name: "worker",
+      ok: false,
+      skipped: true,
+      text: !databaseOk
+        ? "cannot see whether an `optchat worker` is alive until the database check passes"
+        : "OpenCode runs no embedded worker until the opencode check passes, and no `optchat worker` is alive",
     };
   }
   return {
@@ -103,9 +118,11 @@ export async function checkModel(
       {
         name: "model",
         ok: false,
-        text: `no compactor model: ${(error as Error).message}`,
+        text: `the compactor model does not resolve: ${(error as Error).message}`,
         fix: "set a compactor model (OPTCHAT_SUMMARIZER and OPTCHAT_SUMMARIZER_MODEL, or small_model in opencode.json)",
       },
+      { name: "answers", ok: false, skipped: true, text: "no model to call until the model check passes" },
+      { name: "price", ok: false, skipped: true, text: "no model to price until the model check passes" },
     ];
   }
   const { summarizer, from } = resolved;

@@ -96,31 +96,30 @@ export const doctorCommand: Command = {
                 ? "OPTCHAT_EMBEDDED_WORKER"
                 : "the default",
         }
-      : entry?.exists
-        ? { on: false, source: "the plugin does not start: its settings are refused, see above" }
-        : undefined;
-    checks.push(await checkWorker(config, embedded, database.ok));
+      : undefined;
+    checks.push(await checkWorker(config, embedded, database.ok, plugin === undefined));
     checks.push(
-      ...(await checkModel(config, () => resolveModel(config, entry !== undefined, configs, env), timeoutMs)),
+      ...(await checkModel(config, () => resolveModel(config, configs.files.length > 0, configs, env), timeoutMs)),
     );
 
-    const failed = checks.filter((c) => !c.ok);
+    const failed = checks.filter((c) => !c.ok && !c.skipped);
+    const passed = failed.length === 0 && checks.every((c) => c.ok);
     if (ctx.output.json) {
-      ctx.output.out(JSON.stringify({ ok: failed.length === 0, checks }));
+      ctx.output.out(JSON.stringify({ ok: passed, checks }));
     } else {
       const width = Math.max(...checks.map((c) => c.name.length));
       for (const check of checks) {
         ctx.output.out(
-          `${check.ok ? "ok  " : "FAIL"}  ${check.name.padEnd(width)}  ${check.text}${check.ok ? "" : ` — fix: ${check.fix}`}`,
+          `${check.ok ? "ok  " : check.skipped ? "skip" : "FAIL"}  ${check.name.padEnd(width)}  ${check.text}${check.ok || check.skipped ? "" : ` — fix: ${check.fix}`}`,
         );
       }
       ctx.output.out(
-        failed.length === 0
+        passed
           ? `doctor: all ${checks.length} checks passed`
-          : `doctor: ${failed.length} of ${checks.length} checks failed`,
+          : `doctor: ${failed.length} of ${checks.length} checks failed${checks.some((c) => c.skipped) ? ", others skipped until they pass" : ""}`,
       );
     }
-    return failed.length === 0 ? 0 : 1;
+    return passed ? 0 : 1;
   },
 };
 

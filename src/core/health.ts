@@ -113,7 +113,7 @@ export function compactorVerdict(facts: HealthFacts): Verdict {
   const notes: string[] = [];
   const waits = facts.waitingJobs > 0;
   const waitText = waits
-    ? `${plural(facts.waitingJobs, "job")} wait, the oldest since ${facts.oldestWaitingSince ?? "?"} (${facts.oldestWaitingSeconds} s)`
+    ? `${facts.waitingJobs === 1 ? "1 job waits" : `${facts.waitingJobs} jobs wait`}, the oldest since ${facts.oldestWaitingSince ?? "?"} (${facts.oldestWaitingSeconds} s)`
     : "nothing waits";
   const failing = facts.failingNodes + facts.failingPublications;
   // Failing, and no call has succeeded since the newest failure: the model itself fails, not one odd input.

@@ -151,14 +151,16 @@ describe("optchat status on a database that is set up", () => {
     });
     expect(await waitingJobs()).toBeGreaterThan(0);
     // Just queued: pending, not stalled.
-    expect((await status()).stdout.split("\n")[0]).toMatch(/^verdict {4}working: no worker running .*, \d+ jobs? wait/);
+    expect((await status()).stdout.split("\n")[0]).toMatch(
+      /^verdict {4}working: no worker running .*, (1 job waits|\d+ jobs wait)/,
+    );
 
     await age(10);
     const result = await status();
     expect(result.code).toBe(3);
     const lines = result.stdout.split("\n");
     expect(lines[0]).toMatch(
-      /^verdict {4}stalled: no compactor worker alive for 6\d\d s; \d+ jobs? wait, the oldest since \d{4}-\d\d-\d\dT\S+Z \(6\d\d s\)$/,
+      /^verdict {4}stalled: no compactor worker alive for 6\d\d s; (1 job waits|\d+ jobs wait), the oldest since \d{4}-\d\d-\d\dT\S+Z \(6\d\d s\)$/,
     );
     expect(lines[1]).toBe(
       "  fix      start `optchat worker`, or prompt in OpenCode with this plugin (its embedded worker starts when jobs wait)",
@@ -216,7 +218,7 @@ describe("optchat status on a database that is set up", () => {
       );
       expect(result.code).toBe(3);
       expect(result.stdout.split("\n")[0]).toMatch(
-        /^verdict {4}stalled: 1 worker alive but paused \(the local server pauses its worker while OpenCode processes run\); \d+ jobs? wait/,
+        /^verdict {4}stalled: 1 worker alive but paused \(the local server pauses its worker while OpenCode processes run\); (1 job waits|\d+ jobs wait)/,
       );
       expect(result.stdout).toMatch(
         /- local server pid \d+ on \S+ \(fake-extractive\/1\): alive, paused, beat \d+ s ago/,

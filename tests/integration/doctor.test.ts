@@ -55,8 +55,9 @@ function writeConfig(options: { plugin?: Record<string, unknown> | null; raw?: s
   writeFileSync(path, `${JSON.stringify(config, null, 2)}\n`);
 }
 
-async function doctor(env: Record<string, string> = {}) {
-  const result = await runCli(["doctor", "--project", join(root, "project"), "--timeout-ms", "10000"], {
+/** `optchat doctor` in this file's OpenCode environment, with no model key from the developer's. */
+function runDoctor(flags: readonly string[], env: Record<string, string> = {}) {
+  return runCli(["doctor", ...flags, "--project", join(root, "project"), "--timeout-ms", "10000"], {
     HOME: join(root, "home"),
     XDG_CONFIG_HOME: join(root, "config"),
     XDG_DATA_HOME: join(root, "data"),
@@ -69,6 +70,10 @@ async function doctor(env: Record<string, string> = {}) {
     DATABASE_URL: db.url,
     ...env,
   });
+}
+
+async function doctor(env: Record<string, string> = {}) {
+  const result = await runDoctor([], env);
   const lines = result.stdout.trim().split("\n");
   return { ...result, lines, failed: lines.filter((l) => l.startsWith("FAIL")) };
 }
@@ -96,7 +101,7 @@ describe("optchat doctor", () => {
     ]);
     // One tiny real call reached the model, through the compactor's own prompt.
     expect(model.requests().filter((r) => r.kind === "compactor")).toHaveLength(1);
-    const json = JSON.parse((await runJson()).stdout);
+    const json = JSON.parse((await runDoctor(["--json"])).stdout);
     expect(json.ok).toBe(true);
     expect(json.checks.map((c: { name: string }) => c.name)).toEqual([
       "opencode",
@@ -217,17 +222,3 @@ describe("optchat doctor", () => {
     ]);
   });
 });
-
-function runJson() {
-  return runCli(["doctor", "--json", "--project", join(root, "project"), "--timeout-ms", "10000"], {
-    HOME: join(root, "home"),
-    XDG_CONFIG_HOME: join(root, "config"),
-    XDG_DATA_HOME: join(root, "data"),
-    OPENCODE_CONFIG: "",
-    ANTHROPIC_API_KEY: "",
-    OPENAI_API_KEY: "",
-    OPTCHAT_SUMMARIZER: "auto",
-    OPTCHAT_PRICES: PRICED,
-    DATABASE_URL: db.url,
-  });
-}

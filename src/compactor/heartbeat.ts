@@ -13,6 +13,9 @@ import { beatWorker, markWorkerStopped, registerWorker } from "../store/health.j
 /** How often a running worker beats. `optchat status` counts it alive for WORKER_ALIVE_SECONDS (src/core/health.ts). */
 export const HEARTBEAT_SECONDS = 5;
 
+/** The longest a stop waits to mark the row stopped. */
+const STOP_WRITE_MS = 2_000;
+
 /** How long rows of workers that stopped beating are kept (status says how long no worker has been alive). */
 export const HEARTBEAT_KEEP_SECONDS = 24 * 3600;
 
@@ -124,8 +127,20 @@ export async function startHeartbeat(
     async stop() {
       stopped = true;
       clearTimeout(timer);
-      await running?.catch(() => {});
-      await markWorkerStopped(pool, registration.workerId).catch(() => {});
+      // Bounded: a process stopping while the database is unreachable must not wait for a connection (10 s) to say
+      // so; its row then stops beating and counts as gone after WORKER_ALIVE_SECONDS.
+      let bound: ReturnType<typeof setTimeout> | undefined;
+      const written = (async () => {
+        await running?.catch(() => {});
+        await markWorkerStopped(pool, registration.workerId).catch(() => {});
+      })();
+      await Promise.race([
+        written,
+        new Promise((done) => {
+          bound = setTimeout(done, STOP_WRITE_MS);
+        }),
+      ]);
+      clearTimeout(bound);
     },
   };
 }

@@ -335,7 +335,8 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
 
     // Without a format: readable text, the session's verdict first, then the compactor's.
     await ask(serverB, session, 'INS-3 TOOLS=[{"name":"memory_inspect","args":{}}] END');
-    const text = [...toolResults(requestsFor(model.requests(), "INS-3").at(-1) as never).values()][0] as string;
+    // The last tool result: the previous exchange (INS-2's JSON) is still in the request.
+    const text = [...toolResults(requestsFor(model.requests(), "INS-3").at(-1) as never).values()].at(-1) as string;
     expect(text).toMatch(/^verdict {4}(up to date|working)/);
     expect(text.split("\n")[1]).toMatch(/^compactor {2}working: /);
     expect(text).toMatch(/\nprocess {4}runs in OpenCode's thread/);

@@ -6,6 +6,7 @@ import {
   redactUrl,
   type SummarizerSettings,
   startWorker,
+  WORKER_RUNS_IN,
 } from "../src/memory/index.js";
 import { type HostLookups, OpencodeAdapter } from "./adapter.js";
 import type { CompactorModel } from "./compactor-model.js";
@@ -133,6 +134,7 @@ function compactorOf(
       return startWorker(memory, config.core, (event) => adapter.noteWorkerEvent(event as { type: string }), {
         concurrency: config.plugin.embeddedWorkerConcurrency,
         summarizer: compactor.summarizer,
+        runsIn: WORKER_RUNS_IN.opencode,
       });
     },
     (error) => adapter.problem("worker", undefined, error, { background: true }),

@@ -6,6 +6,7 @@ import {
   openMemory,
   type SummarizerSettings,
   startWorker,
+  WORKER_RUNS_IN,
 } from "../src/memory/index.js";
 import type { CompactorHandle } from "./embedded-worker.js";
 import type { RememberedLimits } from "./model-limits.js";
@@ -42,6 +43,7 @@ export class ServerMemories {
         startWorker(await this.openShared(config), config, (event) => this.report(event), {
           concurrency,
           summarizer: () => createSummarizer(settings),
+          runsIn: WORKER_RUNS_IN.localServer,
         }),
       jobsWaiting: async (config, seconds) => (await this.openShared(config)).host.jobsWaitingForWorker(seconds),
       log,

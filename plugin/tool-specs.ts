@@ -64,8 +64,15 @@ export const MEMORY_TOOL_SPECS = {
   },
   memory_inspect: {
     description:
-      "Health of optchat memory for this session (last injection, compactor backlog and failures, last publication, lease, recent errors): use it when memory looks missing or stale.",
-    args: {},
+      "Health of optchat memory for this session, its verdict first (last injection, compactor workers, backlog and failures, last publication, lease, recent errors): use it when memory looks missing or stale.",
+    args: {
+      format: {
+        type: "enum",
+        values: ["text", "json"],
+        optional: true,
+        description: "text (default: readable, the verdict first) or json (the full report)",
+      },
+    },
   },
 } as const satisfies Record<string, { readonly description: string; readonly args: ArgSpecs }>;
 

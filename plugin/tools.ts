@@ -3,6 +3,7 @@ import {
   budgetSettingsOf,
   escapeMemoryText,
   inspectStoredSession,
+  inspectText,
   isOptchatError,
   type SearchAnswer,
   type ZoomAnswer,
@@ -113,9 +114,10 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<Memor
         answer.nextCursor ? `more: call memory_sessions with cursor "${answer.nextCursor}"` : "end of list",
       ].join("\n");
     }),
-    memory_inspect: memoryTool("memory_inspect", async (_args, ctx, adapter) =>
-      JSON.stringify(await inspectSession(adapter, ctx.sessionID), null, 2),
-    ),
+    memory_inspect: memoryTool("memory_inspect", async (args, ctx, adapter) => {
+      const report = await inspectSession(adapter, ctx.sessionID);
+      return args.format === "json" ? JSON.stringify(report, null, 2) : await inspectReportText(report);
+    }),
   };
 }
 
@@ -156,12 +158,25 @@ export async function inspectSession(
   Object.assign(
     report,
     await inspectStoredSession(adapter.memory, session, {
-      workerInThisProcess: process.workerInThisProcess,
       holderIsGone: holderIsDead,
       budget: budgetSettingsOf(adapter.config.core),
+      embeddedWorker: adapter.config.plugin.embeddedWorker ? "on" : "off",
     }),
   );
   return report;
+}
+
+/** memory_inspect's text: the verdicts first, then this process and its settings, then the session's health. */
+async function inspectReportText(report: Record<string, unknown>): Promise<string> {
+  const process = report.process as Record<string, unknown>;
+  const settings = report.settings as Record<string, unknown>;
+  const extra = [
+    `process    runs in ${process.runsIn}; holder ${process.holder} since ${process.startedAt}; embedded worker ${process.embeddedWorker}${process.workerStartedBecause ? ` (started because ${process.workerStartedBecause})` : ""}${process.workerError ? `, error: ${process.workerError}` : ""}; ${process.problemsSinceStart} problem(s) since start${process.lastProblem ? `, last: ${JSON.stringify(process.lastProblem)}` : ""}`,
+    `settings   mode ${settings.mode}, scope ${settings.scope}, readiness ${settings.readiness} (waits ${settings.readinessWaitMs} ms), summarizer ${settings.summarizer}`,
+  ];
+  if (typeof report.session === "string") return [`verdict    ${report.session}`, ...extra].join("\n");
+  const disabled = report.memoryDisabled ? [`disabled   ${JSON.stringify(report.memoryDisabled)}`] : [];
+  return await inspectText(report, [...extra, ...disabled]);
 }
 
 /** Text made safe to sit inside a tag: `<`, `>` and `&` escaped, newlines kept (originals stay readable). */

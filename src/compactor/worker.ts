@@ -7,6 +7,7 @@ import { lockTree } from "../store/tree-changes.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
 import { type BudgetSettings, createBudget } from "./budget.js";
 import type { CompactorDeps, CompactorEvent } from "./deps.js";
+import { startHeartbeat, WORKER_RUNS_IN } from "./heartbeat.js";
 import { buildNodeJob } from "./node-job.js";
 import { createPrefixGate } from "./prefix-gate.js";
 import { publishTurnJob } from "./publish.js";
@@ -63,6 +64,13 @@ export interface CompactorSettings {
   readonly retentionSweepSeconds?: number;
   /** The daily caps (src/compactor/budget.ts); absent: none. */
   readonly budget?: BudgetSettings;
+  /**
+   * Where this worker runs, as `optchat status` lists it (its heartbeat row): WORKER_RUNS_IN in heartbeat.ts, e.g.
+   * "optchat worker", "OpenCode process", "local server". Default: "in-process worker".
+   */
+  readonly runsIn?: string;
+  /** How often the heartbeat is written (tests); default HEARTBEAT_SECONDS. */
+  readonly heartbeatMs?: number;
 }
 
 export interface RunningCompactor {
@@ -87,13 +95,29 @@ export async function startCompactor(
   pool: Pool,
   settings: CompactorSettings,
   summarizer: Summarizer,
-  report: (event: CompactorEvent) => void,
+  reportEvent: (event: CompactorEvent) => void,
 ): Promise<RunningCompactor> {
+  const heartbeat = await startHeartbeat(
+    pool,
+    { runsIn: settings.runsIn ?? WORKER_RUNS_IN.other, summarizer: summarizer.identity },
+    (error) => reportEvent({ type: "error", error }),
+    settings.heartbeatMs,
+  );
+  // Failures and errors also go to the heartbeat row: status shows a failing model's last error.
+  const report = (event: CompactorEvent): void => {
+    if (event.type === "failure" || event.type === "error") heartbeat.error(event.error);
+    reportEvent(event);
+  };
   const boss = await createBoss(settings.databaseUrl, "worker", {
     maintenanceIntervalSeconds: settings.retentionSweepSeconds,
   });
   boss.on("error", (error) => report({ type: "error", error: `pg-boss: ${(error as Error).message}` }));
-  await boss.start();
+  try {
+    await boss.start();
+  } catch (error) {
+    await heartbeat.stop();
+    throw error;
+  }
   const deps: CompactorDeps = {
     pool,
     boss,
@@ -128,6 +152,7 @@ export async function startCompactor(
       jobs.map(async (job) => {
         try {
           await run({ id: job.id, retryCount: job.retryCount, data: job.data });
+          heartbeat.jobFinished();
         } catch (error) {
           // A database error while committing: report it; pg-boss retries the batch's unsettled jobs (retryDelay
           // 1 s). Jobs of the batch that already completed are not affected: pg-boss's own settle is fenced like ours.
@@ -145,11 +170,17 @@ export async function startCompactor(
     boss.work<PublishJobData>(PUBLISH_QUEUE, { ...options, localConcurrency: 1 }, (jobs) =>
       runAll(jobs, (job) => publishTurnJob(deps, job), "publication"),
     );
-  await workNodes();
-  await sweepLostWork(deps).catch((error) =>
-    report({ type: "error", error: `start-up sweep: ${(error as Error).message}` }),
-  );
-  await workPublications();
+  try {
+    await workNodes();
+    await sweepLostWork(deps).catch((error) =>
+      report({ type: "error", error: `start-up sweep: ${(error as Error).message}` }),
+    );
+    await workPublications();
+  } catch (error) {
+    // A start that failed midway leaves no heartbeat saying a worker is alive.
+    await heartbeat.stop();
+    throw error;
+  }
   // Started once the rest is: a start that failed above leaves no loop running against its pg-boss.
   const supervision = superviseEvery(
     () => boss.supervise(),
@@ -163,6 +194,7 @@ export async function startCompactor(
     switching = switching.then(async () => {
       if (paused === pause) return;
       paused = pause;
+      heartbeat.setPaused(pause);
       if (pause) {
         supervision.pause();
         await boss.offWork(NODE_QUEUE, { wait: false });
@@ -179,7 +211,11 @@ export async function startCompactor(
     boss,
     async stop(timeoutMs = 30_000, options = {}) {
       await supervision.stop();
-      await boss.stop({ graceful: options.graceful ?? true, timeout: timeoutMs });
+      try {
+        await boss.stop({ graceful: options.graceful ?? true, timeout: timeoutMs });
+      } finally {
+        await heartbeat.stop();
+      }
     },
     pause: () => switchTo(true),
     resume: () => switchTo(false),

@@ -1,4 +1,6 @@
 // The memory service's public surface for hosts (the OpenCode plugin imports only this module).
+
+export { WORKER_RUNS_IN } from "../compactor/heartbeat.js";
 export { ANTHROPIC_DEFAULT_MODEL } from "../compactor/providers/anthropic.js";
 export { OPENAI_DEFAULT_MODEL } from "../compactor/providers/openai.js";
 export type { SummarizerSettings } from "../compactor/providers/provider.js";
@@ -22,7 +24,6 @@ export {
 } from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export type { RecordTally } from "./import.js";
-
 export type { ZoomAnswer } from "./retrieval.js";
 export type { IngestEvent } from "./schemas.js";
 export { type Memory, openMemory } from "./service.js";
@@ -36,3 +37,6 @@ export const startWorker: typeof import("./worker.js").startWorker = async (...a
   (await import("./worker.js")).startWorker(...args);
 export const inspectStoredSession: typeof import("./inspect.js").inspectStoredSession = async (...args) =>
   (await import("./inspect.js")).inspectStoredSession(...args);
+export const inspectText = async (
+  ...args: Parameters<typeof import("./inspect-text.js").inspectText>
+): Promise<string> => (await import("./inspect-text.js")).inspectText(...args);

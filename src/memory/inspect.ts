@@ -1,28 +1,29 @@
 import type { BudgetSettings } from "../compactor/budget.js";
+import { sessionVerdict } from "../core/health.js";
 import type { Session } from "../store/sessions.js";
 import { STUCK_TURN_ADVICE } from "../store/status.js";
 import { readTodaySpend } from "./cost.js";
+import { readCompactorHealth } from "./health.js";
 import type { Memory } from "./service.js";
 
-/** A job that could run and has waited this long means no worker is taking jobs. */
-const STALLED_AFTER_SECONDS = 60;
-
 /**
- * What optchat holds and does for one session, from the database: health (records, summaries, publications, failures,
- * lease, compactor backlog) with a one-line verdict, the last injection and recent adapter problems. "Working" and
- * "silently dead" must look different (seed 004): a verdict of `stalled` or `failing` says what to do.
+ * What optchat holds and does for one session, from the database: the session's verdict (src/core/health.ts
+ * sessionVerdict) and the compactor's over the whole database, health (records, summaries, publications, failures,
+ * lease, compactor backlog, workers), the last injection and recent adapter problems. "Working" and "silently dead"
+ * must look different (seed 004): a verdict of `stalled` or `failing` says what to do. Text form: inspect-text.ts.
  */
 export async function inspectStoredSession(
   memory: Memory,
   session: Session,
   options: {
-    workerInThisProcess?: boolean;
     budget?: BudgetSettings;
     /**
      * True when the holder of a lease that has not expired yet is known to be gone (the plugin can tell for holders
      * on its own machine): its active turns are stuck too, without waiting for the lease to expire.
      */
     holderIsGone?: (holder: string) => boolean;
+    /** What the asker knows of the plugin's embedded worker: advice then never asks to turn on what is on. */
+    embeddedWorker?: "on" | "off";
   } = {},
 ): Promise<Record<string, unknown>> {
   const [health, injections, problems, spend] = await Promise.all([
@@ -31,7 +32,10 @@ export async function inspectStoredSession(
     memory.host.listProblems(session.host, session.hostSessionId, 3),
     options.budget ? readTodaySpend(memory.pool, options.budget, { scopeId: session.scopeId }) : undefined,
   ]);
-  const pending = health.leaves > health.builtLeaves || health.unpublishedTurns > 0;
+  const compactor = await readCompactorHealth(memory.pool, {
+    ...(options.embeddedWorker ? { embeddedWorker: options.embeddedWorker } : {}),
+    budgetCapReached: spend?.capReached ?? null,
+  });
   // An unexpired lease whose holder is known to be gone leaves its active turns as stuck as an expired one does.
   const stuck =
     health.stuckTurns.length === 0 &&
@@ -40,21 +44,20 @@ export async function inspectStoredSession(
     options.holderIsGone?.(health.lease.holder)
       ? await memory.host.stuckTurns({ sessionId: session.sessionId, holderGone: true })
       : health.stuckTurns;
-  const verdict =
-    stuck.length > 0
-      ? `stuck: turn ${stuck.map((t) => t.turnId).join(", ")} is still active but no OpenCode process holds the session (last holder ${stuck[0]?.holder}); ${STUCK_TURN_ADVICE}`
-      : health.failingNodes > 0 || health.failingPublications > 0
-        ? "failing: the compactor keeps failing (see lastNodeError / lastPublicationError and the summarizer settings)"
-        : !pending
-          ? "up to date"
-          : health.oldestWaitingJobSeconds > STALLED_AFTER_SECONDS && !options.workerInThisProcess
-            ? `stalled: compactor jobs have waited ${health.oldestWaitingJobSeconds} s for a worker; start \`optchat worker\` or set OPTCHAT_EMBEDDED_WORKER=on`
-            : "working: summaries or publications are pending";
-  const degraded = spend?.capReached
-    ? `degraded: the compactor's budget is spent (${spend.capReached}); new summaries are labelled fallbacks until the next UTC day`
-    : undefined;
+  const verdict = sessionVerdict({
+    stuckTurnIds: stuck.map((t) => t.turnId),
+    stuckHolder: stuck[0]?.holder ?? null,
+    stuckAdvice: STUCK_TURN_ADVICE,
+    failingNodes: health.failingNodes,
+    failingPublications: health.failingPublications,
+    pending: health.leaves > health.builtLeaves || health.unpublishedTurns > 0,
+    compactor: compactor.verdict,
+    budgetCapReached: spend?.capReached ?? null,
+  });
   const last = injections[0];
   return {
+    verdict,
+    compactor,
     // Today's compactor spend and, when a cap is reached, what that means for the summaries (issue 13 item 5).
     ...(spend ? { compactorToday: spend } : {}),
     session: {
@@ -69,8 +72,7 @@ export async function inspectStoredSession(
       ...health,
       stuckTurns: stuck,
       pendingLeaves: health.leaves - health.builtLeaves,
-      // A stuck turn and a failing compactor say what to do first; a spent budget is said otherwise.
-      verdict: verdict.startsWith("failing") || verdict.startsWith("stuck") ? verdict : (degraded ?? verdict),
+      verdict,
     },
     lastInjection: last
       ? {

@@ -6,6 +6,7 @@ import { budgetSettingsOf, type Config, foldParamsOf, summarizerSettingsOf } fro
 import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
+export { WORKER_RUNS_IN } from "../compactor/heartbeat.js";
 
 export interface RunningWorker extends RunningCompactor {
   readonly retention: RunningRetention;
@@ -20,6 +21,11 @@ export interface WorkerOverrides {
    * OpenCode's configuration (plugin/compactor-model.ts). Awaited before the worker starts taking jobs.
    */
   readonly summarizer?: () => Promise<Summarizer>;
+  /**
+   * Where the worker runs, for its heartbeat row and `optchat status` (WORKER_RUNS_IN in src/compactor/heartbeat.ts:
+   * "optchat worker", "OpenCode process", "local server"); default "in-process worker".
+   */
+  readonly runsIn?: string;
 }
 
 /**
@@ -43,6 +49,7 @@ export async function startWorker(
       failureRetrySeconds: config.failureRetrySeconds,
       retentionSweepSeconds: config.retentionSweepSeconds,
       budget: budgetSettingsOf(config),
+      ...(overrides.runsIn !== undefined ? { runsIn: overrides.runsIn } : {}),
     },
     summarizer,
     report,

@@ -76,6 +76,23 @@ export async function openJobsSummary(
   return summary;
 }
 
+/**
+ * The jobs that could run now and wait for a worker (created or retry, due), how many, and since when the oldest has
+ * waited (`since`: its start_after; `seconds`: its age by the server's clock; 0 and null when none waits).
+ */
+export async function oldestWaitingJob(
+  db: Queryable,
+): Promise<{ readonly waiting: number; readonly seconds: number; readonly since: Date | null }> {
+  const result = await db.query<{ waiting: number; since: Date | null; seconds: number | null }>(
+    `SELECT count(*)::int AS waiting, min(start_after) AS since,
+            extract(epoch FROM now() - min(start_after))::float8 AS seconds
+       FROM pgboss.job
+      WHERE name IN ('${NODE_QUEUE}', '${PUBLISH_QUEUE}') AND state IN ('created', 'retry') AND start_after <= now()`,
+  );
+  const row = result.rows[0];
+  return { waiting: row?.waiting ?? 0, seconds: Math.max(0, Math.round(row?.seconds ?? 0)), since: row?.since ?? null };
+}
+
 /** True when a compactor job that could run has waited longer than `seconds` for a worker. */
 export async function jobsWaitingForWorker(db: Queryable, seconds: number): Promise<boolean> {
   const result = await db.query<{ waiting: boolean }>(

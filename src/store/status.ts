@@ -16,6 +16,8 @@ export interface StoreStatus {
   readonly failingPublications: number;
   /** Messages sealed but not summarized yet, over all session trees. */
   readonly pendingLeaves: number;
+  /** Whether pg-boss's schema is installed (`optchat migrate` installs it). */
+  readonly jobQueueInstalled: boolean;
 }
 
 export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
@@ -47,7 +49,8 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
   let failingNodes = 0;
   let failingPublications = 0;
   let pendingLeaves = 0;
-  if (await jobQueueInstalled(db)) {
+  const queue = await jobQueueInstalled(db);
+  if (queue) {
     Object.assign(jobs, await countJobsByState(db));
   }
   if (schemaVersion >= 3) {
@@ -71,6 +74,7 @@ export async function readStoreStatus(db: Queryable): Promise<StoreStatus> {
     failingNodes,
     failingPublications,
     pendingLeaves,
+    jobQueueInstalled: queue,
   };
 }
 

@@ -60,7 +60,7 @@ function inspectReport(marker: string): { process: { runsIn: string; holder: str
 // run.
 describe("the local server", { timeout: 240_000 }, () => {
   it("is started by the first `opencode run`, which runs its own thread; the next runs are served by it", async () => {
-    const inspect = 'TOOLS=[{"name":"memory_inspect","args":{}}] END';
+    const inspect = 'TOOLS=[{"name":"memory_inspect","args":{"format":"json"}}] END';
     const first = await runOpencode(env, `LS-1 ${inspect}`, { timeoutMs: WAIT });
     expect(first.code, first.stderr.slice(-2000)).toBe(0);
     expect(inspectReport("LS-1").process.runsIn).toBe("the plugin's own thread");
@@ -211,7 +211,7 @@ describe("the local server", { timeout: 240_000 }, () => {
   it("runs on OpenCode's own Bun with localServerRuntime bun, serving runs as on Node.js", async () => {
     const bunEnv = await world.env({ extraEnv: { OPTCHAT_LOCAL_SERVER_RUNTIME: "bun" } });
     const bunServers = join(bunEnv.env.TMPDIR as string, `optchat-${process.getuid?.() ?? "user"}`);
-    const inspect = 'TOOLS=[{"name":"memory_inspect","args":{}}] END';
+    const inspect = 'TOOLS=[{"name":"memory_inspect","args":{"format":"json"}}] END';
     const first = await runOpencode(bunEnv, `LS-BUN-1 ${inspect}`, { timeoutMs: WAIT });
     expect(first.code, first.stderr.slice(-2000)).toBe(0);
     await retrying(

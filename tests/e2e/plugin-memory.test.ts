@@ -322,7 +322,7 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
   it("answers memory_inspect with the last injection and the compactor's health", async () => {
     const session = await serverB.createSession("inspect");
     await ask(serverB, session, "INS-1 first turn REPLY=ok");
-    await ask(serverB, session, 'INS-2 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    await ask(serverB, session, 'INS-2 TOOLS=[{"name":"memory_inspect","args":{"format":"json"}}] END');
     const after = requestsFor(model.requests(), "INS-2").at(-1) as never;
     const report = JSON.parse([...toolResults(after).values()][0] as string);
     expect(report.process.embeddedWorker).toBe("running");
@@ -331,11 +331,20 @@ describe("OpenCode 1.18.33 with the optchat plugin", { timeout: 180_000 }, () =>
     expect(report.lastInjection.blocks.map((b: { name: string }) => b.name)).toContain("shared_memory");
     expect(report.health.verdict).toMatch(/^(up to date|working)/);
     expect(report.health.records).toBeGreaterThanOrEqual(3);
+    expect(report.compactor.verdict.state).toBe("working");
+
+    // Without a format: readable text, the session's verdict first, then the compactor's.
+    await ask(serverB, session, 'INS-3 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    // The last tool result: the previous exchange (INS-2's JSON) is still in the request.
+    const text = [...toolResults(requestsFor(model.requests(), "INS-3").at(-1) as never).values()].at(-1) as string;
+    expect(text).toMatch(/^verdict {4}(up to date|working)/);
+    expect(text.split("\n")[1]).toMatch(/^compactor {2}working: /);
+    expect(text).toMatch(/\nprocess {4}runs in OpenCode's thread/);
 
     // The same tool through A, whose plugin runs in its own thread: the call crosses to the thread and back.
     const sessionOfA = await serverA.createSession("inspect A");
     await ask(serverA, sessionOfA, "INS-A1 first turn REPLY=ok");
-    await ask(serverA, sessionOfA, 'INS-A2 TOOLS=[{"name":"memory_inspect","args":{}}] END');
+    await ask(serverA, sessionOfA, 'INS-A2 TOOLS=[{"name":"memory_inspect","args":{"format":"json"}}] END');
     const ofA = JSON.parse(
       [...toolResults(requestsFor(model.requests(), "INS-A2").at(-1) as never).values()][0] as string,
     );

@@ -109,7 +109,7 @@ describe("a closed output pipe", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
         stdio: ["ignore", "pipe", "pipe"],
       }),
     );
-    expect(result.stdout).toMatch(/^server {5}PostgreSQL/);
+    expect(result.stdout).toMatch(/^verdict {4}working: /);
     expect(result.stdout.trim().split("\n")).toHaveLength(1);
     expect(result.stderr).toBe("");
   });

@@ -2,7 +2,7 @@ import { summarizerProblems } from "../../compactor/registry.js";
 import { OptchatError } from "../../core/errors.js";
 import { type Config, summarizerSettingsOf } from "../../memory/config.js";
 import { openMemory } from "../../memory/service.js";
-import { startWorker } from "../../memory/worker.js";
+import { startWorker, WORKER_RUNS_IN } from "../../memory/worker.js";
 import { type Command, integerFlag, type Output, parseCommand } from "../command.js";
 
 const usage = "optchat worker [--concurrency N] [--summarizer NAME] [--model NAME] [--url URL] [--json]";
@@ -40,7 +40,7 @@ export const workerCommand: Command = {
         // Built and started nodes are routine: printed only in --json mode, where a program reads them.
         if ((event.type !== "built" && event.type !== "summarizing") || output.json) print({ ...event });
       },
-      { concurrency },
+      { concurrency, runsIn: WORKER_RUNS_IN.cli },
     );
     print({ type: "ready", pid: process.pid, concurrency, summarizer: worker.summarizer });
     await new Promise<void>((resolve) => {

@@ -1,0 +1,153 @@
+import { resolveFromOpencode } from "../../../plugin/compactor-model.js";
+import { resolvePluginConfig } from "../../../plugin/config.js";
+import {
+  configSourceFromFiles,
+  findOptchatPlugin,
+  PLUGIN_ENTRY,
+  readOpencodeConfigs,
+} from "../../../plugin/opencode-config-files.js";
+import { AUTO, createSummarizer, MODEL_SETTINGS_HINT } from "../../compactor/registry.js";
+import { type Config, redactUrl, summarizerSettingsOf } from "../../memory/config.js";
+import { type Check, checkDatabase, checkModel, checkWorker, DOCTOR_CALL_TIMEOUT_MS } from "../../memory/doctor.js";
+import { type Command, integerFlag, parseCommand } from "../command.js";
+
+const usage = "optchat doctor [--project DIR] [--timeout-ms N] [--json]";
+
+export const doctorCommand: Command = {
+  name: "doctor",
+  usage: [usage],
+  summary:
+    "checks the whole set-up, one line each with the fix: database reachable and migrated, an\n" +
+    "opencode.json loads the plugin, a worker will run, the compactor model resolves, answers and has a price",
+  details:
+    "Reads the opencode.json files OpenCode reads for the project in --project (default: the current directory): " +
+    "the global one under $XDG_CONFIG_HOME/opencode (~/.config/opencode), $OPENCODE_CONFIG, and the project's " +
+    "up to its git root. The plugin entry's options and this environment are its settings, as in OpenCode: run the " +
+    "doctor in the environment OpenCode runs in. The model check makes one tiny real call (bounded by " +
+    `--timeout-ms, default ${DOCTOR_CALL_TIMEOUT_MS}). Exit code 0 when every check passed, 1 otherwise.`,
+  async run(args, ctx) {
+    const { values } = parseCommand(args, { project: { type: "string" }, "timeout-ms": { type: "string" } }, 0, usage);
+    const timeoutMs = integerFlag(values["timeout-ms"], "timeout-ms", 100, 600_000) ?? DOCTOR_CALL_TIMEOUT_MS;
+    const env = process.env;
+    const configs = readOpencodeConfigs(values.project ?? process.cwd(), env);
+    const entry = findOptchatPlugin(configs);
+    const checks: Check[] = [];
+
+    // OpenCode's config: the entry, and the settings it gives the plugin (an unknown or bad option stops the plugin).
+    let config: Config = ctx.config;
+    let plugin: ReturnType<typeof resolvePluginConfig> | undefined;
+    const read = configs.files.map((f) => f.path);
+    if (configs.unreadable.length > 0) {
+      for (const bad of configs.unreadable) {
+        checks.push({
+          name: "opencode",
+          ok: false,
+          text: `${bad.path} cannot be read: ${bad.error}`,
+          fix: "fix the file (OpenCode refuses it too)",
+        });
+      }
+    }
+    if (!entry) {
+      checks.push({
+        name: "opencode",
+        ok: false,
+        text: `no opencode.json loads optchat (read: ${read.length > 0 ? read.join(", ") : "none found"})`,
+        fix: `add "plugin": [["${PLUGIN_ENTRY}", {"databaseUrl": "${redactUrl(ctx.config.databaseUrl)}"}]] to the project's opencode.json or the global one (\`npm run opencode-setup\` prints it)`,
+      });
+    } else if (!entry.exists) {
+      checks.push({
+        name: "opencode",
+        ok: false,
+        text: `${entry.file} loads ${entry.module}, which does not exist`,
+        fix: `point the entry at ${PLUGIN_ENTRY}`,
+      });
+    } else {
+      try {
+        plugin = resolvePluginConfig(entry.options, env);
+        config = plugin.core;
+        checks.push({
+          name: "opencode",
+          ok: true,
+          text: `${entry.file} loads ${entry.thisCheckout ? "this checkout's plugin" : `another copy of optchat (${entry.module})`}${Object.keys(entry.options).length > 0 ? ` with options ${Object.keys(entry.options).join(", ")}` : ""}`,
+        });
+      } catch (error) {
+        checks.push({
+          name: "opencode",
+          ok: false,
+          text: `${entry.file}: the plugin's settings are refused: ${(error as Error).message}`,
+          fix: "correct the option or environment variable named above",
+        });
+      }
+    }
+
+    const database = await checkDatabase(config);
+    checks.push(
+      config.databaseUrl !== ctx.config.databaseUrl && database.ok
+        ? { ...database, text: `${database.text} (the plugin's databaseUrl in ${entry?.file})` }
+        : database,
+    );
+    const embedded = plugin
+      ? {
+          on: plugin.plugin.embeddedWorker,
+          source:
+            entry?.options.embeddedWorker !== undefined
+              ? `option embeddedWorker in ${entry.file}`
+              : env.OPTCHAT_EMBEDDED_WORKER
+                ? "OPTCHAT_EMBEDDED_WORKER"
+                : "the default",
+        }
+      : undefined;
+    checks.push(await checkWorker(config, embedded, database.ok, plugin === undefined));
+    checks.push(
+      ...(await checkModel(config, () => resolveModel(config, configs.files.length > 0, configs, env), timeoutMs)),
+    );
+
+    const failed = checks.filter((c) => !c.ok && !c.skipped);
+    const passed = failed.length === 0 && checks.every((c) => c.ok);
+    if (ctx.output.json) {
+      ctx.output.out(JSON.stringify({ ok: passed, checks }));
+    } else {
+      const width = Math.max(...checks.map((c) => c.name.length));
+      for (const check of checks) {
+        ctx.output.out(
+          `${check.ok ? "ok  " : check.skipped ? "skip" : "FAIL"}  ${check.name.padEnd(width)}  ${check.text}${check.ok || check.skipped ? "" : ` — fix: ${check.fix}`}`,
+        );
+      }
+      ctx.output.out(
+        passed
+          ? `doctor: all ${checks.length} checks passed`
+          : `doctor: ${failed.length} of ${checks.length} checks failed${checks.some((c) => c.skipped) ? ", others skipped until they pass" : ""}`,
+      );
+    }
+    return passed ? 0 : 1;
+  },
+};
+
+/** The compactor model as the plugin would get it: with auto inside OpenCode, from OpenCode's config. */
+async function resolveModel(
+  config: Config,
+  inOpencode: boolean,
+  configs: ReturnType<typeof readOpencodeConfigs>,
+  env: NodeJS.ProcessEnv,
+) {
+  if (config.summarizer !== AUTO) {
+    return {
+      summarizer: await createSummarizer(summarizerSettingsOf(config)),
+      from: `OPTCHAT_SUMMARIZER=${config.summarizer}`,
+    };
+  }
+  if (!inOpencode) {
+    return { summarizer: await createSummarizer(summarizerSettingsOf(config)), from: "auto, from the API key set" };
+  }
+  const found = await resolveFromOpencode(configSourceFromFiles(configs, env), config);
+  if (found.type !== "found") {
+    throw new Error(
+      `OPTCHAT_SUMMARIZER is auto and OpenCode's config names no model optchat can call${found.type === "none" ? ` (${found.reason})` : ""}; ${MODEL_SETTINGS_HINT}`,
+    );
+  }
+  return {
+    summarizer: await createSummarizer(found.settings),
+    from: `auto: ${found.from} in opencode.json`,
+    fix: "check that provider's baseURL, model and key in opencode.json (or OpenCode's auth) and that its server runs",
+  };
+}

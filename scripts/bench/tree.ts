@@ -901,6 +901,7 @@ export function phaseFields(result: PhaseResult): Record<string, unknown> {
     modelCalls: stats.calls,
     modelCallsFromNodes: counts.attempts,
     callsPerMessage: ratio(stats.calls, messages),
+    callsPerStoredRecord: ratio(stats.calls, messages),
     callsPerNode: ratio(stats.calls, counts.nodes),
     retryCalls: stats.retryCalls,
     freeNodeShare: ratio(counts.free_nodes, counts.nodes),

@@ -117,6 +117,20 @@ export function fakeAnswer(
     }
   }
   const retries = messages.filter((m) => m.role === "assistant").length;
+  const batch = parseBatch(request);
+  if (batch) {
+    // One line per message or pair, each as the single step would answer it.
+    return batch.steps
+      .map((step) =>
+        options.overshootBytes !== undefined
+          ? padTo(
+              extract(step, Number.MAX_SAFE_INTEGER),
+              step.limit + Math.max(1, options.overshootBytes - 5 * retries),
+            )
+          : extract(step, Math.min(step.limit, options.lineBytes ?? step.limit) - 8 * retries),
+      )
+      .join("\n");
+  }
   const step = parseStep(request);
   if (!step) throw new SummarizerError("fake summarizer: the request holds no compress or merge step");
   if (options.overshootBytes !== undefined) {
@@ -153,6 +167,28 @@ function parseStep(request: string): ParsedStep | undefined {
     const limit = Number.parseInt(rest, 10);
     const body = rest.slice(rest.indexOf("\n") + 1);
     return { type, limit, lines: type === "merge" ? body.split("\n").slice(0, 2) : [body] };
+  }
+  return undefined;
+}
+
+/** A batch step (several messages, or several pairs, in one request) as the single steps it stands for. */
+function parseBatch(request: string): { steps: ParsedStep[] } | undefined {
+  for (const [type, marker] of [
+    ["compress", STEP_MARKERS.compressBatch],
+    ["merge", STEP_MARKERS.mergeBatch],
+  ] as const) {
+    const at = request.lastIndexOf(`\n${marker} `);
+    if (at < 0) continue;
+    const rest = request.slice(at + marker.length + 2);
+    const limit = Number.parseInt(rest, 10);
+    const body = rest.slice(rest.indexOf("\n") + 1);
+    const pattern = type === "compress" ? /<message>\n([\s\S]*?)\n<\/message>/g : /<pair>\n(.*)\n(.*)\n<\/pair>/g;
+    const steps = [...body.matchAll(pattern)].map((m) => ({
+      type,
+      limit,
+      lines: type === "compress" ? [m[1] ?? ""] : [m[1] ?? "", m[2] ?? ""],
+    }));
+    return { steps };
   }
   return undefined;
 }

@@ -1,11 +1,12 @@
 import { type BudgetSettings, type Spend, spendOf } from "../compactor/budget.js";
-import { costOf, type PriceTable, priceOf } from "../compactor/prices.js";
+import { costOf, type PriceTable, priceOf, UNPRICED_PRICE_TEXT } from "../compactor/prices.js";
 import { FALLBACK_LABEL } from "../core/fallback.js";
 import {
   type CallGroup,
   type CallTotals,
   countFallbackNodes,
   sumCallsToday,
+  sumCallsTodayBySession,
   sumCompactorCalls,
 } from "../store/compactor-calls.js";
 import type { Queryable } from "../store/db.js";
@@ -131,3 +132,51 @@ export async function readTodaySpend(
       : null;
   return { day, all, ...(scope ? { scope } : {}), fallbackNodes, caps, capReached: reached || null, notice };
 }
+
+/** One session's compactor spend today (UTC); `sessionId` null: a shared tree's calls that belong to no turn. */
+export interface SessionSpend extends Spend {
+  readonly sessionId: string | null;
+}
+
+/**
+ * Today's (UTC) compactor spend per session, most first, at most `limit` sessions (of one scope or session, or all):
+ * for status, memory_inspect and browse beside today's total against the cap (issue 39). Unpriced models are counted
+ * as the caps count them (src/compactor/prices.ts UNPRICED_PRICE).
+ */
+export async function readSessionSpendToday(
+  db: Queryable,
+  prices: PriceTable,
+  options: { scopeId?: string; sessionId?: string; limit?: number; now?: Date } = {},
+): Promise<SessionSpend[]> {
+  const rows = await sumCallsTodayBySession(
+    db,
+    options.now ?? new Date(),
+    {
+      ...(options.scopeId ? { scopeId: options.scopeId } : {}),
+      ...(options.sessionId ? { sessionId: options.sessionId } : {}),
+    },
+    options.limit ?? 5,
+  );
+  const bySession = new Map<string | null, typeof rows>();
+  for (const row of rows) bySession.set(row.sessionId, [...(bySession.get(row.sessionId) ?? []), row]);
+  return [...bySession]
+    .map(([sessionId, group]) => ({ sessionId, ...spendOf(group, prices) }))
+    .sort((a, b) => b.costUsd - a.costUsd || b.tokens - a.tokens);
+}
+
+/** "$0.0123 (4 calls)" or, with unpriced tokens, "$0.0123 (4 calls; 1,200 unpriced tokens counted at $3 in / …)". */
+export function spendText(spend: Spend): string {
+  const unpriced =
+    spend.unpricedTokens > 0
+      ? `; ${spend.unpricedTokens} tokens of models with no price counted at ${UNPRICED_PRICE_TEXT}: set OPTCHAT_PRICES`
+      : "";
+  return `$${spend.costUsd.toFixed(4)} (${spend.calls} call(s), ${spend.tokens} tokens${unpriced})`;
+}
+
+/** Lines naming each session's spend today, most first: "session <id>: $0.0123 (4 call(s), …)". */
+export function sessionSpendLines(sessions: readonly SessionSpend[]): string[] {
+  return sessions.map(
+    (s) => `${s.sessionId === null ? "shared trees (no turn)" : `session ${s.sessionId}`}: ${spendText(s)}`,
+  );
+}
+export { UNPRICED_PRICE_TEXT };

@@ -3,7 +3,7 @@ import { ledgerExists } from "../store/compactor-calls.js";
 import { connectClient } from "../store/db.js";
 import { SCHEMA_VERSION } from "../store/migrate.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
-import { readTodaySpend, type TodaySpend } from "./cost.js";
+import { readSessionSpendToday, readTodaySpend, type SessionSpend, type TodaySpend } from "./cost.js";
 
 export type { StoreStatus };
 
@@ -14,13 +14,23 @@ export type { StoreStatus };
 export async function readStatus(
   databaseUrl: string,
   budget?: BudgetSettings,
-): Promise<StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend }> {
+): Promise<
+  StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend; compactorSessionsToday?: SessionSpend[] }
+> {
   const client = await connectClient(databaseUrl, "optchat-status");
   try {
     const status = await readStoreStatus(client);
     // By the table, not a schema version: the ledger's migration number may still change when branches merge.
     const compactorToday = budget && (await ledgerExists(client)) ? await readTodaySpend(client, budget) : undefined;
-    return { ...status, expectedSchemaVersion: SCHEMA_VERSION, ...(compactorToday ? { compactorToday } : {}) };
+    // The sessions that spent most today (issue 39: spend per session beside the total against the cap).
+    const compactorSessionsToday =
+      budget && compactorToday ? await readSessionSpendToday(client, budget.prices, { limit: 5 }) : undefined;
+    return {
+      ...status,
+      expectedSchemaVersion: SCHEMA_VERSION,
+      ...(compactorToday ? { compactorToday } : {}),
+      ...(compactorSessionsToday ? { compactorSessionsToday } : {}),
+    };
   } finally {
     await client.end().catch(() => {});
   }

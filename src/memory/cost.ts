@@ -96,6 +96,8 @@ export interface TodaySpend {
   readonly all: Spend;
   readonly scope?: Spend & { readonly scopeId: string };
   readonly fallbackNodes: number;
+  /** The compactor's models today and the price each is counted at (issue 39: which model, and what it costs). */
+  readonly models: readonly { readonly model: string; readonly price: string }[];
   readonly caps: Omit<BudgetSettings, "prices">;
   /** The setting whose cap is reached today, if any. */
   readonly capReached: string | null;
@@ -110,7 +112,12 @@ export async function readTodaySpend(
 ): Promise<TodaySpend> {
   const now = options.now ?? new Date();
   const day = now.toISOString().slice(0, 10);
-  const all = spendOf(await sumCallsToday(db, now), budget.prices);
+  const rows = await sumCallsToday(db, now);
+  const all = spendOf(rows, budget.prices);
+  const models = [...new Set(rows.map((r) => `${r.provider}:${r.model}`))].map((model) => ({
+    model,
+    price: priceText(budget.prices, model),
+  }));
   const scope = options.scopeId
     ? { scopeId: options.scopeId, ...spendOf(await sumCallsToday(db, now, options.scopeId), budget.prices) }
     : undefined;
@@ -130,7 +137,7 @@ export async function readTodaySpend(
     : fallbackNodes > 0
       ? `${fallbackNodes} node(s) were built today as labelled fallbacks ("${FALLBACK_LABEL}") while the budget was spent; zoom into them to read the originals.`
       : null;
-  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, caps, capReached: reached || null, notice };
+  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, models, caps, capReached: reached || null, notice };
 }
 
 /** One session's compactor spend today (UTC); `sessionId` null: a shared tree's calls that belong to no turn. */
@@ -180,3 +187,12 @@ export function sessionSpendLines(sessions: readonly SessionSpend[]): string[] {
   );
 }
 export { UNPRICED_PRICE_TEXT };
+
+/** "$1 in / $5 out per million tokens", or that a model with no price is counted at UNPRICED_PRICE. */
+export function priceText(prices: PriceTable, key: string): string {
+  const at = key.indexOf(":");
+  const price = priceOf(prices, key.slice(0, at), key.slice(at + 1));
+  return price
+    ? `$${price.input} in / $${price.output} out per million tokens`
+    : `no price: counted at ${UNPRICED_PRICE_TEXT} (set OPTCHAT_PRICES)`;
+}

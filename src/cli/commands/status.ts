@@ -35,6 +35,7 @@ export const statusCommand: Command = {
           `spend      today (${today.day} UTC): ${today.all.calls} compactor call(s), ${today.all.tokens} tokens, $${today.all.costUsd.toFixed(4)} ${caps}${today.all.unpricedTokens > 0 ? ` (${today.all.unpricedTokens} tokens of models with no price counted at ${UNPRICED_PRICE_TEXT}: set OPTCHAT_PRICES)` : ""}; fallback nodes: ${today.fallbackNodes}`,
         );
         if (today.notice) output.out(`           ${today.notice}`);
+        for (const m of today.models) output.out(`           model ${m.model}: ${m.price}`);
         for (const line of sessionSpendLines(status.compactorSessionsToday ?? [])) output.out(`           ${line}`);
       }
       const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));

@@ -210,6 +210,10 @@ describe("the budget cap (issue 13 item 5)", () => {
     const status = await runCli(["status"], { DATABASE_URL: db.url, OPTCHAT_BUDGET_DAILY_TOKENS: "1" });
     expect(status.stdout).toMatch(/spend {6}today .*1 compactor call.*fallback nodes: \d+/);
     expect(status.stdout).toContain("budget is spent");
+    // Which model spent it and at what price, and each session's part (issue 39).
+    expect(status.stdout).toMatch(/model fake:fake-extractive\/1: \$0 in \/ \$0 out per million tokens/);
+    expect(status.stdout).toContain(`session ${session.sessionId}: $0.0000 (1 call(s), `);
+    expect(report.compactorThisSessionToday).toMatch(/^\$0\.0000 \(1 call\(s\), \d+ tokens\)$/);
   });
 
   it("does not stop a model whose spend is under the cap", async () => {

@@ -8,8 +8,8 @@ import {
   type SummaryStep,
   utf8Bytes,
 } from "../core/summary.js";
-import type { CallPurpose, StepContext } from "./summarize.js";
-import { failureKindOf, NO_USAGE, SummarizerError } from "./summarizer.js";
+import { recordedCall, type StepContext } from "./summarize.js";
+import { SummarizerError } from "./summarizer.js";
 
 /** Answers to a batch that come back with the wrong number of lines are asked for again this many times. */
 const COUNT_TRIES = 2;
@@ -46,30 +46,14 @@ export async function runBatch(
   while (calls < COUNT_TRIES) {
     calls += 1;
     inputBytes += promptBytes(prompt);
-    const purpose: CallPurpose = calls === 1 ? ctx.purpose : "retry";
-    const started = performance.now();
-    const at = new Date();
-    let answer: Awaited<ReturnType<typeof summarizer.complete>>;
-    try {
-      answer = await summarizer.complete(prompt, { signal: ctx.signal, cacheKey: ctx.cacheKey });
-    } catch (error) {
-      ctx.record?.({
-        purpose,
-        usage: NO_USAGE,
-        latencyMs: performance.now() - started,
-        outcome: failureKindOf(error),
-        at,
-      });
-      throw error;
-    }
+    const { answer, recordOutcome } = await recordedCall(ctx, prompt, calls);
     const text = answer.text.trim();
     const whole = answerProblem(text, answer.finishReason);
     const lines = text
       .split(/\r?\n/)
       .map((line) => line.trim())
       .filter((line) => line.length > 0);
-    const outcome = whole === "empty" || whole === "refusal" ? whole : lines.length === count ? "ok" : "line_count";
-    ctx.record?.({ purpose, usage: answer.usage, latencyMs: performance.now() - started, outcome, at });
+    recordOutcome(whole === "empty" || whole === "refusal" ? whole : lines.length === count ? "ok" : "line_count");
     if (whole === "empty" || whole === "refusal") {
       throw new SummarizerError(
         whole === "empty"

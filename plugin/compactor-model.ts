@@ -157,7 +157,6 @@ export function compactorModel(
   retryMs = LOOKUP_RETRY_MS,
 ) {
   let problem: string | undefined;
-  let chosen: string | undefined;
   let pending: Promise<Summarizer> | undefined;
   const resolve = async (): Promise<Summarizer> => {
     if (core.summarizer !== AUTO) return await createSummarizer(summarizerSettingsOf(core));
@@ -168,7 +167,6 @@ export function compactorModel(
           found.mainModel ? "warn" : "info",
           `optchat: compactor model from OpenCode: ${found.from} (${found.settings.summarizer})`,
         );
-        chosen = found.from;
         return await createSummarizer(found.settings);
       }
       if (found.type === "none") {
@@ -189,8 +187,6 @@ export function compactorModel(
     },
     /** The reason prompts are refused, once it is known that no model can be used. */
     problem: (): string | undefined => problem,
-    /** Where `auto` found its model (for memory_inspect), once known. */
-    chosen: (): string | undefined => chosen,
   };
 }
 

@@ -17,7 +17,8 @@ import {
  * 1. `small_model` from OpenCode's configuration (OpenCode uses it for titles), when its provider is one optchat can
  *    call;
  * 2. else a documented cheap model of the main model's provider: Anthropic claude-haiku-4-5, OpenAI gpt-4.1-mini; for
- *    an OpenAI-compatible provider (a local server), the main model itself.
+ *    an OpenAI-compatible provider (a local server, a gateway), the cheapest of its models that OpenCode lists with a
+ *    price below the main model's, else the main model itself, which is then said (issue 39: never silently).
  *
  * What OpenCode 1.18.33 gives a plugin (verified with the harness, docs/opencode-notes.md "What a plugin can read of the
  * configuration"): `client.config.get()` is the merged configuration (`model`, `small_model`, the `provider` section
@@ -40,7 +41,10 @@ interface ProviderInfo {
   readonly id: string;
   readonly key?: string;
   readonly options?: { apiKey?: unknown; baseURL?: unknown };
-  readonly models?: Record<string, { api?: { id?: string; url?: string; npm?: string }; limit?: { context?: number } }>;
+  readonly models?: Record<
+    string,
+    { api?: { id?: string; url?: string; npm?: string }; limit?: { context?: number }; cost?: { input?: number } }
+  >;
 }
 
 /** The AI SDK packages OpenCode names, and the summarizer provider that speaks the same API. */
@@ -63,7 +67,13 @@ export const NO_MODEL_HINT =
 
 /** The outcome of reading OpenCode's configuration once. */
 export type Resolution =
-  | { readonly type: "found"; readonly settings: SummarizerSettings; readonly from: string }
+  | {
+      readonly type: "found";
+      readonly settings: SummarizerSettings;
+      readonly from: string;
+      /** The compactor is the main model itself (nothing cheaper is known): logged as a warning, never silent. */
+      readonly mainModel?: boolean;
+    }
   | { readonly type: "none"; readonly reason: string }
   | { readonly type: "unanswered" };
 
@@ -122,10 +132,14 @@ export async function resolveFromOpencode(source: OpencodeConfigSource, core: Co
     else if (!family)
       reasons.push(`model ${main.provider}/${main.model}: optchat cannot call ${packageOf(provider, main.model)}`);
     else {
-      const model = CHEAP_DEFAULTS[family] ?? main.model;
+      const model = CHEAP_DEFAULTS[family] ?? cheaperListed(provider, main.model) ?? main.model;
       const settings = base(family, model, provider);
       const problem = usable(settings);
-      if (!problem) return { type: "found", settings, from: `the cheap default of ${main.provider} (${model})` };
+      const from =
+        model === main.model
+          ? `the main model ${main.provider}/${model} (the provider lists no cheaper model; set small_model in opencode.json or OPTCHAT_SUMMARIZER_MODEL to summarize with a cheaper one)`
+          : `the cheap default of ${main.provider} (${model})`;
+      if (!problem) return { type: "found", settings, from, mainModel: model === main.model };
       reasons.push(`provider ${main.provider}: ${problem}`);
     }
   } else reasons.push("no main model is configured");
@@ -150,7 +164,10 @@ export function compactorModel(
     for (;;) {
       const found = await resolveFromOpencode(source, core);
       if (found.type === "found") {
-        log("info", `optchat: compactor model from OpenCode: ${found.from} (${found.settings.summarizer})`);
+        log(
+          found.mainModel ? "warn" : "info",
+          `optchat: compactor model from OpenCode: ${found.from} (${found.settings.summarizer})`,
+        );
         return found.settings;
       }
       if (found.type === "none") {
@@ -215,4 +232,19 @@ function familyOf(provider: ProviderInfo, model: string): string | undefined {
 
 function stringOr(value: unknown): string {
   return typeof value === "string" ? value : "";
+}
+
+/** The cheapest model the provider lists with a price below the main model's (OpenCode's `cost.input`), if any. */
+function cheaperListed(provider: ProviderInfo, mainModel: string): string | undefined {
+  const priced = Object.entries(provider.models ?? {}).filter(
+    ([, entry]) => typeof entry.cost?.input === "number" && Number.isFinite(entry.cost.input),
+  );
+  const mainPrice = provider.models?.[mainModel]?.cost?.input;
+  let best: { id: string; input: number } | undefined;
+  for (const [id, entry] of priced) {
+    const input = entry.cost?.input as number;
+    if (mainPrice !== undefined && input >= mainPrice) continue;
+    if (!best || input < best.input) best = { id, input };
+  }
+  return best?.id;
 }

@@ -54,6 +54,8 @@ export interface CapturedRequest {
   readonly api: WireApi;
   /** The prompt-cache simulator's accounting of this request (absent when it was refused before that). */
   readonly cache?: CacheUsage;
+  /** Output tokens the reply reported (both wires: UTF-8 bytes / 4 of its text and tool calls); absent for an error. */
+  readonly outputTokens?: number;
 }
 
 export interface ModelServer {
@@ -131,6 +133,7 @@ interface PendingRequest {
   reply: string;
   api: WireApi;
   cache: CacheUsage | undefined;
+  outputTokens: number | undefined;
 }
 
 class BadRequest extends Error {}
@@ -153,6 +156,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
     reply: entry.reply,
     api: entry.api,
     ...(entry.cache ? { cache: entry.cache } : {}),
+    ...(entry.outputTokens !== undefined ? { outputTokens: entry.outputTokens } : {}),
   });
 
   const finish = (entry: PendingRequest, reply: string, disconnected: boolean): void => {
@@ -179,6 +183,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
       reply: "pending",
       api,
       cache: undefined,
+      outputTokens: undefined,
     };
     captured.push(entry);
     // Aborted when the client goes away before the reply is complete, so slow replies stop instead of writing on.
@@ -257,6 +262,7 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
         return;
       }
       const cache = entry.cache as CacheUsage;
+      entry.outputTokens = completionTokens(plan);
       if (stream && api === "anthropic") await streamAnthropic(res, plan, model, entry.index, cache, gone.signal);
       else if (stream) await streamAnswer(res, plan, model, entry.index, cache, gone.signal);
       else {

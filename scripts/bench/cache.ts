@@ -52,6 +52,18 @@ import {
 import { commonPrefixLength } from "../prompt-cache.js";
 import { billedByPiece, type Piece, requestPieces, sumPieces } from "./cache-breakdown.js";
 import {
+  addFigures,
+  type CompactorFigures,
+  compactorEnv,
+  compactorFields,
+  dollarRatios,
+  mainDollars,
+  NO_COMPACTOR,
+  PRICE_PAIRS,
+  readCompactorFigures,
+  waitCompactorIdle,
+} from "./cache-dollars.js";
+import {
   type BenchContext,
   createDatabase,
   dropDatabase,
@@ -81,6 +93,7 @@ type SessionName = (typeof SESSIONS)[number];
 const BYTES_AT = [10, 30, 60];
 const TOOL_OUTPUT_BYTES = 10 * 1024;
 const TURN_WAIT_MS = 180_000;
+const COMPACTOR_IDLE_WAIT_MS = 60_000;
 
 // biome-ignore lint/suspicious/noExplicitAny: wire JSON as the client sent it
 type Json = any;
@@ -89,6 +102,10 @@ export interface CacheRun {
   readonly provider: Provider;
   readonly variant: Variant;
   readonly requests: readonly AttributedRequest[];
+  /** The compactor's calls per session (s1, s2) and of the shared tree (shared), from the plugin's ledger. */
+  readonly compactor: Readonly<Record<SessionName | "shared", CompactorFigures>>;
+  /** Compactor requests the scripted model answered (a cross-check of the ledger). */
+  readonly compactorRequestsSeen: number;
 }
 
 export interface AttributedRequest {
@@ -100,6 +117,7 @@ export interface AttributedRequest {
   readonly inputTokens: number;
   readonly cacheReadTokens: number;
   readonly cacheWriteTokens: number;
+  readonly outputTokens: number;
   /** Billed input tokens by piece of the request (cache-breakdown.ts). */
   readonly billedByPiece: Record<Piece, number>;
 }
@@ -170,6 +188,7 @@ export function attribute(request: CapturedRequest): AttributedRequest | undefin
     inputTokens: request.cache.inputTokens,
     cacheReadTokens: request.cache.cacheReadTokens,
     cacheWriteTokens: request.cache.cacheWriteTokens,
+    outputTokens: request.outputTokens ?? 0,
     billedByPiece: billedByPiece(requestPieces(request.api, request.body), request.cache),
   };
 }
@@ -210,12 +229,14 @@ export function summarize(requests: readonly AttributedRequest[]) {
   const inputTokens = sum((r) => r.inputTokens);
   const cacheReadTokens = sum((r) => r.cacheReadTokens);
   const cacheWriteTokens = sum((r) => r.cacheWriteTokens);
+  const outputTokens = sum((r) => r.outputTokens);
   return {
     turns: new Set(requests.map((r) => `${r.session}/${r.turn}`)).size,
     requests: requests.length,
     inputTokens,
     cacheReadTokens,
     cacheWriteTokens,
+    outputTokens,
     billedInputTokens: Math.round(billed({ inputTokens, cacheReadTokens, cacheWriteTokens })),
     crossTurnPrefixReuseMedian: nullableRound(median(cross)),
     withinTurnPrefixReuseMedian: nullableRound(median(within)),
@@ -253,7 +274,13 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
       OPTCHAT_READINESS_WAIT_MS: "60000",
       ...(variant === "optchat-isolated" ? { OPTCHAT_SCOPE: "isolated" } : {}),
       // The plugin's compactor is the in-process deterministic summarizer (scripts/opencode-harness.ts).
-      ...(variant === "optchat-250-byte-lines" ? { OPTCHAT_SUMMARIZER: `fake:lines=${SHORT_LINE_BYTES}` } : {}),
+      // The compactor goes through the real SDK provider to the same scripted model, whose cache simulator counts
+      // its tokens (issue 39); the 250-byte-lines variant keeps the deterministic summarizer, which it shortens.
+      ...(variant === "optchat-250-byte-lines"
+        ? { OPTCHAT_SUMMARIZER: `fake:lines=${SHORT_LINE_BYTES}` }
+        : variant === "native"
+          ? {}
+          : compactorEnv(provider, model.url)),
     },
   });
   try {
@@ -261,8 +288,10 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
     for (let t = 1; t <= turns; t++) writeFileSync(join(env.projectDir, "data", `out-${t}.txt`), toolOutput(t));
     const server = await startOpencodeServer(env);
     const started = Date.now();
+    const ids = { s1: "", s2: "" };
     try {
-      const ids = { s1: await server.createSession("bench s1"), s2: await server.createSession("bench s2") };
+      ids.s1 = await server.createSession("bench s1");
+      ids.s2 = await server.createSession("bench s2");
       const next = { s1: 1, s2: 1 };
       const step = async (session: SessionName) => {
         const turn = next[session]++;
@@ -282,11 +311,21 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
             `cache ${provider}/${variant}: ${done}/${2 * turns} turns, ${Math.round((Date.now() - started) / 1000)} s`,
           );
       }
+      // The compactor's work for the last turns (leaves, merges, publications) belongs to this bill too.
+      const left = url ? await waitCompactorIdle(url, COMPACTOR_IDLE_WAIT_MS) : 0;
+      if (left > 0) note(`cache ${provider}/${variant}: ${left} compactor job(s) still open after the wait`);
     } finally {
       await server.stop();
     }
     const requests = model.requests().flatMap((r) => attribute(r) ?? []);
-    return { provider, variant, requests };
+    const ledger = url ? await readCompactorFigures(url) : new Map<string, CompactorFigures>();
+    const compactor = {
+      s1: ledger.get(ids.s1) ?? NO_COMPACTOR,
+      s2: ledger.get(ids.s2) ?? NO_COMPACTOR,
+      shared: ledger.get("shared") ?? NO_COMPACTOR,
+    };
+    const compactorRequestsSeen = model.requests().filter((r) => r.kind === "compactor").length;
+    return { provider, variant, requests, compactor, compactorRequestsSeen };
   } finally {
     await cleanupOpencodeEnv(env).catch(() => {});
     await model.close();
@@ -318,6 +357,10 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
   const runs: CacheRun[] = [];
   const figures = new Map<string, ReturnType<typeof summarize>>();
   const sessionFigures = new Map<string, ReturnType<typeof summarize>>();
+  const dollars = new Map<
+    string,
+    { main: number; compactor: number; compactorFigures: ReturnType<typeof compactorFields> }
+  >();
   for (const provider of providers) {
     for (const variant of variants) {
       const run = await runOne(context, provider, variant, turns);
@@ -331,6 +374,22 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
         const { bytesAt, ...rest } = own;
         perSession[session] = { ...rest, requestBytesAtTurn: bytesAt(session) };
       }
+      const pair = PRICE_PAIRS[provider];
+      const project = addFigures([run.compactor.s1, run.compactor.s2, run.compactor.shared]);
+      for (const session of SESSIONS) {
+        const own = sessionFigures.get(`${provider}/${variant}/${session}`);
+        const main = own ? mainDollars(own, pair) : 0;
+        const compactor = compactorFields(run.compactor[session], pair);
+        (perSession[session] as Record<string, unknown>).compactor = compactor;
+        (perSession[session] as Record<string, unknown>).dollars = {
+          main: round(main, 4),
+          compactor: compactor.dollars,
+          total: round(main + compactor.dollars, 4),
+        };
+      }
+      const main = mainDollars(all, pair);
+      const compactor = compactorFields(project, pair);
+      dollars.set(`${provider}/${variant}`, { main, compactor: compactor.dollars, compactorFigures: compactor });
       const { bytesAt, ...rest } = all;
       process.stdout.write(
         `${JSON.stringify({
@@ -340,6 +399,14 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
           ...rest,
           requestBytesAtTurn: bytesAt("s1"),
           case: "run",
+          prices: pair,
+          compactor: {
+            ...compactor,
+            summarizer: variant === "optchat-250-byte-lines" ? `fake:lines=${SHORT_LINE_BYTES}` : pair.compactor,
+            sharedTreeCalls: run.compactor.shared.calls,
+            requestsSeenByModel: run.compactorRequestsSeen,
+          },
+          dollars: { main: round(main, 4), compactor: compactor.dollars, total: round(main + compactor.dollars, 4) },
           perSession,
         })}\n`,
       );
@@ -368,6 +435,8 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
   }
   writeFileSync(plotPath, plotSvg(runs, turns));
   process.stdout.write(`${JSON.stringify({ bench: "cache", case: "ratios", turns, ...ratios, plot: plotPath })}\n`);
+  const bill = dollarRatios(providers, variants, dollars);
+  process.stdout.write(`${JSON.stringify({ bench: "cache", case: "dollars", turns, ...bill })}\n`);
   note(`cache: plot of billed input tokens per turn written to ${plotPath}`);
 }
 

@@ -10,9 +10,11 @@
  *   OPTCHAT_BENCH_TREE_CACHE_MESSAGES    messages per provider (default: OPTCHAT_BENCH_TREE_COMPACTOR_MESSAGES)
  */
 
+import { costOf } from "../../src/compactor/prices.js";
 import { createSummarizer } from "../../src/compactor/registry.js";
 import type { Memory } from "../../src/memory/service.js";
 import { type ModelServer, startModelServer } from "../model-server.js";
+import { listPrice } from "./cache-dollars.js";
 import { type BenchContext, emit, envNumber, note, ratio, round } from "./common.js";
 import type { PhaseResult, runPhase, Settings } from "./tree.js";
 
@@ -93,6 +95,8 @@ function cacheFields(provider: string, identity: string, result: PhaseResult, se
     complete: result.counts.nodes > 0 && result.events.failure === 0,
     calls: stats.calls,
     callsPerMessage: ratio(stats.calls, messages),
+    // Every message is one stored record here (issue 39's target: <= 0.3).
+    callsPerStoredRecord: ratio(stats.calls, messages),
     retryCalls: stats.retryCalls,
     inputTokens: stats.inputTokens,
     cacheReadTokens: stats.cacheReadTokens,
@@ -107,10 +111,19 @@ function cacheFields(provider: string, identity: string, result: PhaseResult, se
     cacheWriteTokensPerMessage: per(stats.cacheWriteTokens),
     outputTokensPerMessage: per(stats.outputTokens),
     inputTokensPerCall: stats.calls > 0 ? round(stats.inputTokens / stats.calls, 0) : null,
-    contextBytesPerCall: stats.calls > 0 ? round(stats.contextBytes / stats.calls, 0) : null,
+    outputTokensPerCall: stats.calls > 0 ? round(stats.outputTokens / stats.calls, 1) : null,
+    ...dollarFields(provider, stats, messages),
     serverSawRequests: seen.length,
     serverCacheReadShare: ratio(served.read, served.input),
     failures: result.events.failure,
     ...(result.firstProblem ? { firstProblem: result.firstProblem } : {}),
   };
+}
+
+/** The calls at the list price of the provider's default compactor model (src/compactor/prices.ts). */
+function dollarFields(provider: string, stats: PhaseResult["stats"], messages: number) {
+  const model = DEFAULT_MODELS[provider];
+  if (!model) return { dollars: null, dollarsPerMessage: null };
+  const dollars = costOf(listPrice(`${provider}:${model}`), stats);
+  return { dollars: round(dollars, 4), dollarsPerMessage: round(dollars / Math.max(1, messages), 6) };
 }

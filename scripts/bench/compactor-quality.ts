@@ -36,7 +36,10 @@ export async function runCompactorQualityBench(context: BenchContext): Promise<v
   const timeoutMs = envNumber("OPTCHAT_BENCH_QUALITY_TIMEOUT_SECONDS", 600, { min: 10 }) * 1000;
   // The usual settings from the environment (keys, URL, prices, caps), with the scratch database.
   const configFor = (databaseUrl: string) =>
-    resolveConfig({ env: process.env, overrides: { databaseUrl, summarizer: "fake" } });
+    // Every merge built (OPTCHAT_COMPACTOR_MERGES=all): the checks follow each fact up every level of the tree, which
+    // a view builds only once it needs those merges (docs/compactor.md "Merges on demand"). Leaf runs and due merges
+    // are still summarized in batches, as in the product.
+    resolveConfig({ env: process.env, overrides: { databaseUrl, summarizer: "fake", compactorMerges: "all" } });
   await withScratchMemory(context.serverUrl, "quality", configFor, async (memory, config) => {
     const server = await startModelServer();
     try {

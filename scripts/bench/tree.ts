@@ -37,6 +37,7 @@
  *   OPTCHAT_BENCH_TREE_DRAIN_SECONDS     longest wait for the compactor to finish a phase (default 180)
  *   OPTCHAT_BENCH_TREE_NOOP_JOBS         no-op jobs per pg-boss variant (default 5000; 0 skips)
  *   OPTCHAT_BENCH_TREE_NOOP_SECONDS      longest measurement per pg-boss variant (default 10)
+ *   OPTCHAT_BENCH_TREE_MERGES            the compactor cases' OPTCHAT_COMPACTOR_MERGES: needed (default) or all
  */
 import type { PgBoss } from "pg-boss";
 import { createFakeSummarizer } from "../../src/compactor/providers/fake.js";
@@ -85,6 +86,8 @@ export interface Settings {
   readonly drainSeconds: number;
   readonly noopJobs: number;
   readonly noopSeconds: number;
+  /** OPTCHAT_COMPACTOR_MERGES for the compactor cases (default the product's: needed). */
+  readonly merges: "needed" | "all";
 }
 
 function readSettings(): Settings {
@@ -101,6 +104,7 @@ function readSettings(): Settings {
     drainSeconds: envNumber("OPTCHAT_BENCH_TREE_DRAIN_SECONDS", 180, { min: 1 }),
     noopJobs: envNumber("OPTCHAT_BENCH_TREE_NOOP_JOBS", 5000, { integer: true }),
     noopSeconds: envNumber("OPTCHAT_BENCH_TREE_NOOP_SECONDS", 10, { min: 0.5 }),
+    merges: process.env.OPTCHAT_BENCH_TREE_MERGES === "all" ? "all" : "needed",
   };
 }
 
@@ -295,7 +299,11 @@ function mean(values: Float64Array, from = 0, to = values.length): number {
 
 function foldParams(settings: Settings): FoldParams {
   // The product default: OPTCHAT_VIEW_LOWER_BYTES 0 means lower = upper.
-  return { upperBytes: settings.viewBytes, lowerBytes: settings.viewBytes };
+  return {
+    upperBytes: settings.viewBytes,
+    lowerBytes: settings.viewBytes,
+    ...(settings.merges === "all" ? { merges: "all" as const } : {}),
+  };
 }
 
 /** Appends `messages` leaves in order with every node built; returns the final state and the merges made. */
@@ -901,6 +909,7 @@ export function phaseFields(result: PhaseResult): Record<string, unknown> {
     modelCalls: stats.calls,
     modelCallsFromNodes: counts.attempts,
     callsPerMessage: ratio(stats.calls, messages),
+    callsPerStoredRecord: ratio(stats.calls, messages),
     callsPerNode: ratio(stats.calls, counts.nodes),
     retryCalls: stats.retryCalls,
     freeNodeShare: ratio(counts.free_nodes, counts.nodes),
@@ -997,7 +1006,12 @@ async function compactorCases(context: BenchContext, settings: Settings): Promis
   }
   const configFor = (databaseUrl: string) =>
     resolveConfig({
-      overrides: { databaseUrl, poolSize: Math.max(16, settings.concurrency + 8), viewBytes: settings.viewBytes },
+      overrides: {
+        databaseUrl,
+        poolSize: Math.max(16, settings.concurrency + 8),
+        viewBytes: settings.viewBytes,
+        compactorMerges: settings.merges,
+      },
     });
   await withScratchMemory(context.serverUrl, "tree", configFor, async (memory, _config, { url: databaseUrl }) => {
     const filler = makeFiller(settings.seed + 17, 400_000);

@@ -1,6 +1,6 @@
 import { type CallTotals, scopeOfTree, sumCallsToday } from "../store/compactor-calls.js";
 import type { Queryable } from "../store/db.js";
-import { costOf, type PriceTable, priceOf } from "./prices.js";
+import { costOf, type PriceTable, priceOf, UNPRICED_PRICE } from "./prices.js";
 
 /** The compactor's daily caps (UTC days); 0 turns one off. Tokens count every input token, cached or not, and output. */
 export interface BudgetSettings {
@@ -13,15 +13,17 @@ export interface BudgetSettings {
 
 export type BudgetVerdict = { readonly allowed: true } | { readonly allowed: false; readonly reason: string };
 
-/** Spend of a set of calls: tokens, priced cost, and the tokens no price covers. */
+/** Spend of a set of calls: tokens, cost, and the tokens no price covers (counted in costUsd at UNPRICED_PRICE). */
 export interface Spend {
   readonly calls: number;
   readonly tokens: number;
   readonly costUsd: number;
   readonly unpricedTokens: number;
+  /** The part of costUsd that is unpriced tokens at UNPRICED_PRICE. */
+  readonly unpricedUsd: number;
 }
 
-/** Totals per model priced with the table; a model without a price adds to unpricedTokens only. */
+/** Totals per model priced with the table; a model without a price is counted at UNPRICED_PRICE (and named so). */
 export function spendOf(
   rows: readonly (CallTotals & { provider: string; model: string })[],
   prices: PriceTable,
@@ -30,15 +32,19 @@ export function spendOf(
   let tokens = 0;
   let costUsd = 0;
   let unpricedTokens = 0;
+  let unpricedUsd = 0;
   for (const row of rows) {
     const rowTokens = row.inputTokens + row.outputTokens;
     calls += row.calls;
     tokens += rowTokens;
     const price = priceOf(prices, row.provider, row.model);
     if (price) costUsd += costOf(price, row);
-    else unpricedTokens += rowTokens;
+    else {
+      unpricedTokens += rowTokens;
+      unpricedUsd += costOf(UNPRICED_PRICE, row);
+    }
   }
-  return { calls, tokens, costUsd, unpricedTokens };
+  return { calls, tokens, costUsd: costUsd + unpricedUsd, unpricedTokens, unpricedUsd };
 }
 
 /**

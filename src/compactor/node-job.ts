@@ -1,14 +1,26 @@
-import { createHash } from "node:crypto";
 import { FALLBACK_SUMMARIZER, fallbackLeafText, fallbackParentText } from "../core/fallback.js";
 import { createPayloadTextDecoder } from "../core/payload.js";
 import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
+import { openParentJobsOfTree } from "../store/job-queue.js";
 import { clearNodeFailure, findNodes, recordNodeFailure } from "../store/nodes.js";
 import { notifyTreeChanged } from "../store/notifications.js";
 import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
 import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
 import type { Tree } from "../store/trees.js";
+import {
+  type BuiltSummary,
+  type LeafSource,
+  leafRun,
+  MAX_BATCH_ITEMS,
+  type NodeSummary,
+  otherDueMerges,
+  type ParentInputs,
+  sha256,
+  summarizeLeafRun,
+  summarizeMerges,
+} from "./batch.js";
 import { compactorContextLines } from "./context.js";
 import { type CompactorDeps, treeCacheKey, withinBudget } from "./deps.js";
 import { failAndReschedule } from "./job-failure.js";
@@ -25,13 +37,6 @@ export interface NodeJob {
 
 export type JobOutcome = "built" | "already_built" | "lease_lost" | "failed" | "gone";
 
-/** A node's summary before its commit: the text and calls, what it was made from, and whether it is a fallback. */
-interface NodeSummary {
-  readonly outcome: SummaryOutcome;
-  readonly inputHashes: Buffer[];
-  readonly fallback: boolean;
-}
-
 type JobState = NonNullable<Awaited<ReturnType<typeof inspectNodeJob>>>;
 
 /**
@@ -42,6 +47,32 @@ type JobState = NonNullable<Awaited<ReturnType<typeof inspectNodeJob>>>;
  * nothing.
  */
 export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal): Promise<JobOutcome> {
+  // A merge job may make the tree's other due merges in its call: the next one of this worker waits, then finds its
+  // node built instead of paying for it again.
+  if (job.data.level > 0) return await underTreeLock(deps, job.data.treeId, () => buildOne(deps, job, signal));
+  return await buildOne(deps, job, signal);
+}
+
+const treeLocks = new WeakMap<CompactorDeps, Map<number, Promise<unknown>>>();
+
+async function underTreeLock<T>(deps: CompactorDeps, treeId: number, run: () => Promise<T>): Promise<T> {
+  let locks = treeLocks.get(deps);
+  if (!locks) {
+    locks = new Map();
+    treeLocks.set(deps, locks);
+  }
+  const before = locks.get(treeId) ?? Promise.resolve();
+  const mine = before.then(run);
+  const tail = mine.catch(() => {});
+  locks.set(treeId, tail);
+  try {
+    return await mine;
+  } finally {
+    if (locks.get(treeId) === tail) locks.delete(treeId);
+  }
+}
+
+async function buildOne(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal): Promise<JobOutcome> {
   const node = { level: job.data.level, index: job.data.index };
   const state = await inspectNodeJob(deps.pool, job.data.treeId, node);
   if (!state || state.built) {
@@ -68,31 +99,32 @@ export async function buildNodeJob(deps: CompactorDeps, job: NodeJob, signal?: A
     jobId: job.id,
   });
   const reportError = (error: string) => deps.report({ type: "error", error });
-  let summary: NodeSummary;
+  let built: BuiltSummary[];
   try {
-    summary = await summarizeNode(deps, state, node, job, calls.record, signal);
+    built = await summarizeNode(deps, state, node, job, calls.record, signal);
   } catch (error) {
     await calls.flush(deps.pool, reportError);
     return await recordFailure(deps, tree, node, job, error);
   }
   await calls.flush(deps.pool, reportError);
-  const committed = await commitNode(deps, state, node, job, summary);
-  if (committed === "inputs_changed") return "gone";
+  const committed = await commitNodes(deps, state, node, job, built);
+  if (committed.outcome === "inputs_changed") return "gone";
   // Reported after the commit: withTransaction may run the transaction more than once.
-  if (committed === "built") {
-    deps.report({
-      type: "built",
-      treeId: tree.treeId,
-      ref: refOf(node),
-      level: node.level,
-      calls: summary.outcome.calls,
-      overshoot: summary.outcome.overshoot,
-      ...(summary.fallback ? { fallback: true } : {}),
-    });
+  if (committed.outcome === "built") {
+    for (const { node: made, summary } of committed.built)
+      deps.report({
+        type: "built",
+        treeId: tree.treeId,
+        ref: refOf(made),
+        level: made.level,
+        calls: summary.outcome.calls,
+        overshoot: summary.outcome.overshoot,
+        ...(summary.fallback ? { fallback: true } : {}),
+      });
   } else {
     deps.report({ type: "lease_lost", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
   }
-  return committed;
+  return committed.outcome;
 }
 
 /**
@@ -106,12 +138,16 @@ async function summarizeNode(
   job: NodeJob,
   record: (call: CallRecord) => void,
   signal: AbortSignal | undefined,
-): Promise<NodeSummary> {
+): Promise<BuiltSummary[]> {
   const { tree } = state;
   let fallback = false;
-  /** The free text when there is one; else the model's summary within the budget, the labelled fallback past it. */
+  /**
+   * The free text when there is one; else the model's summary within the budget (its context the view's lines up to
+   * `bound`), the labelled fallback past it.
+   */
   const nodeText = async (
     free: string | undefined,
+    bound: number,
     summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
     fallbackText: () => string,
   ): Promise<SummaryOutcome> => {
@@ -131,72 +167,91 @@ async function summarizeNode(
     };
     // The context (seed 002 §4.2): the view's lines before a leaf, or up to a parent's last leaf, every one a built
     // summary by the readiness rule, checkpointed so the provider's cache can reuse it (context.ts).
-    const bound = node.level === 0 ? startOf(node) : endOf(node);
     return await summarize(step, await compactorContextLines(deps.pool, tree.treeId, state.latest, bound));
   };
+  const single = (outcome: SummaryOutcome, inputHashes: Buffer[]): BuiltSummary[] => [
+    { node, summary: { outcome, inputHashes, fallback, byModel: outcome.calls > 0 } },
+  ];
   if (node.level === 0) {
     const leaf = await leafInput(deps.pool, tree, node.index);
+    const source: LeafSource = { index: node.index, ...leaf };
+    let batched: BuiltSummary[] | undefined;
     const outcome = await nodeText(
       freeLeafText(leaf.kind, leaf.text),
-      (step, context) => summarizeLeaf(step, context, leaf.kind, leaf.text),
+      startOf(node),
+      async (step, context) => {
+        // The run of sealed messages from this one, compressed in one call (batch.ts); a run of one is a single step.
+        const run = await leafRun(deps, tree, source, async (index) => ({
+          index,
+          ...(await leafInput(deps.pool, tree, index)),
+        }));
+        if (run.length < 2) return await summarizeLeaf(step, context, leaf.kind, leaf.text);
+        batched = await summarizeLeafRun(step, context, run);
+        return (batched[0] as BuiltSummary).summary.outcome;
+      },
       () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
     );
-    return { outcome, inputHashes: [leaf.hash], fallback };
+    return batched ?? single(outcome, [leaf.hash]);
   }
   const children = childrenOf(node);
   const nodes = await findNodes(deps.pool, tree.treeId, children);
   const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
   if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
+  const free = freeParentText(a.text, b.text);
+  // The tree's other merges due now go in the same call (batch.ts); the context reaches the last one's end.
+  const others: ParentInputs[] =
+    free === undefined
+      ? await otherDueMerges(deps, tree, node, await openParentJobsOfTree(deps.pool, tree.treeId, 4 * MAX_BATCH_ITEMS))
+      : [];
+  const bound = Math.max(endOf(node), ...others.map((other) => endOf(other.node)));
+  let batched: BuiltSummary[] | undefined;
   const outcome = await nodeText(
-    freeParentText(a.text, b.text),
-    (step, context) => summarizeParent(step, context, a.text, b.text),
+    free,
+    bound,
+    async (step, context) => {
+      if (others.length === 0) return await summarizeParent(step, context, a.text, b.text);
+      batched = await summarizeMerges(step, context, [{ node, left: a.text, right: b.text }, ...others]);
+      return (batched[0] as BuiltSummary).summary.outcome;
+    },
     () => fallbackParentText(2 ** node.level),
   );
-  return { outcome, inputHashes: [sha256(a.text), sha256(b.text)], fallback };
+  return batched ?? single(outcome, [sha256(a.text), sha256(b.text)]);
 }
 
-/** The fenced commit: complete the job if still held, insert the node, fold, enqueue what became ready. */
-async function commitNode(
+type Committed =
+  | { readonly outcome: "built"; readonly built: readonly BuiltSummary[] }
+  | { readonly outcome: "lease_lost" | "inputs_changed"; readonly built: readonly BuiltSummary[] };
+
+/**
+ * The fenced commit: complete the job if still held, insert the nodes (the job's own, and a batch's others that are
+ * still unbuilt over the same inputs), fold, enqueue what became ready.
+ */
+async function commitNodes(
   deps: CompactorDeps,
   state: JobState,
   node: NodeAddress,
   job: NodeJob,
-  { outcome, inputHashes, fallback }: NodeSummary,
-): Promise<"built" | "lease_lost" | "inputs_changed"> {
+  summaries: readonly BuiltSummary[],
+): Promise<Committed> {
   const { tree } = state;
-  return await withTransaction(deps.pool, async (tx) => {
+  return await withTransaction(deps.pool, async (tx): Promise<Committed> => {
     const locked = await lockTree(tx, { treeId: tree.treeId });
     if (!locked) throw new Error(`tree ${tree.treeId} disappeared`);
-    if (!(await completeFenced(deps.boss, tx, job))) return "lease_lost" as const;
+    if (!(await completeFenced(deps.boss, tx, job))) return { outcome: "lease_lost", built: [] };
     // A deletion (src/memory/forget.ts) may have removed or replaced a child while the summarizer ran: a parent is
     // committed only over the children it was built from (seed 000 §9 fencing by input hashes), else it is dropped
     // and built again once both children exist (now, or when the commit that rebuilds the missing one enqueues it).
-    if (node.level > 0 && !(await childrenUnchanged(tx, tree.treeId, node, inputHashes))) {
+    const own = summaries.find((s) => nodeKey(s.node) === nodeKey(node));
+    if (node.level > 0 && own && !(await childrenUnchanged(tx, tree.treeId, node, own.summary.inputHashes))) {
       const children = await findNodes(tx, tree.treeId, childrenOf(node));
       if (children.size === 2) await enqueueNodeJobs(deps.boss, tx, tree.treeId, [node]);
-      return "inputs_changed" as const;
+      return { outcome: "inputs_changed", built: [] };
     }
+    const kept = await stillToBuild(tx, locked.tree, node, summaries);
     const applied = await applyTreeChanges(
       tx,
       locked,
-      [
-        {
-          type: "built",
-          node: {
-            level: node.level,
-            index: node.index,
-            text: outcome.text,
-            inputHashes,
-            summarizer: outcome.calls > 0 ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
-            promptVersion: outcome.calls === 0 ? null : PROMPT_VERSION,
-            attempts: outcome.calls,
-            overshoot: outcome.overshoot,
-            jobId: job.id,
-            jobAttempt: job.retryCount,
-            chunks: outcome.chunks,
-          },
-        },
-      ],
+      kept.map(({ node: made, summary }) => ({ type: "built" as const, node: newNode(deps, made, summary, job) })),
       deps.fold,
       { buildFreeInline: true },
     );
@@ -209,8 +264,56 @@ async function commitNode(
         sessionId: tree.sessionId,
         generation: tree.generation,
       });
-    return "built" as const;
+    return { outcome: "built", built: kept };
   });
+}
+
+/**
+ * What of a job's summaries the commit still writes, under the tree's lock: leaves from the first unbuilt one on, in
+ * order (none if another worker built it meanwhile); the job's own parent (its inputs were checked); a batch's other
+ * parents that are still unbuilt and whose children are the ones they were made from.
+ */
+async function stillToBuild(
+  tx: Parameters<typeof findNodes>[0],
+  tree: Tree,
+  node: NodeAddress,
+  summaries: readonly BuiltSummary[],
+): Promise<BuiltSummary[]> {
+  const leaves = summaries.filter((s) => s.node.level === 0 && s.node.index >= tree.builtLeaves);
+  const keptLeaves = leaves[0]?.node.index === tree.builtLeaves ? leaves : [];
+  const parents = summaries.filter((s) => s.node.level > 0);
+  if (parents.length === 0) return keptLeaves;
+  const others = parents.filter((s) => nodeKey(s.node) !== nodeKey(node));
+  const found = await findNodes(tx, tree.treeId, [
+    ...parents.map((s) => s.node),
+    ...others.flatMap((s) => childrenOf(s.node)),
+  ]);
+  const unchanged = (s: BuiltSummary) =>
+    childrenOf(s.node).every((child, k) => {
+      const text = found.get(nodeKey(child))?.text;
+      return text !== undefined && s.summary.inputHashes[k]?.equals(sha256(text)) === true;
+    });
+  const keptParents = parents.filter(
+    (s) => !found.has(nodeKey(s.node)) && (nodeKey(s.node) === nodeKey(node) || unchanged(s)),
+  );
+  return [...keptLeaves, ...keptParents];
+}
+
+function newNode(deps: CompactorDeps, node: NodeAddress, summary: NodeSummary, job: NodeJob) {
+  const { outcome, inputHashes, fallback, byModel } = summary;
+  return {
+    level: node.level,
+    index: node.index,
+    text: outcome.text,
+    inputHashes,
+    summarizer: byModel ? deps.summarizer.identity : fallback ? FALLBACK_SUMMARIZER : "free",
+    promptVersion: byModel ? PROMPT_VERSION : null,
+    attempts: outcome.calls,
+    overshoot: outcome.overshoot,
+    jobId: job.id,
+    jobAttempt: job.retryCount,
+    chunks: outcome.chunks,
+  };
 }
 
 /**
@@ -256,10 +359,6 @@ async function childrenUnchanged(
 
 function freeOutcome(text: string): SummaryOutcome {
   return { text, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
-}
-
-function sha256(text: string): Buffer {
-  return createHash("sha256").update(text, "utf8").digest();
 }
 
 /**

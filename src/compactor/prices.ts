@@ -15,7 +15,7 @@ export type PriceTable = Readonly<Record<string, ModelPrice>>;
  * model id such as claude-haiku-4-5-20251001 matches its undated key). Figures are the `cost` fields of the models.dev
  * catalogue bundled with OpenCode 1.18.33 (what `client.config.providers()` reports, per million tokens), checked when
  * this was written; OPTCHAT_PRICES overrides or extends them (docs/compactor.md "Cost ledger"). A model that no key
- * matches is unpriced: its tokens are counted, its cost is shown as unknown, and only a token budget caps it.
+ * matches is unpriced: the caps count it at UNPRICED_PRICE (issue 39: every token counts against the daily cap).
  */
 export const DEFAULT_PRICES: PriceTable = Object.freeze({
   "anthropic:claude-haiku-4-5": { input: 1, cacheRead: 0.1, cacheWrite: 1.25, output: 5 },
@@ -33,6 +33,16 @@ export const DEFAULT_PRICES: PriceTable = Object.freeze({
   // The deterministic summarizer costs nothing; local servers are free unless OPTCHAT_PRICES says otherwise.
   "fake:*": { input: 0, cacheRead: 0, cacheWrite: 0, output: 0 },
 });
+
+/**
+ * What a model with no price is counted at against the money caps: claude-sonnet-4-5's list price, dearer than any
+ * model the compactor is meant to run on, so an unknown model never spends more than the cap says. A free local
+ * server is priced with OPTCHAT_PRICES, e.g. {"openai-compatible:*": {"input": 0, "output": 0}}.
+ */
+export const UNPRICED_PRICE: ModelPrice = Object.freeze({ input: 3, cacheRead: 0.3, cacheWrite: 3.75, output: 15 });
+
+/** "$3 in / $15 out per million tokens": how UNPRICED_PRICE is named in messages. */
+export const UNPRICED_PRICE_TEXT = `$${UNPRICED_PRICE.input} in / $${UNPRICED_PRICE.output} out per million tokens`;
 
 const priceSchema = z
   .object({

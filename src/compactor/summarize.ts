@@ -9,12 +9,20 @@ import {
   overLimitFeedback,
   promptBytes,
   SIZE_TRIES,
+  type SummaryPrompt,
   type SummaryStep,
   shortestTry,
   utf8Bytes,
 } from "../core/summary.js";
 import type { PrefixGate } from "./prefix-gate.js";
-import { type CallUsage, failureKindOf, NO_USAGE, type Summarizer, SummarizerError } from "./summarizer.js";
+import {
+  type CallUsage,
+  failureKindOf,
+  NO_USAGE,
+  type Summarizer,
+  SummarizerError,
+  type SummaryAnswer,
+} from "./summarizer.js";
 import { collectYielding, yieldToEventLoop } from "./yield.js";
 
 /**
@@ -69,6 +77,37 @@ export interface StepContext {
 }
 
 /**
+ * Call `n` of a step's conversation (the first has the step's purpose, later ones `retry`). A call that throws is
+ * recorded in the ledger with its failure kind; an answer is recorded by the caller with `recordOutcome`, once judged.
+ */
+export async function recordedCall(
+  ctx: StepContext,
+  prompt: SummaryPrompt,
+  n: number,
+): Promise<{ answer: SummaryAnswer; recordOutcome: (outcome: string) => void }> {
+  const purpose: CallPurpose = n === 1 ? ctx.purpose : "retry";
+  const started = performance.now();
+  const at = new Date();
+  try {
+    const answer = await ctx.summarizer.complete(prompt, { signal: ctx.signal, cacheKey: ctx.cacheKey });
+    return {
+      answer,
+      recordOutcome: (outcome) =>
+        ctx.record?.({ purpose, usage: answer.usage, latencyMs: performance.now() - started, outcome, at }),
+    };
+  } catch (error) {
+    ctx.record?.({
+      purpose,
+      usage: NO_USAGE,
+      latencyMs: performance.now() - started,
+      outcome: failureKindOf(error),
+      at,
+    });
+    throw error;
+  }
+}
+
+/**
  * One step under answer checks (core/answer-checks.ts) and size enforcement (seed 002 §4.3): measured UTF-8 bytes;
  * when a line is too long, or starts with an id or a ref, the same conversation continues with feedback; after
  * SIZE_TRIES the shortest usable try is kept (flagged when still too long). An empty answer or a refusal fails the
@@ -91,27 +130,11 @@ export async function runStep(
   while (calls < SIZE_TRIES) {
     calls += 1;
     inputBytes += promptBytes(prompt);
-    const purpose: CallPurpose = calls === 1 ? ctx.purpose : "retry";
-    const started = performance.now();
-    const at = new Date();
-    let answer: Awaited<ReturnType<Summarizer["complete"]>>;
-    try {
-      answer = await summarizer.complete(prompt, { signal: ctx.signal, cacheKey: ctx.cacheKey });
-    } catch (error) {
-      ctx.record?.({
-        purpose,
-        usage: NO_USAGE,
-        latencyMs: performance.now() - started,
-        outcome: failureKindOf(error),
-        at,
-      });
-      throw error;
-    }
+    const { answer, recordOutcome } = await recordedCall(ctx, prompt, calls);
     const line = answer.text.trim();
     const problem = answerProblem(line, answer.finishReason);
     const fits = utf8Bytes(line) <= limit;
-    const outcome = problem ?? (fits ? "ok" : "over_limit");
-    ctx.record?.({ purpose, usage: answer.usage, latencyMs: performance.now() - started, outcome, at });
+    recordOutcome(problem ?? (fits ? "ok" : "over_limit"));
     if (problem === "empty" || problem === "refusal") {
       throw new SummarizerError(
         problem === "empty"

@@ -5,6 +5,7 @@ import { type Pool, withTransaction } from "../store/db.js";
 import { findReadyUnbuiltNodes } from "../store/nodes.js";
 import { lockTree } from "../store/tree-changes.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
+import { findWantedParents } from "../store/wanted-parents.js";
 import { type BudgetSettings, createBudget } from "./budget.js";
 import type { CompactorDeps, CompactorEvent } from "./deps.js";
 import { startHeartbeat, WORKER_RUNS_IN } from "./heartbeat.js";
@@ -34,7 +35,12 @@ export { buildNodeJob, type JobOutcome, type NodeJob } from "./node-job.js";
  * other scheduling of a publication). A duplicate of a node job that does exist is harmless: the node is found built.
  */
 export async function sweepLostWork(deps: CompactorDeps): Promise<{ nodes: number; publications: number }> {
-  const nodes = await findReadyUnbuiltNodes(deps.pool, 10_000);
+  // With merges on demand (the default) a ready parent is work only when its view wants it (src/core/wanted.ts).
+  const onDemand = deps.fold.merges !== "all";
+  const nodes = [
+    ...(await findReadyUnbuiltNodes(deps.pool, 10_000, !onDemand)),
+    ...(onDemand ? await findWantedParents(deps.pool, deps.fold, 10_000) : []),
+  ];
   const sessions = await findSessionsWithFinishedPendingTurns(deps.pool, 10_000);
   const byTree = new Map<number, NodeAddress[]>();
   for (const { treeId, node } of nodes) byTree.set(treeId, [...(byTree.get(treeId) ?? []), node]);

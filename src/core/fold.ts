@@ -16,12 +16,21 @@ export interface FoldParams {
    * session's.
    */
   readonly shared?: { readonly upperBytes: number; readonly lowerBytes: number };
+  /**
+   * Which parents that need the model are built (OPTCHAT_COMPACTOR_MERGES): `needed` (absent: the default) only those
+   * the fold is about to merge (src/core/wanted.ts), `all` every one as soon as its children exist.
+   */
+  readonly merges?: "needed" | "all";
 }
 
 /** The thresholds a tree of `kind` folds with (each revision records the ones it used: the audit refolds with them). */
 export function foldParamsFor(kind: "session" | "shared", params: FoldParams): FoldParams {
   const chosen = kind === "shared" && params.shared ? params.shared : params;
-  return { upperBytes: chosen.upperBytes, lowerBytes: chosen.lowerBytes };
+  return {
+    upperBytes: chosen.upperBytes,
+    lowerBytes: chosen.lowerBytes,
+    ...(params.merges ? { merges: params.merges } : {}),
+  };
 }
 
 export interface FoldState {

@@ -13,7 +13,7 @@ export const NODE_BYTES = 512;
 /** Attempts per node to get under the limit, in one conversation (seed 002 §1: TRIES). */
 export const SIZE_TRIES = 5;
 /** Changes whenever the prompt's wording changes; stored on every node built with it. */
-export const PROMPT_VERSION = "optchat-compact-1";
+export const PROMPT_VERSION = "optchat-compact-2";
 
 export interface ChatMessage {
   readonly role: "system" | "user" | "assistant";
@@ -85,8 +85,9 @@ subagent's final report), note (a memory imported from elsewhere).
 
 Above the messages grows a binary tree of one-line summaries. First every message is compressed into one line (short
 messages are used as they are). Then neighbouring lines are merged in pairs: two lines become one line covering both,
-two of those become one covering four, and so on upward. You perform exactly one of these steps at a time: compress one
-message into one line, or merge two neighbouring lines into one.
+two of those become one covering four, and so on upward. You perform one kind of step per request: compress one message
+into one line, or merge two neighbouring lines into one, or the same for several messages or pairs at once, each on its
+own line.
 
 The agent sees its past only through these lines: recent messages one line each, older stretches many messages per
 line, the older the more. Your line will stand for its messages for a long time, and will itself be merged into the
@@ -139,13 +140,61 @@ export type SummaryStep =
       readonly part: number;
       readonly parts: number;
     }
-  | { readonly type: "merge"; readonly left: string; readonly right: string };
+  | { readonly type: "merge"; readonly left: string; readonly right: string }
+  | { readonly type: "compress_batch"; readonly items: readonly BatchMessage[] }
+  | { readonly type: "merge_batch"; readonly pairs: readonly { readonly left: string; readonly right: string }[] };
+
+/**
+ * One message of a batch of consecutive messages (issue 39: a run of messages compressed in one call). `kept`: a short
+ * message that is its own line already (a free leaf), shown between the others for context and not answered.
+ */
+export interface BatchMessage {
+  readonly kind: string;
+  readonly text: string;
+  readonly kept: boolean;
+}
 
 export const STEP_MARKERS = {
   compress: "Compress this message into one line of at most",
   compressPart: "Compress this part of a long message into one line of at most",
   merge: "Merge these two lines into one line of at most",
+  compressBatch: "Compress each <message> below into its own line of at most",
+  mergeBatch: "Merge the two lines of each <pair> below into one line of at most",
 } as const;
+
+/** Tags a message's text cannot close early (the renderer escapes data the same way: data never forges markup). */
+export function escapeBatchText(text: string): string {
+  return text.replace(/<\/(message|line|pair)>/g, "</ $1>");
+}
+
+/** How many answer lines a batch step asks for. */
+export function batchAnswerCount(step: SummaryStep): number {
+  if (step.type === "compress_batch") return step.items.filter((item) => !item.kept).length;
+  if (step.type === "merge_batch") return step.pairs.length;
+  return 1;
+}
+
+function batchTask(step: Extract<SummaryStep, { type: "compress_batch" | "merge_batch" }>, limit: number): string {
+  const count = batchAnswerCount(step);
+  const answer = `Answer with exactly ${count} lines, one per ${step.type === "compress_batch" ? "<message>" : "<pair>"}, in the same order, each on a line of its own, and nothing else.`;
+  if (step.type === "compress_batch") {
+    const body = step.items
+      .map((item) =>
+        item.kept
+          ? `<line>${escapeBatchText(flattenLine(`${kindLabel(item.kind)}: ${item.text}`))}</line>`
+          : `<message>\n${escapeBatchText(`${kindLabel(item.kind)}: ${item.text}`)}\n</message>`,
+      )
+      .join("\n");
+    return `${STEP_MARKERS.compressBatch} ${limit} bytes. They follow each other in the chat in this order; a <line> between them is a short message that is already its own line, shown for context only. ${answer}\n${body}`;
+  }
+  const body = step.pairs
+    .map(
+      (pair) =>
+        `<pair>\n${escapeBatchText(flattenLine(pair.left))}\n${escapeBatchText(flattenLine(pair.right))}\n</pair>`,
+    )
+    .join("\n");
+  return `${STEP_MARKERS.mergeBatch} ${limit} bytes. Each pair stands for its own stretch of the chat; merge only the two lines of a pair. ${answer}\n${body}`;
+}
 
 /**
  * One step's request, structured so that providers can cache it (seed 002 §4.2, §8): the constant system prompt, then
@@ -185,6 +234,10 @@ export function buildSummaryPrompt(
       break;
     case "merge":
       task = `${STEP_MARKERS.merge} ${limit} bytes:\n${flattenLine(step.left)}\n${flattenLine(step.right)}`;
+      break;
+    case "compress_batch":
+    case "merge_batch":
+      task = batchTask(step, limit);
       break;
   }
   const chatClose = context.length > 0 ? "</chat>" : "<chat>\n</chat>";

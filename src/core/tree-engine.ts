@@ -18,6 +18,7 @@ import {
 } from "./fold.js";
 import { freeLeafText, freeParentText, utf8Bytes } from "./summary.js";
 import { endOf, leafReady, type NodeAddress, nodeKey, parentOf, parentReady, siblingOf } from "./tree.js";
+import { candidateParents, wantedParents } from "./wanted.js";
 
 /** How many free nodes one commit builds inline at most: the tree row stays locked meanwhile. */
 export const MAX_INLINE_BUILDS = 64;
@@ -152,7 +153,28 @@ export async function planTreeEvents<N extends BuiltNode, H>(
     }
     await applyChange(tree, run, change, params, io);
   }
-  return finishPlan(tree, run);
+  const wanted = params.merges === "all" ? undefined : await parentsWanted(run, params, io);
+  return finishPlan(tree, run, wanted);
+}
+
+/**
+ * With merges on demand (the default): the parents the view's fold needs next (src/core/wanted.ts), when this call
+ * folded the whole view; none when every event was an append that could not merge (the view is under its upper
+ * threshold, or waits for parents wanted at an earlier event).
+ */
+async function parentsWanted<N extends BuiltNode, H>(
+  run: Progress,
+  params: FoldParams,
+  io: TreeEngineIo<N, H>,
+): Promise<NodeAddress[]> {
+  if (run.frontier === undefined) return [];
+  const bytesOf: NodeBytes = (node) => run.known.get(nodeKey(node));
+  const unknown = candidateParents(run.state.parts, bytesOf).filter((p) => !run.known.has(nodeKey(p)));
+  if (unknown.length > 0) {
+    const found = await io.loadSizes(unknown);
+    for (const parent of unknown) run.known.set(nodeKey(parent), found.get(nodeKey(parent)));
+  }
+  return wantedParents(run.state, bytesOf, params);
 }
 
 /** One event: counters and readiness, the node stored when built, the view folded. */
@@ -220,7 +242,7 @@ async function applyChange<N extends BuiltNode, H>(
 }
 
 /** What entered and left the view, the new revision (if any), and what is left ready for jobs. */
-function finishPlan(tree: EngineTree, run: Progress): EnginePlan {
+function finishPlan(tree: EngineTree, run: Progress, wanted: readonly NodeAddress[] | undefined): EnginePlan {
   // A part that entered and was merged within this call was never in a revision and is not written.
   let entered: readonly NodeAddress[] = run.appendedWithoutParts;
   let left: readonly NodeAddress[] = [];
@@ -254,9 +276,24 @@ function finishPlan(tree: EngineTree, run: Progress): EnginePlan {
     shrinking: summary.shrinking,
     unbuilt,
     built: run.builtHere.size,
-    // Nodes built in this call (explicitly, or inline because free) are not waiting for a job.
-    ready: run.ready.filter((node) => !run.builtHere.has(nodeKey(node))),
+    // Nodes built in this call (explicitly, or inline because free) are not waiting for a job; with merges on demand
+    // a parent waits for one only when the view wants it.
+    ready: readyForJobs(run, wanted),
   };
+}
+
+function readyForJobs(run: Progress, wanted: readonly NodeAddress[] | undefined): NodeAddress[] {
+  const waiting = (node: NodeAddress) => !run.builtHere.has(nodeKey(node));
+  if (wanted === undefined) return run.ready.filter(waiting);
+  const seen = new Set<number>();
+  const out: NodeAddress[] = [];
+  for (const node of [...run.ready.filter((n) => n.level === 0), ...wanted]) {
+    const key = nodeKey(node);
+    if (seen.has(key) || !waiting(node)) continue;
+    seen.add(key);
+    out.push(node);
+  }
+  return out;
 }
 
 /**

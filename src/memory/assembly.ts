@@ -26,6 +26,7 @@ import { findPreviousTurn, pinOwnViewRevision, type Turn } from "../store/turns.
 import { findViewRevision, type ViewRevision } from "../store/view-revisions.js";
 import type { Config } from "./config.js";
 import { fitTokens, type TreeLines } from "./fit-tokens.js";
+import { demandMerges } from "./merge-demand.js";
 import type { PinnedNodeCache } from "./pinned-nodes.js";
 import { type ServedSnapshot, served, turnReader } from "./reader.js";
 import { settleTree } from "./views.js";
@@ -169,7 +170,18 @@ export async function assembleContext(
   const omitted = [...ready.omitted];
   const available = availableMemoryTokens(options);
   const blocks: AssembledBlock[] = [];
-  const fitting = { pool: deps.pool, strict: ready.strict, windowTokens: options.windowTokens, blocks, omitted };
+  // Merges on demand: a window too small for the view asks the compactor for the merges a coarser cover needs and
+  // waits for them within the readiness wait (merge-demand.ts); with every merge built (`all`) there is nothing to ask.
+  const waitMs = options.waitMs ?? deps.config.settleTimeoutMs;
+  const demandUntil = deps.config.compactorMerges === "needed" && waitMs > 0 ? Date.now() + waitMs : undefined;
+  const fitting: BlockFitting = {
+    pool: deps.pool,
+    strict: ready.strict,
+    windowTokens: options.windowTokens,
+    blocks,
+    omitted,
+    ...(demandUntil !== undefined ? { demandUntil } : {}),
+  };
   const fitted = await fitMemoryBlocks(fitting, ready, available);
   const { sharedTokens } = fitted;
   let { ownTokens } = fitted;
@@ -365,6 +377,8 @@ interface BlockFitting {
   readonly windowTokens: number;
   readonly blocks: AssembledBlock[];
   readonly omitted: string[];
+  /** Until when (ms since the epoch) a block that does not fit may wait for merges it asks for; absent: never. */
+  readonly demandUntil?: number;
 }
 
 /**
@@ -380,7 +394,12 @@ async function fitBlock(
   budget: number,
   reported: number,
 ): Promise<number> {
-  const fitted = await fitTokens(fitting.pool, lines, budget, render);
+  let fitted = await fitTokens(fitting.pool, lines, budget, render);
+  // Each round asks for one level of merges (a merge needs its two lines built first).
+  for (let round = 0; !fitted.fits && fitting.demandUntil !== undefined && round < 16; round++) {
+    if (!(await demandMerges(fitting.pool, lines, fitted.parts, fitted.byteBudget, fitting.demandUntil))) break;
+    fitted = await fitTokens(fitting.pool, lines, budget, render);
+  }
   const what = name === "shared_memory" ? "shared memory" : "session memory";
   if (!fitted.fits) {
     const message = `the ${what} needs at least ${fitted.tokens} tokens, ${reported} are available (window ${fitting.windowTokens})`;

@@ -4,12 +4,14 @@
  * here writes: the browser opens the service read-only (`openMemory(…, { readOnly: true })`), and the session's memory
  * as a model reads it comes from `previewContext`, which pins nothing.
  */
+import type { BudgetSettings } from "../compactor/budget.js";
 import { renderSharedBlock } from "../core/context.js";
 import { OptchatError } from "../core/errors.js";
 import { highlightSegments, type Segment } from "../core/highlight.js";
 import { queryGroups } from "../core/tokenize.js";
 import { refOf } from "../core/tree.js";
 import { listSessionsOfScope, type SessionSummary } from "../store/browse.js";
+import type { Pool } from "../store/db.js";
 import { listNodeFailures } from "../store/nodes.js";
 import { listPublicationFailures, listPublications, type PublicationFailure } from "../store/publications.js";
 import type { SourceRecord } from "../store/records.js";
@@ -29,6 +31,7 @@ import {
   type TreeView,
   type ZoomPage,
 } from "./browse-tree.js";
+import { readSessionSpendToday, readTodaySpend, spendText } from "./cost.js";
 import type { AdapterProblem, Injection } from "./host.js";
 import { inspectStoredSession } from "./inspect.js";
 import { resolveSession } from "./resolve-session.js";
@@ -86,6 +89,8 @@ export interface SessionPage {
   readonly nodeFailures: readonly { ref: string; failures: number; lastFailedAt: Date; lastError: string }[];
   readonly publicationFailures: readonly PublicationFailure[];
   readonly problems: readonly AdapterProblem[];
+  /** The compactor's spend today (UTC), this session's and every session's against the cap (issue 39). */
+  readonly spend?: { readonly session: string; readonly all: string };
 }
 
 export interface RecordsPage {
@@ -122,9 +127,22 @@ export interface BrowseModel {
   search(scopeId: string, query: string, cursor?: string): Promise<SearchPage>;
 }
 
+/** "$0.0123 (…)" for the session and "$0.4567 (…) of $5 a day" for every session, today (UTC). */
+async function spendOfSession(pool: Pool, budget: BudgetSettings, sessionId: string) {
+  const [all, own] = await Promise.all([
+    readTodaySpend(pool, budget),
+    readSessionSpendToday(pool, budget.prices, { sessionId, limit: 1 }),
+  ]);
+  const cap = budget.dailyUsd > 0 ? ` of $${budget.dailyUsd} a day (OPTCHAT_BUDGET_DAILY_USD)` : " (no money cap)";
+  return {
+    session: own[0] ? spendText(own[0]) : "$0.0000 (no compactor call today)",
+    all: `${spendText(all.all)}${cap}`,
+  };
+}
+
 const refOfRecord = (r: SourceRecord) => ({ sessionId: r.sessionId, generation: r.generation, seq: r.seq });
 
-export function createBrowseModel(memory: Memory): BrowseModel {
+export function createBrowseModel(memory: Memory, budget?: BudgetSettings): BrowseModel {
   const pool = memory.pool;
   const trees = createTreeReader(memory);
   const { treeOf, sharedTreeOf, treeView } = trees;
@@ -186,7 +204,9 @@ export function createBrowseModel(memory: Memory): BrowseModel {
         listPublicationFailures(pool, session.sessionId),
         memory.host.listProblems(session.host, session.hostSessionId, 100),
       ]);
+      const spend = budget ? await spendOfSession(pool, budget, session.sessionId) : undefined;
       return {
+        ...(spend ? { spend } : {}),
         session,
         view,
         preview,

@@ -88,6 +88,12 @@ export const SETTINGS = {
     accepted:
       "the compactor provider's API key; empty: ANTHROPIC_API_KEY or OPENAI_API_KEY for those providers, no key for openai-compatible",
   },
+  compactorMerges: {
+    env: "OPTCHAT_COMPACTOR_MERGES",
+    default: "needed",
+    accepted:
+      "'needed' (a merge that needs the model is made only when a view is about to fold those two lines, several in one call) or 'all' (every merge as soon as its two lines exist: complete trees, about three times the compactor's calls)",
+  },
   summarizerTimeoutMs: {
     env: "OPTCHAT_SUMMARIZER_TIMEOUT_MS",
     default: 120_000,
@@ -202,6 +208,7 @@ const configSchema = z.object({
   summarizerModel: z.string().max(200, "longer than 200 characters"),
   summarizerApiKey: z.string(),
   summarizerTimeoutMs: integerFrom(1000, 3_600_000),
+  compactorMerges: z.enum(["needed", "all"]),
   summarizerWindowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 4096, "below 4096"),
   anthropicApiKey: z.string(),
   openaiApiKey: z.string(),
@@ -342,6 +349,7 @@ export function foldParamsOf(config: Config): FoldParams {
     upperBytes: config.viewBytes,
     lowerBytes: config.viewLowerBytes,
     shared: { upperBytes: config.sharedViewBytes, lowerBytes: config.sharedViewLowerBytes },
+    ...(config.compactorMerges === "all" ? { merges: "all" as const } : {}),
   };
 }
 

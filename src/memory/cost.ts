@@ -1,11 +1,12 @@
 import { type BudgetSettings, type Spend, spendOf } from "../compactor/budget.js";
-import { costOf, type PriceTable, priceOf } from "../compactor/prices.js";
+import { costOf, type PriceTable, priceOf, UNPRICED_PRICE_TEXT } from "../compactor/prices.js";
 import { FALLBACK_LABEL } from "../core/fallback.js";
 import {
   type CallGroup,
   type CallTotals,
   countFallbackNodes,
   sumCallsToday,
+  sumCallsTodayBySession,
   sumCompactorCalls,
 } from "../store/compactor-calls.js";
 import type { Queryable } from "../store/db.js";
@@ -95,6 +96,8 @@ export interface TodaySpend {
   readonly all: Spend;
   readonly scope?: Spend & { readonly scopeId: string };
   readonly fallbackNodes: number;
+  /** The compactor's models today and the price each is counted at (issue 39: which model, and what it costs). */
+  readonly models: readonly { readonly model: string; readonly price: string }[];
   readonly caps: Omit<BudgetSettings, "prices">;
   /** The setting whose cap is reached today, if any. */
   readonly capReached: string | null;
@@ -109,7 +112,12 @@ export async function readTodaySpend(
 ): Promise<TodaySpend> {
   const now = options.now ?? new Date();
   const day = now.toISOString().slice(0, 10);
-  const all = spendOf(await sumCallsToday(db, now), budget.prices);
+  const rows = await sumCallsToday(db, now);
+  const all = spendOf(rows, budget.prices);
+  const models = [...new Set(rows.map((r) => `${r.provider}:${r.model}`))].map((model) => ({
+    model,
+    price: priceText(budget.prices, model),
+  }));
   const scope = options.scopeId
     ? { scopeId: options.scopeId, ...spendOf(await sumCallsToday(db, now, options.scopeId), budget.prices) }
     : undefined;
@@ -129,5 +137,62 @@ export async function readTodaySpend(
     : fallbackNodes > 0
       ? `${fallbackNodes} node(s) were built today as labelled fallbacks ("${FALLBACK_LABEL}") while the budget was spent; zoom into them to read the originals.`
       : null;
-  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, caps, capReached: reached || null, notice };
+  return { day, all, ...(scope ? { scope } : {}), fallbackNodes, models, caps, capReached: reached || null, notice };
+}
+
+/** One session's compactor spend today (UTC); `sessionId` null: a shared tree's calls that belong to no turn. */
+export interface SessionSpend extends Spend {
+  readonly sessionId: string | null;
+}
+
+/**
+ * Today's (UTC) compactor spend per session, most first, at most `limit` sessions (of one scope or session, or all):
+ * for status, memory_inspect and browse beside today's total against the cap (issue 39). Unpriced models are counted
+ * as the caps count them (src/compactor/prices.ts UNPRICED_PRICE).
+ */
+export async function readSessionSpendToday(
+  db: Queryable,
+  prices: PriceTable,
+  options: { scopeId?: string; sessionId?: string; limit?: number; now?: Date } = {},
+): Promise<SessionSpend[]> {
+  const rows = await sumCallsTodayBySession(
+    db,
+    options.now ?? new Date(),
+    {
+      ...(options.scopeId ? { scopeId: options.scopeId } : {}),
+      ...(options.sessionId ? { sessionId: options.sessionId } : {}),
+    },
+    options.limit ?? 5,
+  );
+  const bySession = new Map<string | null, typeof rows>();
+  for (const row of rows) bySession.set(row.sessionId, [...(bySession.get(row.sessionId) ?? []), row]);
+  return [...bySession]
+    .map(([sessionId, group]) => ({ sessionId, ...spendOf(group, prices) }))
+    .sort((a, b) => b.costUsd - a.costUsd || b.tokens - a.tokens);
+}
+
+/** "$0.0123 (4 calls)" or, with unpriced tokens, "$0.0123 (4 calls; 1,200 unpriced tokens counted at $3 in / …)". */
+export function spendText(spend: Spend): string {
+  const unpriced =
+    spend.unpricedTokens > 0
+      ? `; ${spend.unpricedTokens} tokens of models with no price counted at ${UNPRICED_PRICE_TEXT}: set OPTCHAT_PRICES`
+      : "";
+  return `$${spend.costUsd.toFixed(4)} (${spend.calls} call(s), ${spend.tokens} tokens${unpriced})`;
+}
+
+/** Lines naming each session's spend today, most first: "session <id>: $0.0123 (4 call(s), …)". */
+export function sessionSpendLines(sessions: readonly SessionSpend[]): string[] {
+  return sessions.map(
+    (s) => `${s.sessionId === null ? "shared trees (no turn)" : `session ${s.sessionId}`}: ${spendText(s)}`,
+  );
+}
+export { UNPRICED_PRICE_TEXT };
+
+/** "$1 in / $5 out per million tokens", or that a model with no price is counted at UNPRICED_PRICE. */
+export function priceText(prices: PriceTable, key: string): string {
+  const at = key.indexOf(":");
+  const price = priceOf(prices, key.slice(0, at), key.slice(at + 1));
+  return price
+    ? `$${price.input} in / $${price.output} out per million tokens`
+    : `no price: counted at ${UNPRICED_PRICE_TEXT} (set OPTCHAT_PRICES)`;
 }

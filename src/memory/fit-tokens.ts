@@ -30,7 +30,16 @@ export async function fitTokens(
   lines: TreeLines,
   tokens: number,
   render: (lines: readonly MemoryLine[]) => RenderedBlock,
-): Promise<{ text: string; pieces: readonly string[]; tokens: number; lines: number; fits: boolean }> {
+): Promise<{
+  text: string;
+  pieces: readonly string[];
+  tokens: number;
+  lines: number;
+  fits: boolean;
+  /** The cover rendered last (the parts, or a projection), and the byte budget it was projected to. */
+  parts: readonly NodeAddress[];
+  byteBudget: number;
+}> {
   // Node texts are shared by every fitting of the same tree in one assembly (the full-size measure, then the fit):
   // they never change for a pinned revision, so the view is read once, not once per fitting.
   const known = lines.cache;
@@ -61,7 +70,7 @@ export async function fitTokens(
     return { text, pieces, tokens: estimateTokens(text), lines: pieces.length - 2 };
   };
   const full = renderParts(lines.parts);
-  if (full.tokens <= tokens) return { ...full, fits: true };
+  if (full.tokens <= tokens) return { ...full, fits: true, parts: lines.parts, byteBudget: Number.POSITIVE_INFINITY };
   const bytesOf: NodeBytes = (node) => known.get(nodeKey(node))?.bytes;
   // The projection asks for ancestors' sizes as it goes; unknown ones are loaded and the projection re-run.
   const asks: NodeAddress[] = [];
@@ -74,6 +83,7 @@ export async function fitTokens(
   };
   let byteBudget = Math.floor((viewBytesOf(lines.parts, bytesOf) * tokens) / Math.max(1, full.tokens));
   let last = full;
+  let lastParts: readonly NodeAddress[] = lines.parts;
   for (let round = 0; round < 8; round++) {
     let projection = project(lines.parts, lines.leafCount, asking, byteBudget);
     while (asks.length > 0) {
@@ -81,12 +91,13 @@ export async function fitTokens(
       projection = project(lines.parts, lines.leafCount, asking, byteBudget);
     }
     last = renderParts(projection.parts);
-    if (last.tokens <= tokens) return { ...last, fits: true };
+    lastParts = projection.parts;
+    if (last.tokens <= tokens) return { ...last, fits: true, parts: lastParts, byteBudget };
     if (!projection.fits) break; // even the smallest cover is too big
     byteBudget = Math.floor((byteBudget * tokens) / last.tokens) - 1;
     if (byteBudget <= 0) break;
   }
-  return { ...last, fits: false };
+  return { ...last, fits: false, parts: lastParts, byteBudget: Math.max(1024, byteBudget) };
 }
 
 function viewBytesOf(parts: readonly NodeAddress[], bytesOf: NodeBytes): number {

@@ -11,6 +11,8 @@ interface InspectReport {
   readonly verdict: string;
   readonly compactor: CompactorHealth;
   readonly compactorToday?: TodaySpend;
+  /** This session's own compactor spend today (issue 39). */
+  readonly compactorThisSessionToday?: string;
   readonly session: { id: string; host: string; hostSessionId: string; scope: string; generation: number };
   readonly health: SessionHealth & { pendingLeaves: number };
   readonly lastInjection: { at: string; status: string; turn: string; error?: string | null } | null;
@@ -69,5 +71,7 @@ export function inspectText(raw: Record<string, unknown>, extra: readonly string
     );
     if (today.notice) lines.push(labelled("", today.notice));
   }
+  if (report.compactorThisSessionToday)
+    lines.push(labelled("", `this session today: ${report.compactorThisSessionToday}`));
   return [...head, ...extra, ...lines].join("\n");
 }

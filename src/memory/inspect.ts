@@ -2,7 +2,7 @@ import type { BudgetSettings } from "../compactor/budget.js";
 import { sessionVerdict } from "../core/health.js";
 import type { Session } from "../store/sessions.js";
 import { STUCK_TURN_ADVICE } from "../store/status.js";
-import { readTodaySpend } from "./cost.js";
+import { readSessionSpendToday, readTodaySpend, spendText } from "./cost.js";
 import { readCompactorHealth } from "./health.js";
 import type { Memory } from "./service.js";
 
@@ -26,11 +26,15 @@ export async function inspectStoredSession(
     embeddedWorker?: "on" | "off";
   } = {},
 ): Promise<Record<string, unknown>> {
-  const [health, injections, problems, spend] = await Promise.all([
+  const [health, injections, problems, spend, own] = await Promise.all([
     memory.host.sessionHealth(session.sessionId),
     memory.host.listInjections(session.sessionId, 1),
     memory.host.listProblems(session.host, session.hostSessionId, 3),
     options.budget ? readTodaySpend(memory.pool, options.budget, { scopeId: session.scopeId }) : undefined,
+    // This session's own part of today's spend (issue 39), priced as the caps price it.
+    options.budget
+      ? readSessionSpendToday(memory.pool, options.budget.prices, { sessionId: session.sessionId, limit: 1 })
+      : undefined,
   ]);
   const compactor = await readCompactorHealth(memory.pool, {
     ...(options.embeddedWorker ? { embeddedWorker: options.embeddedWorker } : {}),
@@ -60,6 +64,7 @@ export async function inspectStoredSession(
     compactor,
     // Today's compactor spend and, when a cap is reached, what that means for the summaries (issue 13 item 5).
     ...(spend ? { compactorToday: spend } : {}),
+    ...(own ? { compactorThisSessionToday: own[0] ? spendText(own[0]) : "$0.0000 (no compactor call today)" } : {}),
     session: {
       id: session.sessionId,
       host: session.host,

@@ -5,7 +5,7 @@ import { ledgerExists } from "../store/compactor-calls.js";
 import { connectClient } from "../store/db.js";
 import { SCHEMA_VERSION } from "../store/migrate.js";
 import { readStoreStatus, type StoreStatus } from "../store/status.js";
-import { readTodaySpend, type TodaySpend } from "./cost.js";
+import { readSessionSpendToday, readTodaySpend, type SessionSpend, type TodaySpend } from "./cost.js";
 import { type CompactorHealth, type HealthOptions, readCompactorHealth } from "./health.js";
 
 export type { StoreStatus };
@@ -14,10 +14,7 @@ export type { StoreStatus };
  * The store's status on a dedicated short-lived connection (works on a database that is not migrated yet), with
  * today's compactor spend against `budget` once the ledger exists.
  */
-export async function readStatus(
-  databaseUrl: string,
-  budget?: BudgetSettings,
-): Promise<StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend }> {
+export async function readStatus(databaseUrl: string, budget?: BudgetSettings): Promise<StoreWithSpend> {
   const client = await connectClient(databaseUrl, "optchat-status");
   try {
     return await readStatusOn(client, budget);
@@ -29,25 +26,40 @@ export async function readStatus(
 async function readStatusOn(
   client: Awaited<ReturnType<typeof connectClient>>,
   budget?: BudgetSettings,
-): Promise<StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend }> {
+): Promise<StoreWithSpend> {
   const status = await readStoreStatus(client);
   // By the table, not a schema version: the ledger's migration number may still change when branches merge.
   const compactorToday = budget && (await ledgerExists(client)) ? await readTodaySpend(client, budget) : undefined;
-  return { ...status, expectedSchemaVersion: SCHEMA_VERSION, ...(compactorToday ? { compactorToday } : {}) };
+  // The sessions that spent most today (issue 39: spend per session beside the total against the cap).
+  const compactorSessionsToday =
+    budget && compactorToday ? await readSessionSpendToday(client, budget.prices, { limit: 5 }) : undefined;
+  return {
+    ...status,
+    expectedSchemaVersion: SCHEMA_VERSION,
+    ...(compactorToday ? { compactorToday } : {}),
+    ...(compactorSessionsToday ? { compactorSessionsToday } : {}),
+  };
 }
+
+/** The store's status with today's compactor spend (in total against the cap, and by session). */
+export type StoreWithSpend = StoreStatus & {
+  expectedSchemaVersion: number;
+  compactorToday?: TodaySpend;
+  compactorSessionsToday?: SessionSpend[];
+};
 
 /** `optchat status`: the verdict first, then the store's status and the compactor's health it rests on. */
 export type StatusReport =
   | {
       readonly setUp: true;
       readonly verdict: Verdict;
-      readonly status: StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend };
+      readonly status: StoreWithSpend;
       readonly compactor: CompactorHealth;
     }
   | {
       readonly setUp: false;
       readonly verdict: Verdict;
-      readonly status?: StoreStatus & { expectedSchemaVersion: number; compactorToday?: TodaySpend };
+      readonly status?: StoreWithSpend;
       /** The error that stopped the reading (database unreachable or missing). */
       readonly error?: OptchatError;
     };

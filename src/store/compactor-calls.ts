@@ -93,7 +93,7 @@ export interface CallFilter {
 }
 
 const TOTALS = `count(*)::int AS calls,
-  count(*) FILTER (WHERE outcome NOT IN ('ok', 'over_limit', 'reference'))::int AS failed_calls,
+  count(*) FILTER (WHERE outcome NOT IN ('ok', 'over_limit', 'reference', 'line_count'))::int AS failed_calls,
   coalesce(sum(input_tokens), 0)::bigint AS input_tokens,
   coalesce(sum(cache_read_tokens), 0)::bigint AS cache_read_tokens,
   coalesce(sum(cache_write_tokens), 0)::bigint AS cache_write_tokens,
@@ -156,6 +156,37 @@ export async function sumCallsToday(
     [now, scopeId ?? null],
   );
   return result.rows.map((row) => ({ provider: row.provider, model: row.model, ...toTotals(row) }));
+}
+
+/**
+ * Today's (UTC) calls per session and model, of one scope or session or of all, the sessions that spent most first
+ * (by tokens), at most `limit` sessions. Calls of a scope's shared tree that belong to no turn have no session (null).
+ */
+export async function sumCallsTodayBySession(
+  db: Queryable,
+  now: Date,
+  filter: { scopeId?: string; sessionId?: string },
+  limit: number,
+): Promise<(CallTotals & { sessionId: string | null; provider: string; model: string })[]> {
+  const result = await db.query<TotalsRow & { session_id: string | null; provider: string; model: string }>(
+    `WITH today AS (
+       SELECT * FROM optchat.compactor_calls
+        WHERE at >= date_trunc('day', $1::timestamptz AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+          AND ($2::text IS NULL OR scope_id = $2) AND ($3::text IS NULL OR session_id = $3)),
+     top AS (
+       SELECT session_id FROM today GROUP BY 1
+        ORDER BY sum(input_tokens + output_tokens) DESC, session_id LIMIT $4::int)
+     SELECT today.session_id, provider, model, ${TOTALS}
+       FROM today JOIN top ON top.session_id IS NOT DISTINCT FROM today.session_id
+      GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`,
+    [now, filter.scopeId ?? null, filter.sessionId ?? null, limit],
+  );
+  return result.rows.map((row) => ({
+    sessionId: row.session_id,
+    provider: row.provider,
+    model: row.model,
+    ...toTotals(row),
+  }));
 }
 
 /** The scope a tree's calls count against: its own (shared tree) or its session's. */

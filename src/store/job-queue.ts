@@ -176,3 +176,21 @@ const PGBOSS_DEFAULTS = {
 
 /** The channel pg-boss 12.38 workers LISTEN on for schema `pgboss` (plans.js notifyChannelSql). */
 const PGBOSS_NOTIFY_CHANNEL_SQL = `('pgboss_' || left(encode(sha224('pgboss'::bytea), 'hex'), 24))`;
+
+/**
+ * The parents of a tree with a node job due now (created or running, not a failure's delayed retry), at most `limit`:
+ * the merges a batch may make together (src/compactor/batch.ts). Their jobs then find their node built.
+ */
+export async function openParentJobsOfTree(db: Queryable, treeId: number, limit: number): Promise<NodeAddress[]> {
+  const result = await db.query<{ singleton_key: string }>(
+    `SELECT singleton_key FROM pgboss.job
+      WHERE name = '${NODE_QUEUE}' AND state IN ('created', 'active') AND start_after <= now()
+        AND singleton_key LIKE $1::text AND singleton_key NOT LIKE $2::text
+      ORDER BY created_on LIMIT $3::int`,
+    [`${treeId}:%`, `${treeId}:0:%`, limit],
+  );
+  return result.rows.map((row) => {
+    const [, level, index] = row.singleton_key.split(":");
+    return { level: Number(level), index: Number(index) };
+  });
+}

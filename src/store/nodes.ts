@@ -207,6 +207,7 @@ export async function listNodeFailures(db: Queryable, treeId: number): Promise<N
 export async function findReadyUnbuiltNodes(
   db: Queryable,
   limit: number,
+  parents = true,
 ): Promise<{ treeId: number; node: NodeAddress }[]> {
   // Open jobs are recognised by pg-boss's singleton_key column (our node jobs carry "<tree>:<level>:<index>",
   // src/compactor/queue.ts), in pg-boss's own table: the one place our SQL reads pg-boss's schema.
@@ -219,7 +220,7 @@ export async function findReadyUnbuiltNodes(
        SELECT c.tree_id, c.level + 1, c.idx / 2
          FROM optchat.nodes c
          JOIN optchat.trees t ON t.tree_id = c.tree_id
-        WHERE c.idx % 2 = 0 AND c.revision = 0
+        WHERE $2::boolean AND c.idx % 2 = 0 AND c.revision = 0
           AND (c.idx + 2) * (1::bigint << c.level) <= t.built_leaves
           AND EXISTS (SELECT 1 FROM optchat.nodes d WHERE d.tree_id = c.tree_id AND d.level = c.level AND d.idx = c.idx + 1)
           AND NOT EXISTS (SELECT 1 FROM optchat.nodes p WHERE p.tree_id = c.tree_id AND p.level = c.level + 1 AND p.idx = c.idx / 2)
@@ -227,7 +228,7 @@ export async function findReadyUnbuiltNodes(
      SELECT r.tree_id, r.level, r.idx FROM ready r
       WHERE NOT ${openJobExists(NODE_QUEUE, NODE_JOB_KEY_SQL("r.tree_id", "r.level", "r.idx"))}
       LIMIT $1::int`,
-    [limit],
+    [limit, parents],
   );
   return result.rows.map((row) => ({
     treeId: Number(row.tree_id),

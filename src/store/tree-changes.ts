@@ -322,7 +322,7 @@ export async function applyTreeChanges(
  * The latest revision's parts in order, with the size of each and, for each left sibling, of its parent (the pairs
  * the fold may merge first) put into `known`, in one statement.
  */
-async function loadFrontier(
+export async function loadFrontier(
   db: Queryable,
   treeId: number,
   known: Map<number, number | undefined>,

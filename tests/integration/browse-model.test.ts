@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createBrowseModel } from "../../src/memory/browse.js";
+import { budgetSettingsOf } from "../../src/memory/config.js";
 import { type Memory, openMemory } from "../../src/memory/service.js";
 import type { Session } from "../../src/store/sessions.js";
 import { databaseDigest, HOSTILE_TEXT, ingestEvent, seedBrowseMemory, useTestMemory } from "../helpers.js";
@@ -80,6 +81,11 @@ describe("the browser's read-only service", () => {
     ]);
     const session = await model.session(a.sessionId);
     expect(session.view.leafCount).toBe(6);
+    expect(session.spend).toBeUndefined();
+    // With the caps: today's spend of the session and of every session against the cap (issue 39).
+    const priced = await createBrowseModel(readOnly, budgetSettingsOf(db.config)).session(a.sessionId);
+    expect(priced.spend?.session).toMatch(/^\$\d+\.\d{4} \(/);
+    expect(priced.spend?.all).toMatch(/ of \$5 a day \(OPTCHAT_BUDGET_DAILY_USD\)$/);
     expect(session.health.verdict).toBe("up to date");
     // Levels and their spans: level 0 holds the six messages, each spanning its own record's time.
     const leaves = await model.level({ kind: "session", sessionId: a.sessionId }, 0, 0);

@@ -9,7 +9,9 @@ import { inspectStoredSession } from "../../src/memory/inspect.js";
 import { type CompactorEvent, startWorker } from "../../src/memory/worker.js";
 import { runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
-const db = useTestMemory({ failureRetrySeconds: 1, workerConcurrency: 1 });
+// Every merge built as soon as it can be (not only when a view wants it): the ledger's merge calls and the budget's
+// fallbacks are counted over whole trees.
+const db = useTestMemory({ failureRetrySeconds: 1, workerConcurrency: 1, compactorMerges: "all" });
 let server: ModelServer;
 
 beforeAll(async () => {
@@ -157,7 +159,15 @@ describe("the cost ledger (issue 13 item 4)", () => {
 
 describe("the budget cap (issue 13 item 5)", () => {
   it("stops calling the model past the cap and builds labelled fallbacks that say so, never as summaries", async () => {
-    const capped: Config = Object.freeze({ ...db.config, budgetDailyTokens: 1, budgetDailyUsd: 0 });
+    // A view of 1 KiB folds the merges (fallbacks past the cap) into the view: the run of four messages is one call
+    // (a leaf run, batch.ts), so the cap first shows in the merges above it.
+    const capped: Config = Object.freeze({
+      ...db.config,
+      budgetDailyTokens: 1,
+      budgetDailyUsd: 0,
+      viewBytes: 1024,
+      viewLowerBytes: 1024,
+    });
     // Today's spend so far is whatever the tests above recorded: start this one from a clean ledger.
     await db.memory.pool.query("DELETE FROM optchat.compactor_calls");
     const session = await sessionWith("capped", 4);
@@ -200,6 +210,10 @@ describe("the budget cap (issue 13 item 5)", () => {
     const status = await runCli(["status"], { DATABASE_URL: db.url, OPTCHAT_BUDGET_DAILY_TOKENS: "1" });
     expect(status.stdout).toMatch(/spend {6}today .*1 compactor call.*fallback nodes: \d+/);
     expect(status.stdout).toContain("budget is spent");
+    // Which model spent it and at what price, and each session's part (issue 39).
+    expect(status.stdout).toMatch(/model fake:fake-extractive\/1: \$0 in \/ \$0 out per million tokens/);
+    expect(status.stdout).toContain(`session ${session.sessionId}: $0.0000 (1 call(s), `);
+    expect(report.compactorThisSessionToday).toMatch(/^\$0\.0000 \(1 call\(s\), \d+ tokens\)$/);
   });
 
   it("does not stop a model whose spend is under the cap", async () => {

@@ -24,7 +24,9 @@ import {
 // a new request sees the new ones; --session, --scope and --prompt-version select what is rebuilt; the audit stays
 // clean.
 
-const db = useTestMemory();
+// Every merge built as soon as its lines exist (not only when a view wants it): the turns below are published over
+// parents, and the rebuild is followed up whole trees.
+const db = useTestMemory({ compactorMerges: "all" });
 const WINDOW = LARGE_WINDOW;
 let a: Session;
 let b: Session;
@@ -103,6 +105,8 @@ async function turnOverOneNode(session: Session, turnId: string, words: string):
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, publishes: true });
   // Message ids of their own: the other turns' writer numbers its messages m1, m2, … in every session.
   await write(session, turnId, "user", `please ${words} ${long}`, { messageId: `${turnId}-user` });
+  // The first message summarized alone (the budget's one call), so its neighbour is a fallback, not in the same run.
+  await db.memory.settle(session.sessionId, { timeoutMs: 30_000 });
   await write(session, turnId, "assistant", `done: ${words} ${long}`, { messageId: `${turnId}-assistant` });
   const parentBuilt = `SELECT count(*) AS n FROM optchat.nodes n JOIN optchat.trees t ON t.tree_id = n.tree_id
                         WHERE t.session_id = $1 AND n.level = 1 AND n.idx = 0`;
@@ -299,7 +303,7 @@ describe("optchat rebuild", () => {
   });
 
   it("optchat rebuild from the command line (dry, JSON)", async () => {
-    const env = { DATABASE_URL: db.url, OPTCHAT_SUMMARIZER: "fake" };
+    const env = { DATABASE_URL: db.url, OPTCHAT_SUMMARIZER: "fake", OPTCHAT_COMPACTOR_MERGES: "all" };
     const result = await runCli(["rebuild", "--scope", a.scopeId, "--json"], env);
     expect(result.code).toBe(0);
     const answer = JSON.parse(result.stdout);

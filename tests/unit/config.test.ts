@@ -21,6 +21,7 @@ describe("resolveConfig", () => {
       summarizerModel: "",
       summarizerApiKey: "",
       summarizerTimeoutMs: 120_000,
+      compactorMerges: "needed",
       summarizerWindowTokens: 0,
       anthropicApiKey: "",
       openaiApiKey: "",

@@ -54,7 +54,7 @@ describe("the price table", () => {
     expect(() => parsePriceOverrides('{"a:b": {"input": -1, "output": 1}}')).toThrow(/'a:b' needs/);
   });
 
-  it("counts the tokens of unpriced models apart", () => {
+  it("counts the tokens of unpriced models apart, and at the conservative price against the caps", () => {
     const row = {
       calls: 2,
       failedCalls: 0,
@@ -71,7 +71,9 @@ describe("the price table", () => {
       DEFAULT_PRICES,
     );
     expect(spend).toMatchObject({ calls: 4, tokens: 2020, unpricedTokens: 1010 });
-    expect(spend.costUsd).toBeCloseTo((1000 * 1 + 10 * 5) / 1e6, 12);
+    // Issue 39: every token counts against the money cap; an unpriced model at UNPRICED_PRICE ($3 in, $15 out).
+    expect(spend.unpricedUsd).toBeCloseTo((1000 * 3 + 10 * 15) / 1e6, 12);
+    expect(spend.costUsd).toBeCloseTo((1000 * 1 + 10 * 5) / 1e6 + (1000 * 3 + 10 * 15) / 1e6, 12);
   });
 });
 

@@ -74,6 +74,31 @@ describe("the compactor model from OpenCode's configuration", () => {
     expect(viaDefault).toMatchObject({ type: "found", settings: { model: "claude-haiku-4-5" } });
   });
 
+  it("never silently the main model: a gateway's cheaper listed model, else the main model said to be one", async () => {
+    const gateway = {
+      id: "gateway",
+      key: "k",
+      options: { baseURL: "http://127.0.0.1:4000/v1" },
+      models: {
+        big: { api: { id: "big", npm: "@ai-sdk/openai-compatible" }, cost: { input: 3 } },
+        small: { api: { id: "small", npm: "@ai-sdk/openai-compatible" }, cost: { input: 0.2 } },
+        dearer: { api: { id: "dearer", npm: "@ai-sdk/openai-compatible" }, cost: { input: 10 } },
+      },
+    };
+    const cheaper = await resolveFromOpencode(opencode({ model: "gateway/big" }, [gateway]), core);
+    expect(cheaper).toMatchObject({ type: "found", settings: { model: "small" } });
+    expect(cheaper.type === "found" && cheaper.mainModel).toBeFalsy();
+    const only = await resolveFromOpencode(opencode({ model: "ollama/llama3.1:8b" }, [local]), core);
+    expect(only).toMatchObject({ type: "found", mainModel: true, settings: { model: "llama3.1:8b" } });
+    expect(only.type === "found" && only.from).toContain("the main model ollama/llama3.1:8b");
+    const logged: string[] = [];
+    const model = compactorModel(opencode({ model: "ollama/llama3.1:8b" }, [local]), core, (level, message) =>
+      logged.push(`${level} ${message}`),
+    );
+    await model.summarizer();
+    expect(logged.find((line) => line.startsWith("warn "))).toContain("the main model");
+  });
+
   it("passes over a small_model it cannot call, and says why when nothing is usable", async () => {
     const passed = await resolveFromOpencode(
       opencode({ model: "anthropic/claude-sonnet-4-5", small_model: "google/gemini-flash" }, [anthropic, google]),

@@ -89,8 +89,8 @@ export function workOf(view: TreeView): Html {
   );
   return html`<table><thead><tr><th>summarizer</th><th>nodes built</th><th>model calls</th><th>over size</th></tr></thead>
 <tbody>${rows}</tbody></table>
-<p class="note">Cost: optchat records the model calls of each node (above), not tokens or money; there is no cost
-ledger yet.</p>`;
+<p class="note">Model calls are counted per node; a batch's calls are on its first node. Tokens and dollars are in the
+cost ledger (<code>optchat cost</code>).</p>`;
 }
 
 export function sharedPage(links: Links, page: SharedPage): Promise<string> {

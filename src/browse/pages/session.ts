@@ -56,6 +56,12 @@ ${table(html`<tr><th>turn</th><th>failures</th><th>last</th><th>error</th></tr>`
 <h3>Problems the plugin caught</h3>
 ${table(html`<tr><th>at</th><th>operation</th><th>code</th><th>message</th></tr>`, problems, "None recorded.")}
 <h3>Work and cost</h3>
+${
+  page.spend
+    ? html`<p id="spend">Compactor spend today (UTC): this session ${page.spend.session}; every session ${page.spend.all}.
+<code>optchat cost</code> has the ledger by day, scope, session and model.</p>`
+    : ""
+}
 ${workOf(page.view)}`;
 }
 

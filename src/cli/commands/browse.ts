@@ -1,6 +1,7 @@
 import { startBrowseServer } from "../../browse/server.js";
 import { OptchatError } from "../../core/errors.js";
 import { createBrowseModel } from "../../memory/browse.js";
+import { budgetSettingsOf } from "../../memory/config.js";
 import { type Command, integerFlag, parseCommand, withMemory } from "../command.js";
 
 const usage = "optchat browse [--port N] [--host 127.0.0.1] [--json]";
@@ -23,7 +24,7 @@ nowhere else.
       config,
       "optchat-browse",
       async (memory) => {
-        const server = await startBrowseServer(createBrowseModel(memory), { host, port });
+        const server = await startBrowseServer(createBrowseModel(memory, budgetSettingsOf(config)), { host, port });
         if (output.json)
           output.out(JSON.stringify({ ok: true, url: server.url, host: server.host, port: server.port }));
         else {

@@ -1,4 +1,5 @@
 import { budgetSettingsOf, redactUrl } from "../../memory/config.js";
+import { sessionSpendLines, UNPRICED_PRICE_TEXT } from "../../memory/cost.js";
 import { compactorLines, labelled, verdictLines } from "../../memory/health-text.js";
 import { readStatusReport } from "../../memory/status.js";
 import { type Command, parseCommand } from "../command.js";
@@ -61,9 +62,11 @@ export const statusCommand: Command = {
     if (today) {
       const caps = today.caps.dailyUsd > 0 ? `of $${today.caps.dailyUsd} a day` : "no money cap";
       output.out(
-        `spend      today (${today.day} UTC): ${today.all.calls} compactor call(s), ${today.all.tokens} tokens, $${today.all.costUsd.toFixed(4)} ${caps}${today.all.unpricedTokens > 0 ? ` (+${today.all.unpricedTokens} unpriced tokens)` : ""}; fallback nodes: ${today.fallbackNodes}`,
+        `spend      today (${today.day} UTC): ${today.all.calls} compactor call(s), ${today.all.tokens} tokens, $${today.all.costUsd.toFixed(4)} ${caps}${today.all.unpricedTokens > 0 ? ` (${today.all.unpricedTokens} tokens of models with no price counted at ${UNPRICED_PRICE_TEXT}: set OPTCHAT_PRICES)` : ""}; fallback nodes: ${today.fallbackNodes}`,
       );
       if (today.notice) output.out(`           ${today.notice}`);
+      for (const m of today.models) output.out(`           model ${m.model}: ${m.price}`);
+      for (const line of sessionSpendLines(status.compactorSessionsToday ?? [])) output.out(`           ${line}`);
     }
     const width = Math.max(0, ...Object.keys(status.tables).map((name) => name.length));
     for (const [name, rows] of Object.entries(status.tables)) output.out(`  ${name.padEnd(width)}  ${rows}`);

@@ -117,6 +117,20 @@ export function fakeAnswer(
     }
   }
   const retries = messages.filter((m) => m.role === "assistant").length;
+  const batch = parseBatch(request);
+  if (batch) {
+    // One line per message or pair, each as the single step would answer it.
+    return batch.steps
+      .map((step) =>
+        options.overshootBytes !== undefined
+          ? padTo(
+              extract(step, Number.MAX_SAFE_INTEGER),
+              step.limit + Math.max(1, options.overshootBytes - 5 * retries),
+            )
+          : extract(step, Math.min(step.limit, options.lineBytes ?? step.limit) - 8 * retries),
+      )
+      .join("\n");
+  }
   const step = parseStep(request);
   if (!step) throw new SummarizerError("fake summarizer: the request holds no compress or merge step");
   if (options.overshootBytes !== undefined) {
@@ -141,20 +155,46 @@ interface ParsedStep {
   readonly lines: readonly string[];
 }
 
-function parseStep(request: string): ParsedStep | undefined {
-  for (const [type, marker] of [
-    ["compress", STEP_MARKERS.compress],
-    ["compress", STEP_MARKERS.compressPart],
-    ["merge", STEP_MARKERS.merge],
-  ] as const) {
+/** The step after the last of `markers` found in the request: its type, byte limit and the text after its line. */
+function afterMarker(
+  request: string,
+  markers: readonly (readonly ["compress" | "merge", string])[],
+): { type: "compress" | "merge"; limit: number; body: string } | undefined {
+  for (const [type, marker] of markers) {
     const at = request.lastIndexOf(`\n${marker} `);
     if (at < 0) continue;
     const rest = request.slice(at + marker.length + 2);
-    const limit = Number.parseInt(rest, 10);
-    const body = rest.slice(rest.indexOf("\n") + 1);
-    return { type, limit, lines: type === "merge" ? body.split("\n").slice(0, 2) : [body] };
+    return { type, limit: Number.parseInt(rest, 10), body: rest.slice(rest.indexOf("\n") + 1) };
   }
   return undefined;
+}
+
+function parseStep(request: string): ParsedStep | undefined {
+  const found = afterMarker(request, [
+    ["compress", STEP_MARKERS.compress],
+    ["compress", STEP_MARKERS.compressPart],
+    ["merge", STEP_MARKERS.merge],
+  ]);
+  if (!found) return undefined;
+  const { type, limit, body } = found;
+  return { type, limit, lines: type === "merge" ? body.split("\n").slice(0, 2) : [body] };
+}
+
+/** A batch step (several messages, or several pairs, in one request) as the single steps it stands for. */
+function parseBatch(request: string): { steps: ParsedStep[] } | undefined {
+  const found = afterMarker(request, [
+    ["compress", STEP_MARKERS.compressBatch],
+    ["merge", STEP_MARKERS.mergeBatch],
+  ]);
+  if (!found) return undefined;
+  const { type, limit, body } = found;
+  const pattern = type === "compress" ? /<message>\n([\s\S]*?)\n<\/message>/g : /<pair>\n(.*)\n(.*)\n<\/pair>/g;
+  const steps = [...body.matchAll(pattern)].map((m) => ({
+    type,
+    limit,
+    lines: type === "compress" ? [m[1] ?? ""] : [m[1] ?? "", m[2] ?? ""],
+  }));
+  return { steps };
 }
 
 function extract(step: ParsedStep, limit: number): string {

@@ -5,6 +5,7 @@ import { archiveCommand, isolateCommand, unarchiveCommand } from "./commands/arc
 import { auditCommand } from "./commands/audit.js";
 import { browseCommand } from "./commands/browse.js";
 import { costCommand } from "./commands/cost.js";
+import { dbCommand } from "./commands/db.js";
 import { exportCommand } from "./commands/export.js";
 import { forgetCommand } from "./commands/forget.js";
 import { importFileCommand } from "./commands/import.js";
@@ -22,6 +23,7 @@ import { zoomCommand } from "./commands/zoom.js";
 export const COMMANDS: readonly Command[] = [
   migrateCommand,
   statusCommand,
+  dbCommand,
   workerCommand,
   viewCommand,
   zoomCommand,

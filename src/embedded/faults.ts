@@ -29,7 +29,12 @@ export function faultOfFailure(code: string | undefined, log = ""): EmbeddedFaul
   if (code === "ENOSPC" || code === "EDQUOT" || /No space left on device|Disk quota exceeded/i.test(log)) {
     return "disk-full";
   }
-  if (code === "EACCES" || code === "EPERM" || code === "EROFS" || /Permission denied|Read-only file system/i.test(log)) {
+  if (
+    code === "EACCES" ||
+    code === "EPERM" ||
+    code === "EROFS" ||
+    /Permission denied|Read-only file system/i.test(log)
+  ) {
     return "not-writable";
   }
   return undefined;

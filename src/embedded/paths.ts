@@ -80,5 +80,10 @@ export function embeddedSettings(
 ): EmbeddedSettings {
   const dataDir = resolve(settings.dataDir === "" ? defaultDataDir(facts) : settings.dataDir);
   const socketDir = resolve(settings.socketDir === "" ? defaultSocketDir(facts, dataDir) : settings.socketDir);
-  return Object.freeze({ dataDir, clusterDir: join(dataDir, "postgres"), socketDir, idleSeconds: settings.idleSeconds });
+  return Object.freeze({
+    dataDir,
+    clusterDir: join(dataDir, "postgres"),
+    socketDir,
+    idleSeconds: settings.idleSeconds,
+  });
 }

@@ -245,7 +245,13 @@ async function waitUp(settings: EmbeddedSettings, deadline: number): Promise<"up
 
 function startFailure(settings: EmbeddedSettings, log: string, what: string) {
   const fault = faultOfFailure(undefined, log);
-  const line = lastLine(log.split("\n").filter((l) => /FATAL|PANIC|ERROR/.test(l)).join("\n")) || lastLine(log);
+  const line =
+    lastLine(
+      log
+        .split("\n")
+        .filter((l) => /FATAL|PANIC|ERROR/.test(l))
+        .join("\n"),
+    ) || lastLine(log);
   const logPath = join(settings.dataDir, "server.log");
   if (fault === "disk-full") {
     return embeddedFault(

@@ -1,5 +1,6 @@
 import { OptchatError } from "../../core/errors.js";
 import { budgetSettingsOf, redactUrl } from "../../memory/config.js";
+import { databaseLine, describeDatabase } from "../../memory/database.js";
 import { readStatus } from "../../memory/status.js";
 import { type Command, parseCommand } from "../command.js";
 
@@ -15,9 +16,17 @@ export const statusCommand: Command = {
     const expected = status.expectedSchemaVersion;
     const upToDate = status.schemaVersion >= expected;
     if (output.json) {
-      output.out(JSON.stringify({ ok: upToDate, url: redactUrl(config.databaseUrl), ...status }));
+      output.out(
+        JSON.stringify({
+          ok: upToDate,
+          url: redactUrl(config.databaseUrl),
+          databaseServer: describeDatabase(config),
+          ...status,
+        }),
+      );
     } else {
       output.out(`server     PostgreSQL ${status.serverVersion} (${redactUrl(config.databaseUrl)})`);
+      output.out(databaseLine(config));
       output.out(
         `schema     version ${status.schemaVersion} of ${expected}${upToDate ? "" : " — out of date: run `optchat migrate`"}`,
       );

@@ -49,9 +49,26 @@ export function serverUser(): ServerUser {
   }
 }
 
-/** Options for spawning a server binary as the server's user. */
-export function asServerUser(user: ServerUser): { uid?: number; gid?: number } {
-  return user.switched ? { uid: user.uid, gid: user.gid } : {};
+/**
+ * How to run a server binary as the server's user: as is, or, as root, through setpriv (util-linux: it drops to the
+ * user and execs, no process left in between). Bun, OpenCode's runtime, ignores spawn's uid and gid options; Node
+ * without setpriv uses them.
+ */
+export function asServerUser(
+  user: ServerUser,
+  command: string,
+  args: readonly string[],
+): { command: string; args: string[]; options: { uid?: number; gid?: number } } {
+  if (!user.switched) return { command, args: [...args], options: {} };
+  const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((path) => existsSync(path));
+  if (setpriv) {
+    return {
+      command: setpriv,
+      args: [`--reuid=${user.uid}`, `--regid=${user.gid}`, "--clear-groups", "--", command, ...args],
+      options: {},
+    };
+  }
+  return { command, args: [...args], options: { uid: user.uid, gid: user.gid } };
 }
 
 /**
@@ -147,10 +164,11 @@ export async function ensureCluster(settings: EmbeddedSettings, bins: Binaries, 
   ];
   try {
     await new Promise<void>((resolve, reject) => {
+      const run = asServerUser(user, bins.initdb, args);
       execFile(
-        bins.initdb,
-        args,
-        { ...asServerUser(user), env: { ...process.env, LC_ALL: "C" }, timeout: 120_000 },
+        run.command,
+        run.args,
+        { ...run.options, env: { ...process.env, LC_ALL: "C" }, timeout: 120_000 },
         (error, _stdout, stderr) => (error ? reject(Object.assign(error, { log: stderr })) : resolve()),
       );
     });

@@ -105,8 +105,10 @@ export async function probeServer(settings: EmbeddedSettings): Promise<Probe> {
     connectionTimeoutMillis: 5000,
   });
   client.on("error", () => {});
+  let connected = false;
   try {
     await client.connect();
+    connected = true;
     const { rows } = await client.query<{ setting: string }>(
       "SELECT setting FROM pg_settings WHERE name = 'data_directory'",
     );
@@ -134,7 +136,9 @@ export async function probeServer(settings: EmbeddedSettings): Promise<Probe> {
       error,
     );
   } finally {
-    await client.end().catch(() => {});
+    // Not awaited after a refused connect: in Bun (OpenCode's runtime) that end() never settles.
+    if (connected) await client.end().catch(() => {});
+    else client.end().catch(() => {});
   }
 }
 
@@ -200,29 +204,26 @@ async function startServer(settings: EmbeddedSettings, bins: Binaries, user: Ser
 function spawnPostgres(settings: EmbeddedSettings, bins: Binaries, user: ServerUser, logPath: string): ChildProcess {
   const log = openLog(logPath, user);
   try {
-    const child = spawn(
-      bins.postgres,
-      [
-        "-D",
-        settings.clusterDir,
-        "-p",
-        "5432",
-        "-c",
-        "listen_addresses=",
-        "-c",
-        `unix_socket_directories=${settings.socketDir}`,
-        "-c",
-        "unix_socket_permissions=0700",
-        "-c",
-        "logging_collector=off",
-      ],
-      {
-        ...asServerUser(user),
-        detached: true, // its own session: a closed terminal or a killed parent does not take it down
-        stdio: ["ignore", log, log],
-        env: { ...process.env, LC_MESSAGES: "C", LC_ALL: "C" },
-      },
-    );
+    const run = asServerUser(user, bins.postgres, [
+      "-D",
+      settings.clusterDir,
+      "-p",
+      "5432",
+      "-c",
+      "listen_addresses=",
+      "-c",
+      `unix_socket_directories=${settings.socketDir}`,
+      "-c",
+      "unix_socket_permissions=0700",
+      "-c",
+      "logging_collector=off",
+    ]);
+    const child = spawn(run.command, run.args, {
+      ...run.options,
+      detached: true, // its own session: a closed terminal or a killed parent does not take it down
+      stdio: ["ignore", log, log],
+      env: { ...process.env, LC_MESSAGES: "C", LC_ALL: "C" },
+    });
     child.on("error", () => {});
     child.unref();
     return child;
@@ -330,7 +331,12 @@ function ensureSupervisor(settings: EmbeddedSettings): void {
     const child = spawn(
       process.execPath,
       [SUPERVISOR, settings.dataDir, settings.clusterDir, settings.socketDir, String(settings.idleSeconds)],
-      { detached: true, stdio: ["ignore", log, log], env: { PATH: process.env.PATH ?? "" } },
+      {
+        detached: true,
+        stdio: ["ignore", log, log],
+        // Inside OpenCode the runtime is its Bun executable, which runs a script as bun with BUN_BE_BUN.
+        env: { PATH: process.env.PATH ?? "", ...(process.versions.bun ? { BUN_BE_BUN: "1" } : {}) },
+      },
     );
     child.on("error", () => {});
     child.unref();

@@ -92,6 +92,11 @@ async function holdsMemory(url: string): Promise<boolean> {
   client.on("error", () => {});
   try {
     await client.connect();
+  } catch {
+    client.end().catch(() => {}); // not awaited: in Bun, end() after a refused connect never settles
+    return false;
+  }
+  try {
     const { rows } = await client.query<{ present: boolean }>(
       "SELECT to_regclass('optchat.migrations') IS NOT NULL AS present",
     );
@@ -107,14 +112,21 @@ async function migrateIfBehind(url: string): Promise<void> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 10_000 });
   client.on("error", () => {});
   let behind = true;
+  let connected = false;
   try {
     await client.connect();
-    const state = await readSchemaState(client);
-    behind = state.version < SCHEMA_VERSION || !state.jobQueue;
+    connected = true;
   } catch (error) {
+    client.end().catch(() => {}); // not awaited: in Bun, end() after a refused connect never settles
     if (sqlStateOf(error) !== "3D000") throw error; // 3D000: no optchat database yet, made by the migration
-  } finally {
-    await client.end().catch(() => {});
+  }
+  if (connected) {
+    try {
+      const state = await readSchemaState(client);
+      behind = state.version < SCHEMA_VERSION || !state.jobQueue;
+    } finally {
+      await client.end().catch(() => {});
+    }
   }
   if (behind) await migrateAll(url);
 }

@@ -80,7 +80,7 @@ export function prepareDataDir(settings: EmbeddedSettings, user: ServerUser): vo
   try {
     mkdirSync(dir, { recursive: true, mode: 0o700 });
   } catch (error) {
-    throw systemFault(error, `Cannot create the optchat data directory ${dir}`);
+    throw systemFault(realMkdirError(dir, error), `Cannot create the optchat data directory ${dir}`);
   }
   const stat = statSync(dir);
   const me = process.getuid?.() ?? 0;
@@ -232,6 +232,17 @@ function otherMajor(settings: EmbeddedSettings, major: number) {
     `carry the memory across with the optchat that made it: \`optchat export --jsonl --out memory.jsonl\` there, then here \`mv ${settings.clusterDir} ${settings.clusterDir}-${major}\` and \`optchat import memory.jsonl\` (docs/database.md "Upgrades"); or keep that optchat's data apart with OPTCHAT_DATA_DIR`,
     { directory: settings.clusterDir, major, expected: EMBEDDED_MAJOR },
   );
+}
+
+/** Node's recursive mkdir reports ENOENT where the leaf's own mkdir fails otherwise (EROFS, EACCES): ask the leaf. */
+function realMkdirError(dir: string, error: unknown): unknown {
+  if ((error as NodeJS.ErrnoException).code !== "ENOENT" || !existsSync(dirname(dir))) return error;
+  try {
+    mkdirSync(dir, { mode: 0o700 });
+    return error;
+  } catch (leaf) {
+    return leaf;
+  }
 }
 
 export function systemFault(error: unknown, what: string) {

@@ -10,7 +10,6 @@ const [dataDir, clusterDir, socketDir, idleArg] = process.argv.slice(2);
 const idleMs = Number(idleArg) * 1000;
 const pollMs = Math.min(10_000, Math.max(100, Math.floor(idleMs / 5)));
 const pidFile = join(dataDir, "supervisor.pid");
-process.title = "optchat-db-supervisor";
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const say = (line) => process.stderr.write(`${new Date().toISOString()} optchat supervisor ${process.pid}: ${line}\n`);

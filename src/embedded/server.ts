@@ -13,6 +13,8 @@ import {
   rmSync,
   statSync,
   unlinkSync,
+  utimesSync,
+  writeFileSync,
   writeSync,
 } from "node:fs";
 import { join } from "node:path";
@@ -53,6 +55,7 @@ type Probe = { state: "up"; dataDirectory: string } | { state: "down" } | { stat
  * supervisor that stops it after the idle time (src/embedded/supervisor.mjs, docs/database.md).
  */
 export async function ensureEmbeddedServer(settings: EmbeddedSettings): Promise<EnsureOutcome> {
+  markUse(settings);
   const first = await settle(settings);
   if (first.state === "up") {
     checkOwnServer(settings, first.dataDirectory);
@@ -76,6 +79,22 @@ export async function ensureEmbeddedServer(settings: EmbeddedSettings): Promise<
     ensureSupervisor(settings);
     return { started: true, initialised };
   });
+}
+
+/**
+ * Marks that a process is about to use the server (the mtime of <dataDir>/last-use): the supervisor counts it as a
+ * client, so a server found up is not stopped for idleness before the caller's first connection lands.
+ */
+function markUse(settings: EmbeddedSettings): void {
+  const path = join(settings.dataDir, "last-use");
+  const now = new Date();
+  try {
+    utimesSync(path, now, now);
+  } catch {
+    try {
+      writeFileSync(path, "", { mode: 0o600 });
+    } catch {} // no data directory yet: nothing runs that could stop
+  }
 }
 
 /** Probes until the server is up or down (not starting or stopping), for up to START_TIMEOUT_MS. */

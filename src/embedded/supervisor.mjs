@@ -1,8 +1,9 @@
 // The embedded server's idle supervisor (src/embedded/server.ts starts it detached, in its own session). Every poll it
-// counts the server's client connections; once none has been connected for the idle time it stops the server with a
+// counts the server's client connections (and a process about to connect: <dataDir>/last-use's mtime); once none has
+// been connected for the idle time it stops the server with a
 // fast shutdown (SIGINT to the postmaster: clients are disconnected, everything committed is kept) and exits. It exits
 // too when the server is gone (stopped, killed). Plain JavaScript, so it starts without a TypeScript loader.
-import { closeSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import { closeSync, openSync, readFileSync, renameSync, rmSync, statSync, writeFileSync, writeSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 
@@ -50,6 +51,14 @@ function claim() {
   return readPid(pidFile) === process.pid;
 }
 
+function lastUse() {
+  try {
+    return statSync(join(dataDir, "last-use")).mtimeMs;
+  } catch {
+    return 0;
+  }
+}
+
 async function clientCount() {
   const client = new pg.Client({
     host: socketDir,
@@ -93,6 +102,8 @@ async function main() {
       lastBusy = Date.now();
       continue;
     }
+    // A process that found the server up a moment ago and is about to connect counts as a client (server.ts markUse).
+    lastBusy = Math.max(lastBusy, lastUse());
     if (Date.now() - lastBusy < idleMs) continue;
     say(`no client for ${Math.round((Date.now() - lastBusy) / 1000)} s: fast shutdown of ${postmaster}`);
     process.kill(postmaster, "SIGINT");

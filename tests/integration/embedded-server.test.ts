@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from "node:child_process";
-import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chownSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, inject, it } from "vitest";
@@ -173,6 +173,23 @@ describe("the embedded server", { timeout: 120_000 }, () => {
     expect(status.stdout).toMatch(new RegExp(`database   embedded PostgreSQL, data in ${dir} \\(\\d+\\.\\d MB\\)`));
     const after = JSON.parse((await runCli(["db", "status", "--json"], envFor(dir))).stdout);
     expect(after).toMatchObject({ running: true, initialised: true, major: 18 });
+    // Reachable only by its user: no TCP listener, a socket directory of mode 0700, trust on the socket alone.
+    const url = embeddedUrl(settingsOf(dir).socketDir);
+    const settings = await query<{ name: string; setting: string }>(
+      url,
+      "SELECT name, setting FROM pg_settings WHERE name IN ('listen_addresses', 'unix_socket_permissions')",
+    );
+    expect(Object.fromEntries(settings.map((row) => [row.name, row.setting]))).toEqual({
+      listen_addresses: "",
+      unix_socket_permissions: "0700",
+    });
+    expect(statSync(settingsOf(dir).socketDir).mode & 0o777).toBe(0o700);
+    const hba = await query<{ type: string; auth_method: string }>(
+      url,
+      "SELECT type, auth_method FROM pg_hba_file_rules",
+    );
+    for (const rule of hba) expect(rule.type === "local" ? rule.auth_method : "reject").toBe(rule.auth_method);
+    expect(hba.some((rule) => rule.type === "local" && rule.auth_method === "trust")).toBe(true);
     expect(after.sizeBytes).toBeGreaterThan(10_000_000);
     const stop = await runCli(["db", "stop"], envFor(dir));
     expect(stop.stdout).toContain("stopped (fast shutdown)");

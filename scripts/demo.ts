@@ -78,7 +78,8 @@ function demoTarget(): DemoTarget {
     where: `the embedded PostgreSQL server of ${dataDir} (no DATABASE_URL set)`,
     pluginOptions: {},
     // Both pinned: OpenCode runs with a HOME and XDG directories of its own (scripts/opencode-harness.ts).
-    env: { OPTCHAT_DATA_DIR: dataDir, OPTCHAT_SOCKET_DIR: embedded.socketDir },
+    // No legacy default: the demo must never run on (or write into) a memory kept at the old default URL.
+    env: { OPTCHAT_DATA_DIR: dataDir, OPTCHAT_SOCKET_DIR: embedded.socketDir, OPTCHAT_LEGACY_DATABASE_URL: "" },
     prepare: async () => {
       await ensureEmbeddedServer(embedded);
       await admin(

@@ -55,6 +55,7 @@ const cli = (args: readonly string[], env: Record<string, string>) =>
 function envFor(dataDir: string, idleSeconds = 60): Record<string, string> {
   return {
     DATABASE_URL: "",
+    OPTCHAT_LEGACY_DATABASE_URL: "",
     OPTCHAT_DATA_DIR: dataDir,
     OPTCHAT_SOCKET_DIR: "",
     OPTCHAT_EMBEDDED_IDLE_SECONDS: String(idleSeconds),

@@ -38,6 +38,12 @@ export const SETTINGS = {
     accepted:
       "empty ($XDG_RUNTIME_DIR/optchat-<tag>, else /tmp/optchat-<uid>-<tag>; <tag> a hash of OPTCHAT_DATA_DIR) or an absolute directory short enough for a Unix socket path (103 bytes with /.s.PGSQL.5432): the embedded server's only way in, made mode 0700",
   },
+  legacyDatabaseUrl: {
+    env: "OPTCHAT_LEGACY_DATABASE_URL",
+    default: "postgres://postgres@127.0.0.1:5432/optchat",
+    accepted:
+      "a postgres:// URL or empty: with DATABASE_URL empty and no embedded cluster yet, a database there that holds optchat's memory (the default of versions before the embedded server) is kept in use, said once; empty: never look",
+  },
   embeddedIdleSeconds: {
     env: "OPTCHAT_EMBEDDED_IDLE_SECONDS",
     default: 300,
@@ -218,6 +224,13 @@ const configSchema = z.object({
   dataDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
   socketDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
   embeddedIdleSeconds: integerFrom(2, 604_800),
+  legacyDatabaseUrl: z.union([
+    z.literal(""),
+    z
+      .string()
+      .url("not a URL")
+      .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL"),
+  ]),
   poolSize: integerFrom(1, 100),
   statementTimeoutMs: integerFrom(0, 3_600_000),
   databaseRetryMs: integerFrom(0, 600_000),

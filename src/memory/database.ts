@@ -8,11 +8,8 @@ import { readSchemaState, SCHEMA_VERSION } from "../store/migrate.js";
 import { type Config, redactUrl } from "./config.js";
 import { migrateAll } from "./migrate.js";
 
-/** The default URL before the embedded server (issue 43): a memory kept there is not left behind. */
-export const LEGACY_URL = "postgres://postgres@127.0.0.1:5432/optchat";
-
 export interface PrepareOptions {
-  /** Where an earlier optchat kept its memory by default (tests point it elsewhere). */
+  /** Where an earlier optchat kept its memory by default (default: OPTCHAT_LEGACY_DATABASE_URL). */
   readonly legacyUrl?: string;
   /** Where the one-time notice about a legacy memory goes (default: stderr). */
   readonly notice?: (message: string) => void;
@@ -54,7 +51,8 @@ export async function startEmbedded(config: Config): Promise<Config> {
 function legacyMemory(config: Config, options: PrepareOptions): Promise<string | undefined> {
   const embedded = config.embedded;
   if (!embedded || clusterMajor(embedded.clusterDir) !== undefined) return Promise.resolve(undefined);
-  const url = options.legacyUrl ?? LEGACY_URL;
+  const url = options.legacyUrl ?? config.legacyDatabaseUrl;
+  if (url === "") return Promise.resolve(undefined);
   const key = `${embedded.dataDir}\n${url}`;
   let decision = legacyDecisions.get(key);
   if (!decision) {

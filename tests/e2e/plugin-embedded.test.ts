@@ -84,6 +84,7 @@ describe("the plugin with no database URL: the embedded server", { timeout: 240_
   it("two OpenCode processes started together share one server they started; it stops when idle; the next start finds every record", async () => {
     const extraEnv = {
       DATABASE_URL: "",
+      OPTCHAT_LEGACY_DATABASE_URL: "",
       OPTCHAT_DATA_DIR: dataDir,
       OPTCHAT_SOCKET_DIR: socketDir,
       OPTCHAT_EMBEDDED_IDLE_SECONDS: String(IDLE_SECONDS),

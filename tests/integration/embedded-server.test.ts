@@ -38,8 +38,10 @@ function dataDir(tag: string): string {
 }
 
 function envFor(dir: string, idleSeconds = 60): Record<string, string> {
+  // No look at 127.0.0.1:5432/optchat: a developer's machine may hold an old default memory there.
   return {
     DATABASE_URL: "",
+    OPTCHAT_LEGACY_DATABASE_URL: "",
     OPTCHAT_DATA_DIR: dir,
     OPTCHAT_SOCKET_DIR: "",
     OPTCHAT_EMBEDDED_IDLE_SECONDS: String(idleSeconds),

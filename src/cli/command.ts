@@ -25,6 +25,11 @@ export interface Command {
   readonly summary: string;
   /** More for `optchat <name> --help`: options, where ids come from, exit codes. */
   readonly details?: string;
+  /**
+   * "raw": the command gets the settings as resolved, its database not prepared (`optchat db` controls the embedded
+   * server itself). Default: the database is made ready first (src/memory/database.ts `prepareDatabase`).
+   */
+  readonly database?: "raw";
   /** Returns the process exit code; throws OptchatError for bad input or a failure (main reports it). */
   run(args: readonly string[], ctx: CommandContext): Promise<number>;
 }

@@ -1,5 +1,6 @@
 import { isOptchatError } from "../core/errors.js";
 import { resolveConfig } from "../memory/config.js";
+import { prepareDatabase } from "../memory/database.js";
 import type { Output } from "./command.js";
 import { processOutput } from "./output.js";
 import { commandHelp, findCommand, overview } from "./registry.js";
@@ -24,7 +25,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     return 0;
   }
   try {
-    return await command.run(rest, { config: resolveConfig({ env }), output });
+    const resolved = resolveConfig({ env });
+    const config =
+      command.database === "raw" ? resolved : await prepareDatabase(resolved, { notice: (line) => output.err(line) });
+    return await command.run(rest, { config, output });
   } catch (error) {
     reportError(error, output);
     return 1;

@@ -5,6 +5,7 @@ import { archiveCommand, isolateCommand, unarchiveCommand } from "./commands/arc
 import { auditCommand } from "./commands/audit.js";
 import { browseCommand } from "./commands/browse.js";
 import { costCommand } from "./commands/cost.js";
+import { dbCommand } from "./commands/db.js";
 import { doctorCommand } from "./commands/doctor.js";
 import { exportCommand } from "./commands/export.js";
 import { forgetCommand } from "./commands/forget.js";
@@ -24,6 +25,7 @@ export const COMMANDS: readonly Command[] = [
   migrateCommand,
   statusCommand,
   doctorCommand,
+  dbCommand,
   workerCommand,
   viewCommand,
   zoomCommand,

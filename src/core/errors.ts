@@ -14,7 +14,8 @@ export type ErrorCode =
   | "MEMORY_NOT_READY"
   | "BUDGET_EXCEEDED"
   | "DATABASE_UNAVAILABLE"
-  | "SCHEMA_OUT_OF_DATE";
+  | "SCHEMA_OUT_OF_DATE"
+  | "EMBEDDED_SERVER";
 
 export class OptchatError extends Error {
   readonly code: ErrorCode;

@@ -1,9 +1,19 @@
+import { homedir } from "node:os";
+import { isAbsolute } from "node:path";
 import { z } from "zod";
 import type { BudgetSettings } from "../compactor/budget.js";
 import { type PriceTable, parsePriceOverrides, priceTable } from "../compactor/prices.js";
 import { AUTO, providerNamed, type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
+import {
+  type EmbeddedSettings,
+  embeddedSettings,
+  embeddedUrl,
+  MAX_SOCKET_PATH_BYTES,
+  type PlatformFacts,
+  socketPathOf,
+} from "../embedded/paths.js";
 
 /**
  * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
@@ -12,8 +22,33 @@ import type { FoldParams } from "../core/fold.js";
 export const SETTINGS = {
   databaseUrl: {
     env: "DATABASE_URL",
+    default: "",
+    accepted:
+      "empty (the embedded server: optchat starts its own PostgreSQL in OPTCHAT_DATA_DIR; docs/database.md) or a postgres:// or postgresql:// URL naming a database (created by `optchat migrate` if missing)",
+  },
+  dataDir: {
+    env: "OPTCHAT_DATA_DIR",
+    default: "",
+    accepted:
+      "empty ($XDG_DATA_HOME/optchat or ~/.local/share/optchat on Linux, ~/Library/Application Support/optchat on macOS, /var/lib/optchat as root) or an absolute directory: where the embedded server keeps its cluster (unused when DATABASE_URL is set)",
+  },
+  socketDir: {
+    env: "OPTCHAT_SOCKET_DIR",
+    default: "",
+    accepted:
+      "empty ($XDG_RUNTIME_DIR/optchat-<tag>, else /tmp/optchat-<uid>-<tag>; <tag> a hash of OPTCHAT_DATA_DIR) or an absolute directory short enough for a Unix socket path (103 bytes with /.s.PGSQL.5432): the embedded server's only way in, made mode 0700",
+  },
+  legacyDatabaseUrl: {
+    env: "OPTCHAT_LEGACY_DATABASE_URL",
     default: "postgres://postgres@127.0.0.1:5432/optchat",
-    accepted: "a postgres:// or postgresql:// URL naming a database (created by `optchat migrate` if missing)",
+    accepted:
+      "a postgres:// URL or empty: with DATABASE_URL empty and no embedded cluster yet, a database there that holds optchat's memory (the default of versions before the embedded server) is kept in use, said once; empty: never look",
+  },
+  embeddedIdleSeconds: {
+    env: "OPTCHAT_EMBEDDED_IDLE_SECONDS",
+    default: 300,
+    accepted:
+      "an integer from 2 to 604800: the embedded server stops (fast shutdown) after this long with no client connected; the next optchat process starts it again",
   },
   poolSize: {
     env: "OPTCHAT_POOL_SIZE",
@@ -184,11 +219,24 @@ const dollars = z.coerce
   .max(1_000_000, "above 1000000");
 
 const configSchema = z.object({
-  databaseUrl: z
-    .string()
-    .url("not a URL")
-    .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL")
-    .refine((value) => databaseNameOf(value).length > 0, "names no database"),
+  databaseUrl: z.union([
+    z.literal(""),
+    z
+      .string()
+      .url("not a URL")
+      .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL")
+      .refine((value) => databaseNameOf(value).length > 0, "names no database"),
+  ]),
+  dataDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
+  socketDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
+  embeddedIdleSeconds: integerFrom(2, 604_800),
+  legacyDatabaseUrl: z.union([
+    z.literal(""),
+    z
+      .string()
+      .url("not a URL")
+      .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL"),
+  ]),
   poolSize: integerFrom(1, 100),
   statementTimeoutMs: integerFrom(0, 3_600_000),
   databaseRetryMs: integerFrom(0, 600_000),
@@ -229,11 +277,21 @@ const configSchema = z.object({
   retentionSweepSeconds: integerFrom(1, 86_400),
 });
 
-export type Config = Readonly<z.infer<typeof configSchema>>;
+export type Config = Readonly<
+  z.infer<typeof configSchema> & {
+    /**
+     * The embedded server when DATABASE_URL is empty (databaseUrl is then its socket URL), else null. Started by
+     * `prepareDatabase` (src/memory/database.ts) before the first connection.
+     */
+    embedded: EmbeddedSettings | null;
+  }
+>;
 
 export interface ResolveConfigOptions {
   /** The environment to read (default: none; the CLI passes process.env). */
   readonly env?: Readonly<Record<string, string | undefined>>;
+  /** The machine facts the embedded server's default directories come from (default: this process's). */
+  readonly platform?: Omit<PlatformFacts, "env">;
   /** Explicit values; they win over the environment. */
   readonly overrides?: Partial<Record<SettingName, string | number | undefined>>;
 }
@@ -330,14 +388,43 @@ export function resolveConfig(options: ResolveConfigOptions = {}): Config {
       { settings: [...new Set(problems.join(" ").match(/\b(?:OPTCHAT_[A-Z_]+|[A-Z]+_API_KEY)\b/g) ?? [])] },
     );
   }
+  const embedded = data.databaseUrl === "" ? embeddedSettingsOf(data, options) : null;
   return Object.freeze({
     ...data,
+    databaseUrl: embedded ? embeddedUrl(embedded.socketDir) : data.databaseUrl,
+    embedded,
     viewLowerBytes: data.viewLowerBytes === 0 ? data.viewBytes : data.viewLowerBytes,
     sharedViewLowerBytes:
       data.sharedViewLowerBytes === 0
         ? Math.max(1024, Math.floor((data.sharedViewBytes * 3) / 4))
         : data.sharedViewLowerBytes,
   });
+}
+
+function embeddedSettingsOf(
+  data: { dataDir: string; socketDir: string; embeddedIdleSeconds: number },
+  options: ResolveConfigOptions,
+): EmbeddedSettings {
+  const facts: PlatformFacts = {
+    env: options.env ?? {},
+    platform: options.platform?.platform ?? process.platform,
+    uid: options.platform?.uid ?? process.getuid?.() ?? 0,
+    home: options.platform?.home ?? options.env?.HOME ?? homedir(),
+  };
+  const settings = embeddedSettings(facts, {
+    dataDir: data.dataDir,
+    socketDir: data.socketDir,
+    idleSeconds: data.embeddedIdleSeconds,
+  });
+  const socket = socketPathOf(settings.socketDir);
+  if (Buffer.byteLength(socket) > MAX_SOCKET_PATH_BYTES) {
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `Invalid configuration: the embedded server's socket ${socket} is ${Buffer.byteLength(socket)} bytes, over the ${MAX_SOCKET_PATH_BYTES} a Unix socket path allows; set OPTCHAT_SOCKET_DIR to a shorter directory (e.g. /tmp/optchat-${facts.uid})${data.socketDir === "" ? " or a shorter XDG_RUNTIME_DIR" : ""}`,
+      { settings: ["OPTCHAT_SOCKET_DIR"], directory: settings.socketDir, fault: "socket-path-too-long" },
+    );
+  }
+  return settings;
 }
 
 /**

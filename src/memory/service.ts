@@ -2,6 +2,7 @@ import { z } from "zod";
 import { type JobInserter, producerJobs } from "../compactor/queue.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
+import { ensureEmbeddedServer } from "../embedded/server.js";
 import { databaseUnavailable, openPool, type Pool } from "../store/db.js";
 import { readSchemaState, SCHEMA_VERSION } from "../store/migrate.js";
 import { TREE_CHANNEL, TreeListener } from "../store/notifications.js";
@@ -18,6 +19,7 @@ import {
 } from "./assembly.js";
 import type { AuditReport } from "./audit.js";
 import { type Config, foldParamsOf } from "./config.js";
+import { prepareDatabase } from "./database.js";
 import type { ForgetOptions, ForgetReport, ForgetRequest, ForgetSummary } from "./forget.js";
 import { guardMemory } from "./guard.js";
 import { createHostSupport, type HostSupport } from "./host.js";
@@ -166,9 +168,11 @@ export interface Memory {
  * DATABASE_UNAVAILABLE or SCHEMA_OUT_OF_DATE (naming the fix) instead of failing later inside a query.
  */
 export async function openMemory(
-  config: Config,
+  configured: Config,
   options: { applicationName?: string; readOnly?: boolean; poolIdleMs?: number } = {},
 ): Promise<Memory> {
+  // The embedded server is started here when no URL is configured (src/memory/database.ts).
+  const config = await prepareDatabase(configured);
   const pool = openPool(config, options.applicationName ?? "optchat", options.readOnly ?? false, options.poolIdleMs);
   try {
     // Not retried: a server that is down when a program starts is reported at once (the CLI should not hang).
@@ -203,9 +207,12 @@ export async function openMemory(
  * plugin's import in OpenCode's Bun (issue 9 item 2, docs/opencode-notes.md "What a run costs").
  */
 export function createMemory(pool: Pool, config: Config, options: { readOnly?: boolean } = {}): Memory {
+  const embedded = config.embedded;
   return guardMemory(createUnguardedMemory(pool, config, options.readOnly ?? false), {
     databaseUrl: config.databaseUrl,
     unavailableRetryMs: config.databaseRetryMs,
+    // An embedded server that stopped after its idle time (or was killed) is started again by the next call.
+    ...(embedded ? { recover: async () => void (await ensureEmbeddedServer(embedded)) } : {}),
   });
 }
 

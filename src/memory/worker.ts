@@ -3,6 +3,7 @@ import { type RunningRetention, startRetention } from "../compactor/retention.js
 import type { Summarizer } from "../compactor/summarizer.js";
 import { type CompactorEvent, type RunningCompactor, startCompactor } from "../compactor/worker.js";
 import { budgetSettingsOf, type Config, foldParamsOf, summarizerSettingsOf } from "./config.js";
+import { prepareDatabase } from "./database.js";
 import type { Memory } from "./service.js";
 
 export type { CompactorEvent, RunningCompactor };
@@ -35,10 +36,12 @@ export interface WorkerOverrides {
  */
 export async function startWorker(
   memory: Memory,
-  config: Config,
+  configured: Config,
   report: (event: CompactorEvent) => void,
   overrides: WorkerOverrides = {},
 ): Promise<RunningWorker> {
+  // The same database the memory service was opened on (a legacy default database included: database.ts).
+  const config = await prepareDatabase(configured);
   const summarizer = await (overrides.summarizer?.() ?? createSummarizer(summarizerSettingsOf(config)));
   const compactor = await startCompactor(
     memory.pool,

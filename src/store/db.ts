@@ -75,7 +75,10 @@ export function databaseUnavailable(databaseUrl: string, error: unknown, retried
   try {
     const url = new URL(databaseUrl);
     database = decodeURIComponent(url.pathname.replace(/^\//, ""));
-    where = `${url.hostname}:${url.port || "5432"}/${database}`;
+    const socketDir = url.searchParams.get("host");
+    where = socketDir?.startsWith("/")
+      ? `${socketDir}:${url.port || "5432"}/${database}`
+      : `${url.hostname}:${url.port || "5432"}/${database}`;
   } catch {}
   const sqlState = sqlStateOf(error);
   const server = where.slice(0, where.lastIndexOf("/"));
@@ -87,7 +90,7 @@ export function databaseUnavailable(databaseUrl: string, error: unknown, retried
         ? `PostgreSQL at ${where} refused the login: ${reason}. Fix the user or password in DATABASE_URL.`
         : sqlState === "53300"
           ? `PostgreSQL at ${where} refused a connection: ${reason}. Lower OPTCHAT_POOL_SIZE (connections per process), stop other clients, or raise the server's max_connections${retriedMs !== undefined ? `; retried for ${retriedMs} ms (OPTCHAT_DATABASE_RETRY_MS)` : ""}.`
-          : `Cannot reach PostgreSQL at ${where}: ${reason}. Start it (docker compose up -d db) or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
+          : `Cannot reach PostgreSQL at ${where}: ${reason}. ${where.startsWith("/") ? "The embedded server starts by itself: see `optchat db status` and the server.log in OPTCHAT_DATA_DIR," : "Start it (docker compose up -d db)"} or point DATABASE_URL at a running server${retriedMs !== undefined ? `; retried for ${retriedMs} ms (raise OPTCHAT_DATABASE_RETRY_MS to wait longer for a restart)` : ""}.`;
   return new OptchatError(
     "DATABASE_UNAVAILABLE",
     message,
@@ -193,6 +196,8 @@ export interface RetryPolicy {
   readonly databaseUrl: string;
   /** How long an idempotent operation is retried while the server is unavailable (OPTCHAT_DATABASE_RETRY_MS). */
   readonly unavailableRetryMs: number;
+  /** Called before each wait while the server is unavailable: starts the embedded server again (its errors ignored). */
+  readonly recover?: () => Promise<void>;
 }
 
 export interface RetryOptions {
@@ -238,6 +243,7 @@ export async function withRetry<T>(operation: () => Promise<T>, options: RetryOp
       if (!options.idempotent || elapsed >= policy.unavailableRetryMs) {
         throw databaseUnavailable(policy.databaseUrl, error, options.idempotent ? Math.round(elapsed) : undefined);
       }
+      await policy.recover?.().catch(() => {});
       // Jittered (a restart's clients should not reconnect in step), never past the bound: one last try at the end.
       await pause(Math.min(policy.unavailableRetryMs - elapsed, unavailableWait * (0.75 + Math.random() / 2)));
       unavailableWait = Math.min(1000, unavailableWait * 2);

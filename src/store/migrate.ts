@@ -31,11 +31,12 @@ export async function ensureDatabase(databaseUrl: string): Promise<boolean> {
   probe.on("error", () => {});
   try {
     await probe.connect();
+    await probe.end().catch(() => {});
     return false;
   } catch (error) {
+    // Not awaited: in Bun (OpenCode's runtime) end() after a refused connect never settles.
+    probe.end().catch(() => {});
     if (sqlStateOf(error) !== "3D000") throw databaseUnavailable(databaseUrl, error); // 3D000: invalid_catalog_name
-  } finally {
-    await probe.end().catch(() => {});
   }
   url.pathname = "/postgres";
   const admin = await connectClient(url.toString(), "optchat-migrate");

@@ -4,9 +4,20 @@ import { resolveConfig } from "../../src/memory/config.js";
 
 describe("resolveConfig", () => {
   it("uses documented defaults and returns a frozen object", () => {
-    const config = resolveConfig();
+    const config = resolveConfig({ platform: { platform: "linux", uid: 1000, home: "/home/ada" } });
     expect(config).toEqual({
-      databaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
+      // No URL: the embedded server (src/embedded/), over its socket.
+      databaseUrl: "postgres://postgres@localhost/optchat?host=%2Ftmp%2Foptchat-1000-fc5eafea",
+      embedded: {
+        dataDir: "/home/ada/.local/share/optchat",
+        clusterDir: "/home/ada/.local/share/optchat/postgres",
+        socketDir: "/tmp/optchat-1000-fc5eafea",
+        idleSeconds: 300,
+      },
+      dataDir: "",
+      socketDir: "",
+      embeddedIdleSeconds: 300,
+      legacyDatabaseUrl: "postgres://postgres@127.0.0.1:5432/optchat",
       poolSize: 10,
       statementTimeoutMs: 30_000,
       databaseRetryMs: 10_000,
@@ -36,6 +47,40 @@ describe("resolveConfig", () => {
       retentionSweepSeconds: 300,
     });
     expect(Object.isFrozen(config)).toBe(true);
+  });
+
+  it("places the embedded server by platform and user, one socket directory per data directory", () => {
+    const linux = { platform: "linux" as const, uid: 1000, home: "/home/ada" };
+    const xdg = resolveConfig({
+      env: { XDG_DATA_HOME: "/home/ada/data", XDG_RUNTIME_DIR: "/run/user/1000" },
+      platform: linux,
+    }).embedded;
+    expect(xdg?.dataDir).toBe("/home/ada/data/optchat");
+    expect(xdg?.socketDir).toMatch(/^\/run\/user\/1000\/optchat-[0-9a-f]{8}$/);
+    const mac = resolveConfig({
+      env: { TMPDIR: "/var/folders/xy/very/long/T/" },
+      platform: { ...linux, platform: "darwin" },
+    });
+    expect(mac.embedded?.dataDir).toBe("/home/ada/Library/Application Support/optchat");
+    expect(mac.embedded?.socketDir).toMatch(/^\/tmp\/optchat-1000-[0-9a-f]{8}$/);
+    // As root the server runs as user postgres, which cannot enter /root.
+    expect(resolveConfig({ platform: { ...linux, uid: 0, home: "/root" } }).embedded?.dataDir).toBe("/var/lib/optchat");
+    const a = resolveConfig({ env: { OPTCHAT_DATA_DIR: "/srv/a" }, platform: linux }).embedded;
+    const b = resolveConfig({ env: { OPTCHAT_DATA_DIR: "/srv/b" }, platform: linux }).embedded;
+    expect(a?.clusterDir).toBe("/srv/a/postgres");
+    expect(a?.socketDir).not.toBe(b?.socketDir);
+    // A configured URL: no embedded server.
+    expect(resolveConfig({ env: { DATABASE_URL: "postgres://u@db/mem" } }).embedded).toBeNull();
+  });
+
+  it("refuses a socket path too long for a Unix socket and a relative data directory, naming the setting", () => {
+    const long = `/tmp/${"x".repeat(95)}`;
+    expect(() => resolveConfig({ env: { OPTCHAT_SOCKET_DIR: long } })).toThrow(
+      /socket \/tmp\/x+\/\.s\.PGSQL\.5432 is 114 bytes, over the 103 a Unix socket path allows; set OPTCHAT_SOCKET_DIR to a shorter directory/,
+    );
+    expect(() => resolveConfig({ env: { OPTCHAT_DATA_DIR: "data" } })).toThrow(
+      /OPTCHAT_DATA_DIR \(environment variable OPTCHAT_DATA_DIR\): not an absolute path/,
+    );
   });
 
   it("reads the environment, and explicit options win over it", () => {

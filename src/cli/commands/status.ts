@@ -1,5 +1,6 @@
 import { budgetSettingsOf, redactUrl } from "../../memory/config.js";
 import { sessionSpendLines, UNPRICED_PRICE_TEXT } from "../../memory/cost.js";
+import { databaseLine, describeDatabase } from "../../memory/database.js";
 import { compactorLines, labelled, verdictLines } from "../../memory/health-text.js";
 import { readStatusReport } from "../../memory/status.js";
 import { type Command, parseCommand } from "../command.js";
@@ -30,6 +31,7 @@ export const statusCommand: Command = {
           ok: report.setUp,
           verdict: report.verdict,
           url,
+          databaseServer: describeDatabase(config),
           ...(report.status ?? {}),
           ...(report.setUp ? { compactor: report.compactor } : {}),
           ...(!report.setUp && report.error ? { error: report.error.toJSON() } : {}),
@@ -38,6 +40,7 @@ export const statusCommand: Command = {
       return code;
     }
     for (const line of verdictLines(report.verdict)) output.out(line);
+    output.out(databaseLine(config));
     const status = report.status;
     if (!status) {
       if (!report.setUp && report.error) output.err(`optchat: ${report.error.code}: ${report.error.message}`);

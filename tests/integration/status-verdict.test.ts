@@ -240,7 +240,19 @@ describe("optchat status on a database that is set up", () => {
       OPTCHAT_SUMMARIZER_MODEL: "optchat-compactor",
       OPTCHAT_FAILURE_RETRY_SECONDS: "1",
     });
-    await finishTurnNeedingSummary(db.memory, { hostSessionId: "ses_model", projectId: "p", theme: "deploy", day: 4 });
+    // A message longer than a line: its leaf needs the model (small ones are published as they are, issue 39).
+    const session = await db.memory.openSession({ host: "test", hostSessionId: "ses_model", projectId: "p" });
+    const ctx = { sessionId: session.sessionId, turnId: "t1" };
+    await db.memory.admitTurn(ctx);
+    await db.memory.ingest({
+      sessionId: session.sessionId,
+      turnId: "t1",
+      kind: "user",
+      finalization: { hostSessionId: "ses_model", messageId: "m0" },
+      occurredAt: new Date(Date.UTC(2026, 10, 4, 7)).toISOString(),
+      content: "deploy the service to the staging cluster first. ".repeat(60),
+    });
+    await db.memory.finishTurn(ctx, "completed");
     // The verdict as soon as the failure is recorded; the worker's own last error with its next beat.
     const result = await eventually(
       async () => {

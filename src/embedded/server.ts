@@ -12,10 +12,8 @@ import {
   renameSync,
   rmSync,
   statSync,
-  unlinkSync,
   utimesSync,
   writeFileSync,
-  writeSync,
 } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -32,7 +30,10 @@ import {
   systemFault,
 } from "./cluster.js";
 import { embeddedFault, faultOfFailure } from "./faults.js";
+import { alive, withStartLock } from "./lock.js";
 import { type EmbeddedSettings, embeddedUrl } from "./paths.js";
+
+export { alive };
 
 const SUPERVISOR = fileURLToPath(new URL("./supervisor.mjs", import.meta.url));
 const START_TIMEOUT_MS = 60_000;
@@ -324,15 +325,6 @@ function isPostgres(pid: number): boolean {
   }
 }
 
-export function alive(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
-  }
-}
-
 /**
  * Starts the idle supervisor unless one runs: a small detached Node process that stops the server (fast shutdown)
  * once no client has been connected for the idle time, then exits. A supervisor killed meanwhile is replaced by the
@@ -370,49 +362,6 @@ export function supervisorPid(settings: EmbeddedSettings): number | undefined {
     return Number.isInteger(pid) && pid > 0 ? pid : undefined;
   } catch {
     return undefined;
-  }
-}
-
-/**
- * A lock file in the data directory (O_EXCL, holding the holder's PID): processes that find the server down start it
- * one at a time. A lock whose holder is dead is taken over. Two starts racing past it anyway are harmless: PostgreSQL's
- * own postmaster.pid lets only one server run on a cluster, and the loser finds the winner's socket.
- */
-async function withStartLock<T>(settings: EmbeddedSettings, work: () => Promise<T>): Promise<T> {
-  const path = join(settings.dataDir, "server.lock");
-  const deadline = Date.now() + 2 * START_TIMEOUT_MS;
-  for (;;) {
-    try {
-      const fd = openSync(path, "wx", 0o600);
-      writeSync(fd, String(process.pid));
-      closeSync(fd);
-      break;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== "EEXIST") {
-        throw systemFault(error, `Cannot write the lock file ${path}`);
-      }
-    }
-    const holder = Number(readFileSync(path, "utf8").trim() || "0");
-    if (!(holder > 0 && alive(holder))) {
-      rmSync(path, { force: true });
-      continue;
-    }
-    if (Date.now() > deadline) {
-      throw embeddedFault(
-        "start-failed",
-        `Process ${holder} has held ${path} for over ${(2 * START_TIMEOUT_MS) / 1000} s while starting the embedded server`,
-        `see ${join(settings.dataDir, "server.log")}; stop process ${holder}, or remove the lock file`,
-        { directory: settings.dataDir },
-      );
-    }
-    await sleep(50);
-  }
-  try {
-    return await work();
-  } finally {
-    try {
-      if (readFileSync(path, "utf8").trim() === String(process.pid)) unlinkSync(path);
-    } catch {}
   }
 }
 

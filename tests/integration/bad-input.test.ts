@@ -240,7 +240,7 @@ describe("a database that does not exist", () => {
     const error = await refusal(openMemory({ ...t.config, databaseUrl: missing.url }));
     expect(error).toMatchObject({ code: "DATABASE_UNAVAILABLE", details: { sqlState: "3D000" } });
     expect(error.message).toMatch(
-      /^No database "optchat_t_\w+" on the PostgreSQL server at [\w.]+:\d+: run `optchat migrate`/,
+      /^No database "optchat_t_\w+" on the PostgreSQL server at [\w./-]+:\d+: run `optchat migrate`/,
     );
     expect(error.message).not.toMatch(/docker compose/);
   });

@@ -5,7 +5,7 @@ import pg from "pg";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { withDatabase } from "../../scripts/bench/common.js";
 import { embeddedUrl } from "../../src/embedded/paths.js";
-import { stopEmbeddedServer } from "../../src/embedded/server.js";
+import { ensureEmbeddedServer, stopEmbeddedServer } from "../../src/embedded/server.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { prepareDatabase } from "../../src/memory/database.js";
 import { migrateAll } from "../../src/memory/migrate.js";
@@ -146,6 +146,8 @@ describe("the embedded server", { timeout: 120_000 }, () => {
     const env = envFor(dir, 2);
     expect((await runCli(["db", "start"], env)).code).toBe(0);
     const url = embeddedUrl(settingsOf(dir, 2).socketDir);
+    // As every client does (prepareDatabase): ensure, then connect; the server may have idled out since `db start`.
+    await ensureEmbeddedServer(settingsOf(dir, 2));
     await query(url, "CREATE TABLE kept AS SELECT 42 AS n");
     await until(() => processesOf(dir).length === 0, 20_000, "the server and its supervisor to stop");
     const log = readFileSync(join(dir, "server.log"), "utf8");

@@ -30,6 +30,10 @@ const server = await startLocalServer({
   idleMs: Math.max(1, Number(idleSeconds) || 300) * 1000,
   codeRoots: [pluginDirectory, join(pluginDirectory, "..", "src")],
   log,
+}).catch((error: unknown) => {
+  // Never left running half-started (its file watchers alone kept one alive for good, seen after a test run).
+  log(`optchat local server: could not start: ${describe(error)}`);
+  process.exit(1);
 });
 if (!server) {
   log(`optchat local server: another server already listens on ${socketPath}`);

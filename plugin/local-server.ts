@@ -177,7 +177,13 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
     if (connections.size === 0 && (await memories.forgetDroppedDatabases())) void stop("its databases no longer exist");
   };
 
-  if (!(await listen(server, options.socketPath))) {
+  // A socket it cannot listen on (its directory removed meanwhile, say): nothing of it may keep the process alive.
+  const listening = await listen(server, options.socketPath).catch((error: unknown) => {
+    for (const watcher of watchers) watcher.close();
+    clearTimeout(idleTimer);
+    throw error;
+  });
+  if (!listening) {
     for (const watcher of watchers) watcher.close();
     return undefined;
   }

@@ -139,4 +139,22 @@ describe("the local server process exits by itself", { timeout: 120_000 }, () =>
     expect(exitedAt - removed).toBeLessThan(30_000);
     expect(logOf(directory)).toContain("retiring: its socket was removed");
   });
+
+  it("when it cannot listen on its socket (its directory gone): it exits at once", async () => {
+    const directory = mkdtempSync(join(tmpdir(), "optchat-exit-"));
+    directories.push(directory);
+    const child = spawn(
+      process.execPath,
+      [join(ROOT, "plugin", "local-server-node.mjs"), join(directory, "gone", "s.sock"), "600"],
+      { stdio: ["ignore", "ignore", "pipe"] },
+    );
+    started.push(child);
+    let text = "";
+    child.stderr?.on("data", (chunk: Buffer) => {
+      text += chunk.toString("utf8");
+    });
+    const code = await new Promise<number | null>((resolve) => child.once("exit", (exitCode) => resolve(exitCode)));
+    expect(code).toBe(1);
+    expect(text).toContain("could not start");
+  });
 });

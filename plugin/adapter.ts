@@ -39,8 +39,6 @@ export interface AdapterStatus {
   readonly holder: string;
   readonly startedAt: Date;
   readonly worker: string;
-  /** True when the compactor worker runs in this OpenCode process (not in the local server). */
-  readonly workerInThisProcess: boolean;
   /** What made the embedded worker start (it starts when needed, see plugin/embedded-worker.ts). */
   readonly workerStartReason: string | undefined;
   readonly workerError: string | undefined;
@@ -150,8 +148,9 @@ export class OpencodeAdapter {
 
   /**
    * The compactor worker (plugin/embedded-worker.ts: started by this adapter when it is needed; or the local server's,
-   * plugin/served-worker.ts). `handOff`: a process that ran its own thread gives its database and compactor model to
-   * the local server at close, whose worker then drains the queue between runs (plugin/server-workers.ts).
+   * plugin/served-worker.ts). `handOff`: a process that runs its own thread while its local server starts holds a
+   * connection to that server and gives it its database and compactor model, whose worker then drains the queue
+   * after it (plugin/server-workers.ts).
    */
   attachWorker(worker: CompactorHandle, handOff?: LocalHandOff): void {
     this.worker = worker;
@@ -223,7 +222,6 @@ export class OpencodeAdapter {
       holder: this.holder,
       startedAt: this.startedAt,
       worker: this.worker?.state ?? "off",
-      workerInThisProcess: this.worker?.inThisProcess === true && this.worker.state === "running",
       workerStartReason: this.worker?.startReason,
       workerError: this.workerError ?? this.worker?.error,
       workerLastEvent: this.workerLastEvent,

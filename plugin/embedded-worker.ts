@@ -21,8 +21,6 @@ export interface CompactorHandle {
   readonly state: string;
   readonly startReason: string | undefined;
   readonly error: string | undefined;
-  /** True when the worker runs in this OpenCode process (memory_inspect). */
-  readonly inThisProcess: boolean;
   onSessionIdle(stillIdle: () => boolean): void;
   onRequest(boundary: number, builtLeaves: () => Promise<number>): Promise<void>;
   onFirstRequestSent(jobsWaiting: () => Promise<boolean>): void;
@@ -84,8 +82,6 @@ export class EmbeddedWorker implements CompactorHandle {
     // Never keeps OpenCode alive by itself.
     this.timer.unref?.();
   }
-
-  readonly inThisProcess = true;
 
   get state(): EmbeddedWorkerState {
     return this.current;

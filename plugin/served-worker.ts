@@ -8,7 +8,6 @@ import type { ServerWorkers } from "./server-workers.js";
  * for summaries, makes the server's worker work at once.
  */
 export class ServedWorker implements CompactorHandle {
-  readonly inThisProcess = false;
   readonly startReason = undefined;
 
   constructor(

@@ -8,10 +8,7 @@ import { startWorker } from "../../src/memory/worker.js";
 import { eventually, ingestEvent, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const VIEW_BYTES = 5000;
-// Complete trees: projecting to a budget between the smallest cover and the canonical view needs merges the view's
-// fold did not ask for, which the default (merges on demand, issue 39) builds only as far as its estimate over-asks,
-// so that case failed on a loaded machine (the canonical view was already the smallest cover).
-const db = useTestMemory({ viewBytes: VIEW_BYTES, compactorMerges: "all" });
+const db = useTestMemory({ viewBytes: VIEW_BYTES });
 const MESSAGES = 100;
 const originals: string[] = [];
 let sessionId = "";

@@ -4,7 +4,7 @@ import pg from "pg";
 import { clusterMajor } from "../embedded/cluster.js";
 import { directorySize, ensureEmbeddedServer } from "../embedded/server.js";
 import { sqlStateOf } from "../store/db.js";
-import { readSchemaState, SCHEMA_VERSION } from "../store/migrate.js";
+import { holdsOptchatSchema, readSchemaState, SCHEMA_VERSION } from "../store/migrate.js";
 import { type Config, redactUrl } from "./config.js";
 import { migrateAll } from "./migrate.js";
 
@@ -95,10 +95,7 @@ async function holdsMemory(url: string): Promise<boolean> {
     return false;
   }
   try {
-    const { rows } = await client.query<{ present: boolean }>(
-      "SELECT to_regclass('optchat.migrations') IS NOT NULL AS present",
-    );
-    return rows[0]?.present === true;
+    return await holdsOptchatSchema(client);
   } catch {
     return false;
   } finally {

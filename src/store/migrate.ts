@@ -118,3 +118,11 @@ export async function readSchemaVersion(client: Pick<pg.ClientBase, "query">): P
   );
   return result.rows[0]?.version ?? 0;
 }
+
+/** Whether the database holds optchat's schema (its migrations table). */
+export async function holdsOptchatSchema(client: Pick<pg.ClientBase, "query">): Promise<boolean> {
+  const { rows } = await client.query<{ present: boolean }>(
+    "SELECT to_regclass('optchat.migrations') IS NOT NULL AS present",
+  );
+  return rows[0]?.present === true;
+}

@@ -204,7 +204,19 @@ export function reachableBinaries(bins: Binaries, settings: EmbeddedSettings, us
   const copy = join(settings.dataDir, `binaries-${EMBEDDED_MAJOR}`);
   if (!existsSync(join(copy, "bin", "postgres"))) {
     rmSync(copy, { recursive: true, force: true });
-    cpSync(bins.nativeDir, `${copy}.tmp`, { recursive: true, verbatimSymlinks: true });
+    try {
+      cpSync(bins.nativeDir, `${copy}.tmp`, { recursive: true, verbatimSymlinks: true });
+    } catch (error) {
+      rmSync(`${copy}.tmp`, { recursive: true, force: true });
+      if (faultOfFailure((error as NodeJS.ErrnoException).code) !== "disk-full") throw error;
+      throw embeddedFault(
+        "disk-full",
+        `the server's binaries could not be copied into ${settings.dataDir}: the disk is full`,
+        "free some space on that disk, or set OPTCHAT_DATA_DIR to a directory on another disk",
+        { directory: settings.dataDir },
+        error,
+      );
+    }
     renameSync(`${copy}.tmp`, copy);
   }
   return {

@@ -8,7 +8,8 @@ import { startWorker } from "../../src/memory/worker.js";
 import { eventually, ingestEvent, runCli, useTestMemory, waitForIdleQueues } from "../helpers.js";
 
 const VIEW_BYTES = 5000;
-const db = useTestMemory({ viewBytes: VIEW_BYTES });
+// Complete trees (every merge built): the projection test needs coarser nodes than the view's fold asks for.
+const db = useTestMemory({ viewBytes: VIEW_BYTES, compactorMerges: "all" });
 const MESSAGES = 100;
 const originals: string[] = [];
 let sessionId = "";
@@ -31,27 +32,32 @@ async function drained(memory: Memory): Promise<void> {
   );
 }
 
-beforeAll(async () => {
-  const session = await db.memory.openSession({ host: "test", hostSessionId: "zoom", projectId: "prj_zoom" });
-  sessionId = session.sessionId;
-  for (let n = 0; n < MESSAGES; n++) originals.push(message(n));
+/** Ingests messages `from` to `to` (exclusive) of `originals` into a session and waits for the compactor. */
+async function ingestAndSettle(session: string, host: string, from: number, to: number): Promise<void> {
   await db.memory.ingestMany(
-    originals.map((content, n) =>
+    originals.slice(from, to).map((content, k) =>
       ingestEvent({
-        sessionId,
-        turnId: `t${n >> 2}`,
-        kind: n % 2 === 0 ? ("user" as const) : ("assistant" as const),
-        host: "zoom",
-        messageId: `m${n}`,
-        occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, n)).toISOString(),
+        sessionId: session,
+        turnId: `t${(from + k) >> 2}`,
+        kind: (from + k) % 2 === 0 ? ("user" as const) : ("assistant" as const),
+        host,
+        messageId: `m${from + k}`,
+        occurredAt: new Date(Date.UTC(2026, 10, 1, 9, 0, from + k)).toISOString(),
         content,
       }),
     ),
   );
   const worker = await startWorker(db.memory, db.config, () => {});
-  await db.memory.settle(sessionId, { timeoutMs: 60_000 });
+  await db.memory.settle(session, { timeoutMs: 60_000 });
   await drained(db.memory);
   await worker.stop();
+}
+
+beforeAll(async () => {
+  const session = await db.memory.openSession({ host: "test", hostSessionId: "zoom", projectId: "prj_zoom" });
+  sessionId = session.sessionId;
+  for (let n = 0; n <= MESSAGES; n++) originals.push(message(n));
+  await ingestAndSettle(sessionId, "zoom", 0, MESSAGES);
 });
 
 describe("zoom", () => {
@@ -90,25 +96,31 @@ describe("zoom", () => {
   });
 
   it("projects to a smaller budget without changing the canonical view, or says how small it can get", async () => {
-    const canonical = await db.memory.view(sessionId);
-    const tiny = await db.memory.view(sessionId, { budget: 10 });
+    // A projection may use only nodes built by its revision's event (so that it is the same whenever it is asked
+    // for). Here every merge of the first 100 messages is built before message 101 makes the latest revision.
+    const other = await db.memory.openSession({ host: "test", hostSessionId: "project", projectId: "prj_zoom" });
+    await ingestAndSettle(other.sessionId, "project", 0, MESSAGES);
+    await ingestAndSettle(other.sessionId, "project", MESSAGES, MESSAGES + 1);
+    const canonical = await db.memory.view(other.sessionId);
+    const tiny = await db.memory.view(other.sessionId, { budget: 10 });
     expect(tiny.projection).toMatchObject({ budget: 10, fits: false, minimalBytes: tiny.bytes });
     expect(tiny.bytes).toBeGreaterThan(10);
-    // The smallest cover still tiles all 100 messages, with at least one line per set bit of 100 (64 + 32 + 4).
+    // The smallest cover still tiles all 101 messages, one line per set bit of 101 (64 + 32 + 4 + 1).
     expect(
       tilingProblem(
         tiny.lines.map((line) => parseRef(line.ref) as NodeAddress),
-        MESSAGES,
+        MESSAGES + 1,
       ),
     ).toBeUndefined();
-    expect(tiny.lines.length).toBeGreaterThanOrEqual(3);
+    expect(tiny.lines.map((line) => line.level)).toEqual([6, 5, 2, 0]);
+    expect(tiny.bytes).toBeLessThan(canonical.bytes);
 
     const budget = Math.floor((tiny.bytes + canonical.bytes) / 2);
-    const projected = await db.memory.view(sessionId, { budget });
+    const projected = await db.memory.view(other.sessionId, { budget });
     expect(projected.projection).toMatchObject({ budget, fits: true });
     expect(projected.bytes).toBeLessThanOrEqual(budget);
     expect(projected.lines.length).toBeLessThan(canonical.lines.length);
-    expect(await db.memory.view(sessionId)).toEqual(canonical);
+    expect(await db.memory.view(other.sessionId)).toEqual(canonical);
     // Cached per (revision, budget).
     const { rows } = await db.memory.pool.query("SELECT budget, fits FROM optchat.view_projections ORDER BY budget");
     expect(rows).toEqual([

@@ -13,6 +13,8 @@ export interface AiSdkCall {
   readonly identity: string;
   /** The first user message's parts: the context blocks (with any provider marks) and the step. */
   readonly userParts: readonly TextPart[];
+  /** Provider options of the system prompt (Anthropic: its cache mark); without them it is sent as `system`. */
+  readonly systemOptions?: Record<string, Record<string, unknown>>;
   readonly prompt: SummaryPrompt;
   readonly providerOptions?: Record<string, Record<string, string | number | boolean | null>>;
   readonly timeoutMs: number;
@@ -34,6 +36,9 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
   const timeout = AbortSignal.timeout(call.timeoutMs);
   const abortSignal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
   const messages: ModelMessage[] = [
+    ...(call.systemOptions
+      ? [{ role: "system", content: call.prompt.system, providerOptions: call.systemOptions } as ModelMessage]
+      : []),
     { role: "user", content: [...call.userParts] },
     ...call.prompt.followUps.map(
       (m) => ({ role: m.role === "assistant" ? "assistant" : "user", content: m.content }) as ModelMessage,
@@ -46,7 +51,7 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
   try {
     const result = streamText({
       model: call.model,
-      system: call.prompt.system,
+      ...(call.systemOptions ? {} : { system: call.prompt.system }),
       messages,
       temperature: 0,
       maxOutputTokens: MAX_OUTPUT_TOKENS,

@@ -1,4 +1,4 @@
-import type { LanguageModel, ModelMessage, TextPart } from "ai";
+import type { LanguageModel, ModelMessage, SystemModelMessage, TextPart } from "ai";
 import type { SummaryPrompt } from "../../core/summary.js";
 import { type CallUsage, type FailureKind, SummarizerError, type SummaryAnswer } from "../summarizer.js";
 
@@ -36,9 +36,6 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
   const timeout = AbortSignal.timeout(call.timeoutMs);
   const abortSignal = call.signal ? AbortSignal.any([call.signal, timeout]) : timeout;
   const messages: ModelMessage[] = [
-    ...(call.systemOptions
-      ? [{ role: "system", content: call.prompt.system, providerOptions: call.systemOptions } as ModelMessage]
-      : []),
     { role: "user", content: [...call.userParts] },
     ...call.prompt.followUps.map(
       (m) => ({ role: m.role === "assistant" ? "assistant" : "user", content: m.content }) as ModelMessage,
@@ -51,7 +48,9 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
   try {
     const result = streamText({
       model: call.model,
-      ...(call.systemOptions ? {} : { system: call.prompt.system }),
+      system: call.systemOptions
+        ? ({ role: "system", content: call.prompt.system, providerOptions: call.systemOptions } as SystemModelMessage)
+        : call.prompt.system,
       messages,
       temperature: 0,
       maxOutputTokens: MAX_OUTPUT_TOKENS,

@@ -43,10 +43,11 @@ function parse<S extends z.ZodTypeAny>(schema: S, value: unknown, what: string):
   return parsed.data;
 }
 
-const STATUS_OF_CODE: Record<string, 400 | 404> = {
+const STATUS_OF_CODE: Record<string, 400 | 404 | 410> = {
   INPUT_INVALID: 400,
   REF_NOT_FOUND: 404,
   SESSION_NOT_FOUND: 404,
+  SESSION_DELETED: 410,
   SCOPE_DENIED: 404,
 };
 

@@ -36,7 +36,7 @@ export async function listScopeSummaries(
             (SELECT count(*) FROM optchat.sessions se WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL) AS sessions,
             (SELECT jsonb_object_agg(h.host, h.n)
                FROM (SELECT se.host, count(*) AS n FROM optchat.sessions se
-                      WHERE se.scope_id = s.scope_id GROUP BY se.host) h) AS hosts,
+                      WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL GROUP BY se.host) h) AS hosts,
             ARRAY(SELECT DISTINCT se.project_id FROM optchat.sessions se
                    WHERE se.scope_id = s.scope_id AND se.project_id IS NOT NULL ORDER BY 1) AS project_ids,
             (SELECT count(*) FROM optchat.publications p WHERE p.scope_id = s.scope_id) AS publications,

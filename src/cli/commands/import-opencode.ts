@@ -1,7 +1,10 @@
-import { resolvePluginConfig } from "../../../plugin/config.js";
-import { importOpencodeSessions, type OpencodeImportSummary } from "../../../plugin/import-opencode.js";
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
 import { type CommandContext, type Output, parseCommand, withMemory } from "../command.js";
+import {
+  importOpencodeSessions,
+  type OpencodeImportSummary,
+  openOpencodeStorage,
+  resolvePluginConfig,
+} from "../opencode.js";
 import { progressBar } from "../progress.js";
 
 export const OPENCODE_USAGE =

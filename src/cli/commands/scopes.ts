@@ -1,7 +1,6 @@
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
-import { type ScopeLocation, scopeLocations } from "../../../plugin/project-directories.js";
 import { listScopes, type ScopeSummary } from "../../memory/scopes.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
+import { openOpencodeStorage, type ScopeLocation, scopeLocations } from "../opencode.js";
 
 const usage = "optchat scopes [--all] [--data-dir DIR] [--json]";
 

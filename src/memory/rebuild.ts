@@ -24,11 +24,12 @@ import {
   type TreePlan,
 } from "../compactor/rebuild.js";
 import type { Summarizer } from "../compactor/summarizer.js";
-import type { FoldParams } from "../core/fold.js";
 import { InputInvalidError } from "../core/errors.js";
+import type { FoldParams } from "../core/fold.js";
 import { didYouMean } from "../core/suggest.js";
 import { PROMPT_VERSION } from "../core/summary.js";
 import { type Pool, type Queryable, withTransaction } from "../store/db.js";
+import { promptVersionsInUse } from "../store/nodes.js";
 import {
   advanceRevisionClock,
   countCurrentNodes,
@@ -36,7 +37,6 @@ import {
   lockRebuildTrees,
   type RebuildSelection,
 } from "../store/revisions.js";
-import { promptVersionsInUse } from "../store/nodes.js";
 import { applyTreeChanges } from "../store/tree-changes.js";
 import type { Tree } from "../store/trees.js";
 import { budgetSettingsOf, type Config, foldParamsOf } from "./config.js";

@@ -17,7 +17,7 @@ import {
 
 /**
  * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
- * explicitly; nothing else reads the environment. README "Configuration" lists the same table.
+ * explicitly; nothing else reads the environment. docs/configuration.md is generated from it (npm run docs:config).
  */
 export const SETTINGS = {
   databaseUrl: {

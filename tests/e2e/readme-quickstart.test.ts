@@ -24,7 +24,7 @@ let model: ModelServer;
 let env: NodeJS.ProcessEnv = {};
 
 /** The commands between the quick-start markers, comments dropped. */
-export function quickStartCommands(readme: string): string[] {
+function quickStartCommands(readme: string): string[] {
   const block = /<!-- quick-start[^>]*-->\s*```sh\n([\s\S]*?)```\s*<!-- \/quick-start -->/.exec(readme)?.[1];
   if (!block) throw new Error("README.md has no quick-start block between <!-- quick-start --> markers");
   return block

@@ -127,7 +127,7 @@ function main(): void {
         ? `optchat removed from ${path}: OpenCode runs without it from its next start.`
         : `optchat is not in ${path}; nothing changed.`,
     );
-    say('Its memory stays in the database (docs/operations.md "Uninstall" says how to delete it).');
+    say('Its memory stays in the database (README "Turn it off, or remove it" says how to delete it).');
     return;
   }
   const config = resolveConfig({ env: process.env });

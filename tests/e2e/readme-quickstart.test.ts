@@ -1,5 +1,5 @@
 import { execFile } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -35,6 +35,8 @@ function quickStartCommands(readme: string): string[] {
 
 beforeAll(async () => {
   root = mkdtempSync(join(tmpdir(), "optchat-quickstart-"));
+  // As root the embedded server runs as user postgres, which must be able to enter the data directory's parents.
+  chmodSync(root, 0o755);
   home = join(root, "home");
   model = await startModelServer();
   mkdirSync(join(home, ".config", "opencode"), { recursive: true });
@@ -58,8 +60,12 @@ beforeAll(async () => {
       },
     }),
   );
+  // A person's shell: none of the test runner's variables (npm's own, vitest's, NODE_ENV), no optchat setting.
   const inherited = Object.fromEntries(
-    Object.entries(process.env).filter(([name]) => !name.startsWith("OPTCHAT_") && name !== "DATABASE_URL"),
+    Object.entries(process.env).filter(
+      ([name]) =>
+        !/^(OPTCHAT_|OPENCODE|npm_|VITEST|XDG_)/i.test(name) && name !== "DATABASE_URL" && name !== "NODE_ENV",
+    ),
   );
   env = {
     ...inherited,
@@ -69,10 +75,10 @@ beforeAll(async () => {
     XDG_STATE_HOME: join(home, ".local", "state"),
     XDG_CACHE_HOME: join(home, ".cache"),
     TMPDIR: join(root, "tmp"),
+    // The embedded server's data in this HOME (as root its default is /var/lib/optchat, which is the machine's).
+    OPTCHAT_DATA_DIR: join(home, ".local", "share", "optchat"),
     OPENCODE_DISABLE_MODELS_FETCH: "1",
     OPENCODE_DISABLE_AUTOUPDATE: "1",
-    // npm reads the packages it already has first (the test's machine installed this checkout).
-    npm_config_prefer_offline: "true",
   };
 }, 60_000);
 
@@ -91,7 +97,12 @@ describe("the README's quick start", () => {
       const commands = quickStartCommands(README);
       expect(commands.length).toBeLessThanOrEqual(3);
       const script = commands.map((line) => line.replaceAll("<repository URL>", ROOT)).join("\n");
-      await run("bash", ["-euo", "pipefail", "-c", script], { env, cwd: home, maxBuffer: 64 << 20 });
+      // npm reads the packages it already has first (the machine running the test installed this checkout).
+      await run("bash", ["-euo", "pipefail", "-c", script], {
+        env: { ...env, npm_config_prefer_offline: "true" },
+        cwd: home,
+        maxBuffer: 64 << 20,
+      });
 
       const runLine = /^(~\/optchat\/node_modules\/\.bin\/opencode run) "your prompt"/m.exec(README)?.[1];
       expect(runLine, "the README shows `opencode run` from this checkout").toBeDefined();
@@ -104,7 +115,9 @@ describe("the README's quick start", () => {
         run("bash", ["-c", `${runLine} "$PROMPT"`], {
           env: { ...opencodeEnv, PROMPT: prompt },
           cwd: project,
-          timeout: 180_000,
+          timeout: 240_000,
+        }).catch((error: { stderr?: string; stdout?: string; message: string }) => {
+          throw new Error(`${error.message}\nstdout: ${error.stdout}\nstderr: ${error.stderr}`);
         });
       await ask("We decided: the release branch is named trunk-7. REPLY=Noted: trunk-7.");
       await ask("Which release branch did we decide on?");

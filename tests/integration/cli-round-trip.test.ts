@@ -52,6 +52,15 @@ beforeAll(async () => {
   await db.memory.finishTurn({ sessionId: session.sessionId, turnId: "msg_u1" }, "completed");
 });
 
+describe("scopes", { timeout: TIMEOUT_MS }, () => {
+  it("dates a scope by its last message's own time, not by when its turns were recorded here (an import's)", async () => {
+    const scopes = JSON.parse((await cli(["scopes", "--json"])).stdout);
+    expect(scopes.scopes).toEqual([
+      expect.objectContaining({ scopeId: "project:prj_rt", lastTurnAt: "2026-11-02T09:00:01.000Z" }),
+    ]);
+  });
+});
+
 describe("export --jsonl, then import", { timeout: TIMEOUT_MS }, () => {
   it("recognises OpenCode's sessions and records instead of storing them again", async () => {
     const file = join(mkdtempSync(join(tmpdir(), "optchat-round-trip-")), "memory.jsonl");

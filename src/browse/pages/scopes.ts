@@ -52,7 +52,7 @@ ${
   scopes.length === 0
     ? html`<p class="note">No scopes yet: nothing has been stored.</p>`
     : html`<table id="projects"><thead><tr><th>project</th><th>kind</th><th>sessions</th><th>published turns</th>
-<th>last turn</th></tr></thead><tbody>${rows}</tbody></table>`
+<th>last message</th></tr></thead><tbody>${rows}</tbody></table>`
 }`,
   );
 }

@@ -56,7 +56,7 @@ function printScope(scope: ScopeSummary, location: ScopeLocation | undefined, ou
     .map(([host, n]) => `${host} ${n}`)
     .join(", ");
   output.out(
-    `${scope.scopeId}  ${scope.sessions} session(s)${hosts ? ` (${hosts})` : ""}, ${scope.publications} publication(s)${scope.lastTurnAt ? `, last turn ${scope.lastTurnAt.toISOString()}` : ""}`,
+    `${scope.scopeId}  ${scope.sessions} session(s)${hosts ? ` (${hosts})` : ""}, ${scope.publications} publication(s)${scope.lastTurnAt ? `, last message ${scope.lastTurnAt.toISOString()}` : ""}`,
   );
   if (location) {
     output.out(`    ${location.directory}${location.gitRemote ? `  (${location.gitRemote})` : ""}`);

@@ -9,12 +9,12 @@
  */
 import { execFile } from "node:child_process";
 import { readFile } from "node:fs/promises";
-import { isAbsolute, resolve } from "node:path";
+import { isAbsolute, resolve, sep } from "node:path";
 import { promisify } from "node:util";
 import { OptchatError } from "../core/errors.js";
 import type { ScopeReader } from "../memory/reader.js";
 import type { Memory } from "../memory/service.js";
-import { projectScopeId } from "./opencode.js";
+import { openOpencodeStorage, projectScopeId } from "./opencode.js";
 
 const run = promisify(execFile);
 
@@ -63,10 +63,32 @@ export async function readScopeOrHere(memory: Memory, given: string | undefined,
     return await memory.readScope(here.scopeId);
   } catch (error) {
     if (!(error instanceof OptchatError) || error.code !== "SCOPE_DENIED") throw error;
+    // OpenCode's own record of the directory's project, when git alone does not give OpenCode's id.
+    const stored = await storedScopeOf(cwd);
+    if (stored && stored !== here.scopeId) {
+      const found = await memory.readScope(stored).catch(() => undefined);
+      if (found) return found;
+    }
     throw new OptchatError(
       "SCOPE_DENIED",
       `No memory yet for this directory's project (${here.root}, scope ${here.scopeId}): no OpenCode session with the plugin has run here. Run one here, or pass --scope <scope> (\`optchat scopes\` lists the scopes in memory)`,
       { scopeId: here.scopeId, directory: here.root },
     );
+  }
+}
+
+/** The project scope OpenCode's storage files `cwd` (or the nearest directory above it) under, if it has one. */
+async function storedScopeOf(cwd: string): Promise<string | undefined> {
+  try {
+    const rows = await openOpencodeStorage().directories();
+    const matching = rows
+      .filter((row) => cwd === row.directory || cwd.startsWith(`${row.directory}${sep}`))
+      .sort((a, b) => b.directory.length - a.directory.length);
+    const row = matching.find((r) => r.projectId !== "global" || r.directory === cwd);
+    return row
+      ? `project:${projectScopeId({ id: row.projectId, worktree: row.worktree, directory: row.directory })}`
+      : undefined;
+  } catch {
+    return undefined;
   }
 }

@@ -112,7 +112,8 @@ describe("the README's quick start", () => {
       // Nothing may be fetched at OpenCode's start: opencode-setup linked what it needs.
       const opencodeEnv = { ...env, npm_config_registry: CLOSED_REGISTRY, PWD: project };
       const ask = (prompt: string) =>
-        run("bash", ["-c", `${runLine} "$PROMPT"`], {
+        // stdin from /dev/null: a person's terminal, not the runner's open pipe, which `opencode run` would read to its end.
+        run("bash", ["-c", `${runLine} "$PROMPT" < /dev/null`], {
           env: { ...opencodeEnv, PROMPT: prompt },
           cwd: project,
           timeout: 240_000,

@@ -35,7 +35,7 @@ export async function main(
     const resolved = resolveConfig({ env });
     const config =
       command.database === "raw" ? resolved : await prepareDatabase(resolved, { notice: (line) => output.err(line) });
-    return await command.run(rest, { config, output, cwd: options.cwd ?? process.cwd() });
+    return await command.run(rest, { config, output, cwd: options.cwd ?? whereTyped(env) });
   } catch (error) {
     reportError(error, output);
     return 1;
@@ -56,4 +56,9 @@ function reportError(error: unknown, output: Output): void {
     : { code: "INTERNAL", message: error instanceof Error ? error.message : String(error) };
   if (output.json) output.out(JSON.stringify({ ok: false, error: payload }));
   else output.err(`optchat: ${payload.code}: ${payload.message}`);
+}
+
+/** Where the person typed the command: `npm run optchat` runs in the package's directory and keeps theirs in INIT_CWD. */
+function whereTyped(env: NodeJS.ProcessEnv): string {
+  return env.npm_lifecycle_event === "optchat" && env.INIT_CWD ? env.INIT_CWD : process.cwd();
 }

@@ -54,7 +54,7 @@ beforeAll(async () => {
         fake: {
           npm: "@ai-sdk/openai-compatible",
           name: "Fake",
-          options: { baseURL: `${model.url}/v1`, apiKey: "x" },
+          options: { baseURL: model.url, apiKey: "x" },
           models: { fake: { name: "fake", limit: { context: 100_000, output: 4_000 } } },
         },
       },

@@ -1,8 +1,8 @@
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { startWorker } from "../../src/memory/worker.js";
 import {
@@ -16,6 +16,17 @@ import {
 } from "../helpers.js";
 
 // A person's first hour with the CLI (issue 40 items 2-5, 9, 10): where they are, what they mistyped, what exists.
+
+/** A temporary directory, removed after the file's tests. */
+const scratchDirs: string[] = [];
+function scratch(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  scratchDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of scratchDirs) rmSync(dir, { recursive: true, force: true });
+});
 
 const TIMEOUT_MS = 180_000;
 const db = useTestMemory();
@@ -80,7 +91,7 @@ async function turn(
 
 beforeAll(async () => {
   // A git project, as a person's checkout: the plugin's scope for it is project:<root commit>.
-  repo = mkdtempSync(join(tmpdir(), "optchat-first-hour-"));
+  repo = scratch("optchat-first-hour-");
   const git = (...args: string[]) => execFileSync("git", ["-C", repo, ...args], { encoding: "utf8" }).trim();
   git("init", "-q");
   git("-c", "user.email=a@b", "-c", "user.name=a", "commit", "-q", "--allow-empty", "-m", "root");
@@ -151,7 +162,7 @@ describe("a scope from where you are", { timeout: TIMEOUT_MS }, () => {
   });
 
   it("says where it looked, and names `optchat scopes`, in a directory with no memory", async () => {
-    const elsewhere = mkdtempSync(join(tmpdir(), "optchat-nowhere-"));
+    const elsewhere = scratch("optchat-nowhere-");
     const result = await cli(["sessions"], { cwd: elsewhere });
     expect(result.code).toBe(1);
     expect(result.stderr).toContain(`No memory yet for this directory's project (${elsewhere}`);
@@ -219,7 +230,7 @@ describe("smaller points", { timeout: TIMEOUT_MS }, () => {
   });
 
   it("import --opencode with no OpenCode history is nothing to import, not a failure", async () => {
-    const empty = mkdtempSync(join(tmpdir(), "optchat-no-opencode-"));
+    const empty = scratch("optchat-no-opencode-");
     const result = await runCli(["import", "--opencode"], {
       DATABASE_URL: db.url,
       XDG_DATA_HOME: empty,
@@ -234,7 +245,7 @@ describe("long-running commands", { timeout: TIMEOUT_MS }, () => {
   let bigFile = "";
 
   it("Ctrl-C during import ends the progress line and says to run the same command again", async () => {
-    const dir = mkdtempSync(join(tmpdir(), "optchat-interrupt-"));
+    const dir = scratch("optchat-interrupt-");
     bigFile = join(dir, "big.jsonl");
     const lines: string[] = [];
     for (let s = 0; s < 400; s++) {

@@ -1,12 +1,23 @@
-import { mkdtempSync, readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { beforeAll, describe, expect, it, vi } from "vitest";
+import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { ingestEvent, TEST_SUMMARIZER_ENV, useTestMemory } from "../helpers.js";
 
 // Issue 40 item 6: `export --jsonl` then `import` must not store OpenCode's conversations a second time beside what
 // the plugin (or `import --opencode`) recorded under OpenCode's own ids.
+
+/** A temporary directory, removed after the file's tests. */
+const scratchDirs: string[] = [];
+function scratch(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  scratchDirs.push(dir);
+  return dir;
+}
+afterAll(() => {
+  for (const dir of scratchDirs) rmSync(dir, { recursive: true, force: true });
+});
 
 const TIMEOUT_MS = 120_000;
 const db = useTestMemory();
@@ -63,7 +74,7 @@ describe("scopes", { timeout: TIMEOUT_MS }, () => {
 
 describe("export --jsonl, then import", { timeout: TIMEOUT_MS }, () => {
   it("recognises OpenCode's sessions and records instead of storing them again", async () => {
-    const file = join(mkdtempSync(join(tmpdir(), "optchat-round-trip-")), "memory.jsonl");
+    const file = join(scratch("optchat-round-trip-"), "memory.jsonl");
     expect((await cli(["export", "--jsonl", "--out", file])).code).toBe(0);
     const sessionLine = JSON.parse(readFileSync(file, "utf8").split("\n")[0] as string);
     expect(sessionLine).toMatchObject({ type: "session", id: OPENCODE_ID, host: "opencode" });

@@ -2,6 +2,7 @@ import { z } from "zod";
 import {
   type Config,
   integerFrom,
+  nearest,
   OptchatError,
   resolveConfig,
   resolveSettings,
@@ -202,10 +203,14 @@ export function resolvePluginConfig(
   const given = options ?? {};
   const unknown = Object.keys(given).filter((key) => !(key in PLUGIN_SETTINGS) && !(key in SETTINGS));
   if (unknown.length > 0) {
-    const known = [...Object.keys(PLUGIN_SETTINGS), ...Object.keys(SETTINGS)].sort().join(", ");
+    const names = [...Object.keys(PLUGIN_SETTINGS), ...Object.keys(SETTINGS)].sort();
+    const named = unknown.map((key) => {
+      const near = nearest(key, names);
+      return near === undefined ? key : `${key} (did you mean ${near}?)`;
+    });
     throw new OptchatError(
       "CONFIG_INVALID",
-      `optchat plugin: unknown option(s) ${unknown.join(", ")} in opencode.json; known options: ${known}`,
+      `optchat plugin: unknown option(s) ${named.join(", ")} in opencode.json; known options: ${names.join(", ")}`,
       { options: unknown },
     );
   }

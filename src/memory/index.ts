@@ -8,6 +8,7 @@ export { AUTO, createSummarizer } from "../compactor/registry.js";
 export type { Summarizer } from "../compactor/summarizer.js";
 export { availableMemoryTokens, escapeMemoryText, estimateTokens, fixedRequestTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
+export { didYouMean, nearest } from "../core/suggest.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
 export type { AssembledContext, PreparedContext } from "./assembly.js";

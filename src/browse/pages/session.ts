@@ -19,7 +19,7 @@ function previewOf(page: SessionPage): Html {
   const { context } = page.preview;
   return html`<p class="meta">The memory blocks the next request of this session would get, assembled as for a real turn
 (snapshot: publication ${context.snapshot.publicationHighWater}, own view revision ${context.snapshot.ownViewRevision ?? "none"})
-for a ${page.windowTokens}-token window with the plugin's default reservations: ${context.tokens.used} of
+for a ${page.windowTokens}-token window (${page.windowSource}) with the plugin's default reservations: ${context.tokens.used} of
 ${context.tokens.available} tokens (shared ${context.tokens.shared}, session ${context.tokens.own}, previous exchange
 ${context.tokens.previous}). The plugin puts its fixed head and a status line around them.</p>
 ${context.omitted.length > 0 ? html`<p class="note">Not included: ${context.omitted.join("; ")}</p>` : ""}

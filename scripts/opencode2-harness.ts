@@ -185,7 +185,9 @@ export async function execOpencode2(
     child.once("close", (exit) => resolve(exit));
   }).finally(() => clearTimeout(timer));
   if (code === null) {
-    throw new Error(`opencode ${args.join(" ")} was killed after ${timeoutMs} ms. stderr tail:\n${stderr.slice(-3000)}`);
+    throw new Error(
+      `opencode ${args.join(" ")} was killed after ${timeoutMs} ms. stderr tail:\n${stderr.slice(-3000)}`,
+    );
   }
   return { code, stdout, stderr };
 }

@@ -51,7 +51,8 @@ function summary(lines: readonly Line[], sessions: Map<string, string>): string[
   for (const line of lines) {
     if (line.hook === "event") {
       const type = line.event?.type ?? "?";
-      if (/delta|usage|updated$|progress|input\.(started|ended)/.test(type) && !/session\.(renamed)/.test(type)) continue;
+      if (/delta|usage|updated$|progress|input\.(started|ended)/.test(type) && !/session\.(renamed)/.test(type))
+        continue;
       out.push(`event ${type} ${name(line.event?.data?.sessionID)}`);
       continue;
     }
@@ -80,7 +81,12 @@ async function scenario(name: string, body: (env: Opencode2Env, log: string) => 
   const sessions = new Map<string, string>();
   console.log(`\n## ${name}`);
   for (const line of summary(readLog(log), sessions)) console.log(`  ${line}`);
-  console.log(`  model requests: ${model.requests().map((r) => `${r.kind}:${r.reply.slice(0, 40)}`).join(" | ")}`);
+  console.log(
+    `  model requests: ${model
+      .requests()
+      .map((r) => `${r.kind}:${r.reply.slice(0, 40)}`)
+      .join(" | ")}`,
+  );
   await cleanupOpencode2Env(env);
   console.log(`  processes left: ${processesOf(env).length}`);
   await model.close();

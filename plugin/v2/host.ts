@@ -177,7 +177,7 @@ export async function startV2Host(ctx: V2Context): Promise<() => Promise<void>> 
     }
   });
 
-  ctx.tool?.transform((registry) => {
+  const toolsDeclared = ctx.tool?.transform((registry) => {
     const adapterLike = {
       get memory() {
         return memoryRef;
@@ -196,12 +196,20 @@ export async function startV2Host(ctx: V2Context): Promise<() => Promise<void>> 
     for (const [name, tool] of Object.entries(tools)) {
       registry.add({
         name,
+        // Offered to the model directly, as V2's own tools are, not only inside Code Mode's `execute`.
+        options: { codemode: false },
         description: tool.description,
         input: tool.args,
-        execute: (args, context) => tool.execute(args as never, context as never),
+        // V2 reads a tool's answer as an object: `content` parts (`output` only for a tool that declares an output
+        // schema; a plain string is refused: "a is not an Object").
+        execute: async (args, context) => ({
+          content: [{ type: "text", text: await tool.execute(args as never, context as never) }],
+        }),
       });
     }
   });
+
+  await Promise.resolve(toolsDeclared).catch((error) => report("declaring the memory tools", error));
 
   void (async () => {
     for await (const event of ctx.event.subscribe()) {

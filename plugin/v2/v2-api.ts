@@ -51,9 +51,10 @@ export interface V2ToolContext {
 export interface V2ToolRegistry {
   add(tool: {
     name: string;
+    options?: { codemode?: boolean };
     description: string;
     input: unknown;
-    execute: (args: unknown, context: V2ToolContext) => Promise<string>;
+    execute: (args: unknown, context: V2ToolContext) => Promise<{ content: V2Text[] }>;
   }): void;
 }
 

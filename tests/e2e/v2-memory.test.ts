@@ -80,6 +80,37 @@ describe("optchat on OpenCode V2 (real @opencode/cli 2.1.2 processes)", () => {
     expect(messages).toContain("no Redis; use Postgres LISTEN/NOTIFY");
   }, 180_000);
 
+  it("B zooms from the injected line down to A's exact words with memory_zoom", async () => {
+    model.clear();
+    const b = await runOpencode2(envB, "Where was the queue decided?");
+    expect(b.code, b.stderr).toBe(0);
+    const memory = JSON.stringify(mainRequests()[0]?.body.messages);
+    expect(JSON.stringify(mainRequests()[0]?.body.tools ?? [])).toContain("memory_zoom");
+    let ref = /([\w:+-]+)\|user: We need a persistent queue/.exec(
+      JSON.parse(memory)
+        .map((m: { content: unknown }) => JSON.stringify(m.content))
+        .join("\n")
+        .replaceAll("\\n", "\n"),
+    )?.[1];
+    expect(ref, memory.slice(0, 2000)).toBeDefined();
+    const seen: string[] = [];
+    for (let zoom = 0; zoom < 3 && ref; zoom++) {
+      model.clear();
+      const call = [{ name: "memory_zoom", args: { ref } }];
+      const run = await runOpencode2(envB, `zoom TOOLS=${JSON.stringify(call)} END`, { session: b.sessionId });
+      expect(run.code, run.stderr).toBe(0);
+      // What the model received as the tool's result (the request after the call).
+      const result = JSON.stringify(mainRequests().at(-1)?.body.messages.at(-1)?.content ?? "")
+        .replaceAll("\\n", "\n")
+        .replaceAll('\\"', '"');
+      seen.push(`${ref} -> ${result.slice(0, 300)}`);
+      if (result.includes(`<original_message`) && result.includes("no Redis; use Postgres LISTEN/NOTIFY")) return;
+      const visited = new Set(seen.map((line) => line.split(" -> ")[0]));
+      ref = [...result.matchAll(/(mem_\w+:\d+:\d+(?:\+\d+)?)/g)].map((m) => m[1]).find((r) => r && !visited.has(r));
+    }
+    throw new Error(`A's exact words not reached in 3 zooms:\n${seen.join("\n")}`);
+  }, 240_000);
+
   it("a tool loop is ingested completely: every call and result, then the reply", async () => {
     model.clear();
     const calls = [1, 2, 3].map((n) => ({ name: "shell", args: { command: `echo loop-step-${n}` } }));

@@ -13,7 +13,7 @@
  * - Every child is spawned in its own process group and killed by cleanup or when this process exits.
  */
 import { type ChildProcess, spawn } from "node:child_process";
-import { readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -22,8 +22,29 @@ import { fileURLToPath } from "node:url";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-/** `@opencode/cli` 2.1.2's binary, by package path (`.bin/opencode` may be V1's: both declare that bin name). */
-export const OPENCODE2_BIN: string = join(REPO_ROOT, "node_modules", "@opencode", "cli", "bin", "opencode.exe");
+/**
+ * `@opencode/cli` 2.1.2's binary. It is installed apart from the project (tests/hosts/opencode-v2, by .ci/run or
+ * `npm run setup:v2`): both it and opencode-ai declare the bin name `opencode`, and the project's `.bin/opencode` is V1.
+ */
+export const OPENCODE2_BIN: string = join(
+  REPO_ROOT,
+  "tests",
+  "hosts",
+  "opencode-v2",
+  "node_modules",
+  "@opencode",
+  "cli",
+  "bin",
+  "opencode.exe",
+);
+
+/** Throws, saying how to install it, when OpenCode V2 is not installed. */
+export function requireOpencode2(): void {
+  if (!existsSync(OPENCODE2_BIN))
+    throw new Error(
+      `OpenCode V2 is not installed at ${OPENCODE2_BIN}: run \`npm run setup:v2\` (it installs @opencode/cli 2.1.2 under tests/hosts/opencode-v2, apart from the project's OpenCode V1).`,
+    );
+}
 
 /** The V2 plugin directory (`plugin/v2/index.ts`), as a person lists it under `plugins`. */
 export const OPTCHAT_V2_PLUGIN_DIR: string = join(REPO_ROOT, "plugin", "v2");
@@ -94,6 +115,7 @@ function baseEnv(): NodeJS.ProcessEnv {
 }
 
 export async function createOpencode2Env(options: CreateOpencode2EnvOptions): Promise<Opencode2Env> {
+  requireOpencode2();
   const root = await mkdtemp(join(tmpdir(), "optchat-v2-"));
   const shared = options.shareDataWith;
   const projectDir = shared ? shared.projectDir : join(root, "project");

@@ -22,7 +22,7 @@ import { OptchatError } from "../src/memory/index.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "./messages.js";
 
 /** This checkout's pinned OpenCode (the dev dependency), the version whose storage this module was verified on. */
-const PINNED_BIN = fileURLToPath(new URL("../node_modules/.bin/opencode", import.meta.url));
+const PINNED_BIN = fileURLToPath(new URL("../node_modules/opencode-ai/bin/opencode.exe", import.meta.url));
 
 /** Part bytes read per query: sessions are read in batches so that no answer holds the whole history at once. */
 const BATCH_PART_BYTES = 32 * 1024 * 1024;

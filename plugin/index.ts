@@ -5,17 +5,17 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * `"plugin": [["/absolute/path/to/optchat/plugin/index.ts", { "databaseUrl": "postgres://…" }]]`
  * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
  *
- * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
+ * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/transport/remote-hooks.ts): OpenCode's thread imports
  * only the bridge and the tools' declarations, and forwards the hooks. An `opencode run` forwards them to the optchat
- * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). OpenCode gets the
- * hooks before either is set up (plugin/deferred-hooks.ts). `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off) runs
- * everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime without Bun's workers.
+ * local server instead when one answers (plugin/transport/local-server/client.ts, setting `localServer`). OpenCode gets the
+ * hooks before either is set up (plugin/transport/deferred-hooks.ts). `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off) runs
+ * everything in OpenCode's thread, as before (plugin/host/hooks.ts); so does a runtime without Bun's workers.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   const load = { started: performance.now(), waitedMs: undefined as number | undefined };
   if (!threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) return inProcessHooks(input, options);
-  // OpenCode gets the hooks at once; its calls wait for the side beside it (plugin/deferred-hooks.ts).
-  const { deferredHooks } = await import("./deferred-hooks.js");
+  // OpenCode gets the hooks at once; its calls wait for the side beside it (plugin/transport/deferred-hooks.ts).
+  const { deferredHooks } = await import("./transport/deferred-hooks.js");
   const hooks = deferredHooks(besideHooks(input, options, load));
   load.waitedMs = performance.now() - load.started;
   return hooks;
@@ -23,7 +23,7 @@ export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record
 
 /**
  * The hooks of the plugin's side beside OpenCode: the local server's where this process uses one and it answers
- * (plugin/local-server-client.ts), else the plugin's own thread's, else (a thread that cannot start: Bun resolves the
+ * (plugin/transport/local-server/client.ts), else the plugin's own thread's, else (a thread that cannot start: Bun resolves the
  * entry when the worker is made) the hooks of OpenCode's own thread.
  */
 async function besideHooks(
@@ -32,10 +32,10 @@ async function besideHooks(
   load: { readonly started: number; readonly waitedMs: number | undefined },
 ): Promise<Hooks> {
   try {
-    const { bridgedHooks, recordLoad, threadedHooks, workerClass } = await import("./thread-bridge.js");
-    const local = await import("./local-server-client.js")
+    const { bridgedHooks, recordLoad, threadedHooks, workerClass } = await import("./transport/remote-hooks.js");
+    const local = await import("./transport/local-server/client.js")
       .then(({ localServerChannel }) =>
-        localServerChannel(options, process.env, new URL("./local-server-entry.ts", import.meta.url)),
+        localServerChannel(options, process.env, new URL("./transport/local-server/entry.ts", import.meta.url)),
       )
       .catch((error: unknown) => {
         process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
@@ -49,9 +49,15 @@ async function besideHooks(
     }
     const WorkerClass = workerClass();
     if (WorkerClass) {
-      const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass, {
-        handOffSocket: local?.handOffSocket,
-      });
+      const hooks = threadedHooks(
+        input,
+        options,
+        new URL("./transport/thread-entry.ts", import.meta.url),
+        WorkerClass,
+        {
+          handOffSocket: local?.handOffSocket,
+        },
+      );
       recordLoad(options, "thread", load);
       return hooks;
     }
@@ -64,12 +70,12 @@ async function besideHooks(
 }
 
 async function inProcessHooks(input: PluginInput, options: Record<string, unknown> | undefined): Promise<Hooks> {
-  const { optchatHooks } = await import("./hooks.js");
+  const { optchatHooks } = await import("./host/hooks.js");
   return optchatHooks(input, options);
 }
 
 /**
- * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/config.ts,
+ * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/base/config.ts,
  * setting `thread`) refuses every prompt with the error, as for any other bad setting.
  */
 function threadWanted(setting: unknown): boolean {

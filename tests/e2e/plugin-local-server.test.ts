@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stopLocalServers } from "../../plugin/local-server-client.js";
+import { stopLocalServers } from "../../plugin/transport/local-server/client.js";
 import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
@@ -10,7 +10,7 @@ import { finishTurnNeedingSummary, type PluginWorld, retrying, startPluginWorld 
 import { requestsFor, toolResults } from "./requests.js";
 
 /**
- * The optchat local server (plugin/local-server.ts) with real OpenCode 1.18.33 `opencode run` processes: the first run
+ * The optchat local server (plugin/transport/local-server/server.ts) with real OpenCode 1.18.33 `opencode run` processes: the first run
  * finds none, runs its own thread and starts one; the next runs are served by it; a run killed in the middle of its
  * turn is closed by the server and its session taken over at once by the next process; the server stops with its
  * SIGTERM (as the harness stops it with its environment) and removes its socket.

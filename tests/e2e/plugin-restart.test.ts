@@ -1,6 +1,6 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { memoryLayout } from "../../plugin/memory-message.js";
+import { memoryLayout } from "../../plugin/request/memory-message.js";
 import type { ModelServer } from "../../scripts/model-server.js";
 import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { resolveConfig } from "../../src/memory/config.js";

@@ -1,10 +1,10 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OpencodeAdapter } from "../../plugin/adapter.js";
-import { resolvePluginConfig } from "../../plugin/config.js";
-import { HOST, projectScopeId } from "../../plugin/identity.js";
-import { leaseHolderName } from "../../plugin/lease.js";
-import type { HostMessageInfo, HostPart } from "../../plugin/messages.js";
-import { IDLE_GRACE_MS } from "../../plugin/turn-tracking.js";
+import { resolvePluginConfig } from "../../plugin/base/config.js";
+import { HOST, projectScopeId } from "../../plugin/base/identity.js";
+import { OpencodeAdapter } from "../../plugin/host/adapter.js";
+import type { HostMessageInfo, HostPart } from "../../plugin/opencode/messages.js";
+import { leaseHolderName } from "../../plugin/turns/lease.js";
+import { IDLE_GRACE_MS } from "../../plugin/turns/tracking.js";
 import { type Memory, openMemory } from "../../src/memory/index.js";
 import { createTestDatabase, eventually, ManualClock, refuseConnections, retrying } from "../helpers.js";
 
@@ -289,7 +289,7 @@ describe("OpenCode adapter turn bookkeeping", () => {
     await request(fresh, "msg_801");
     const refusal = adapter.checkParams(fresh, { id: "m", providerID: "p", limit: { context: 100_000 } });
     expect(refusal?.replace(/\u2060/g, "")).toMatch(/is being driven by another OpenCode process/);
-    // What the plugin's thread sends back with the request, for OpenCode's thread to raise (plugin/request-checks.ts).
+    // What the plugin's thread sends back with the request, for OpenCode's thread to raise (plugin/request/checks.ts).
     expect(adapter.requestChecks(fresh)?.pendingError).toMatch(/being driven by another OpenCode process/);
     expect(await turnStates(fresh, ["msg_801"])).toEqual({});
     // Its next prompt claims before chat.message returns, as for any session, and is refused there.

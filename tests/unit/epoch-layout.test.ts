@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { EPOCH_LIMITS } from "../../plugin/cache-epoch.js";
-import { applyEpoch, type EpochRequest, startEpoch } from "../../plugin/epoch-layout.js";
-import { memoryMessage, withLeadingText } from "../../plugin/memory-message.js";
-import type { HostMessage } from "../../plugin/messages.js";
+import type { HostMessage } from "../../plugin/opencode/messages.js";
+import { EPOCH_LIMITS } from "../../plugin/request/cache-epoch.js";
+import { applyEpoch, type EpochRequest, startEpoch } from "../../plugin/request/epoch-layout.js";
+import { memoryMessage, withLeadingText } from "../../plugin/request/memory-message.js";
 import { estimateTokens } from "../../src/core/context.js";
 import type { AssembledContext } from "../../src/memory/index.js";
 
-/** A session's cache epoch over OpenCode's messages (plugin/epoch-layout.ts, docs/caching.md). */
+/** A session's cache epoch over OpenCode's messages (plugin/request/epoch-layout.ts, docs/caching.md). */
 
 const text = (id: string, role: string, body: string): HostMessage => ({
   info: { id, sessionID: "ses", role },

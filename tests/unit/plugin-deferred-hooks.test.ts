@@ -1,11 +1,11 @@
 import type { Hooks, ToolContext } from "@opencode-ai/plugin";
 import { describe, expect, it } from "vitest";
-import { deferredHooks } from "../../plugin/deferred-hooks.js";
-import { PromptRefused } from "../../plugin/prompt-refused.js";
-import { MEMORY_TOOL_SPECS } from "../../plugin/tool-specs.js";
+import { PromptRefused } from "../../plugin/base/prompt-refused.js";
+import { MEMORY_TOOL_SPECS } from "../../plugin/tools/specs.js";
+import { deferredHooks } from "../../plugin/transport/deferred-hooks.js";
 
 /**
- * The hooks OpenCode gets before the plugin's side is set up (plugin/deferred-hooks.ts): calls made meanwhile wait,
+ * The hooks OpenCode gets before the plugin's side is set up (plugin/transport/deferred-hooks.ts): calls made meanwhile wait,
  * reach the side in the order OpenCode made them, with OpenCode's own output objects; throws and tool results come
  * back as the side gave them.
  */

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { applyRewind, type RewoundState } from "../../plugin/history-rewind.js";
+import { applyRewind, type RewoundState } from "../../plugin/turns/history-rewind.js";
 
-/** A committed revert applied to the adapter's per-session state (plugin/history-rewind.ts). */
+/** A committed revert applied to the adapter's per-session state (plugin/turns/history-rewind.ts). */
 
 type FakeSession = { readonly sessionId: string; readonly currentGeneration: number };
 

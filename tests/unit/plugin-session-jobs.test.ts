@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
-import type { Diagnostics } from "../../plugin/diagnostics.js";
-import { JOB_RETRY_DELAYS_MS, SessionJobs } from "../../plugin/session-jobs.js";
-import { newSessionState } from "../../plugin/session-state.js";
+import type { Diagnostics } from "../../plugin/base/diagnostics.js";
+import { JOB_RETRY_DELAYS_MS, SessionJobs } from "../../plugin/turns/session-jobs.js";
+import { newSessionState } from "../../plugin/turns/session-state.js";
 import { OptchatError } from "../../src/core/errors.js";
 import type { Session } from "../../src/memory/index.js";
 import { ManualClock } from "../helpers.js";
 
-/** The per-session ordered queue (plugin/session-jobs.ts) with a manual clock: retries wait on it, never on real time. */
+/** The per-session ordered queue (plugin/turns/session-jobs.ts) with a manual clock: retries wait on it, never on real time. */
 
 function setup() {
   const clock = new ManualClock();

@@ -3,15 +3,15 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { PluginInput } from "@opencode-ai/plugin";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { HOST_EVENT_TYPES } from "../../plugin/host-events.js";
-import { wouldBeRetried } from "../../plugin/messages.js";
-import { PromptRefused } from "../../plugin/prompt-refused.js";
-import { type BunWorker, bridgedHooks, threadedHooks } from "../../plugin/thread-bridge.js";
-import { providersForThread } from "../../plugin/thread-client.js";
-import type { ToMainThread, ToPluginThread } from "../../plugin/thread-protocol.js";
+import { PromptRefused } from "../../plugin/base/prompt-refused.js";
+import { HOST_EVENT_TYPES } from "../../plugin/opencode/events.js";
+import { wouldBeRetried } from "../../plugin/opencode/messages.js";
+import { providersForThread } from "../../plugin/transport/client-calls.js";
+import type { ToMainThread, ToPluginThread } from "../../plugin/transport/protocol.js";
+import { type BunWorker, bridgedHooks, threadedHooks } from "../../plugin/transport/remote-hooks.js";
 
 /**
- * The plugin's main thread (plugin/thread-bridge.ts) against a stand-in for Bun's Worker: what it forwards, what it
+ * The plugin's main thread (plugin/transport/remote-hooks.ts) against a stand-in for Bun's Worker: what it forwards, what it
  * waits for, and what OpenCode sees when the thread answers, fails or never answers. The whole path through a real
  * thread in OpenCode's Bun is in the e2e tests (every e2e file runs the plugin in its thread; plugin-memory's B does not).
  */

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import type { HostMessageInfo } from "../../plugin/messages.js";
-import { newOpenTurn, newSessionState, type OpenTurn, type SessionState } from "../../plugin/session-state.js";
+import type { HostMessageInfo } from "../../plugin/opencode/messages.js";
+import { newOpenTurn, newSessionState, type OpenTurn, type SessionState } from "../../plugin/turns/session-state.js";
 import {
   decideIdle,
   IDLE_GRACE_MS,
@@ -9,9 +9,9 @@ import {
   turnForAssistant,
   turnOfToolCall,
   turnsEndedBy,
-} from "../../plugin/turn-tracking.js";
+} from "../../plugin/turns/tracking.js";
 
-/** The turn state machine alone (plugin/turn-tracking.ts): decisions over a session's state, no database, no clock. */
+/** The turn state machine alone (plugin/turns/tracking.ts): decisions over a session's state, no database, no clock. */
 
 function sessionWith(...turns: Array<[string, Partial<OpenTurn>?]>): SessionState {
   const state = newSessionState("ses_unit");

@@ -1,6 +1,6 @@
-import { resolvePluginConfig } from "../../../plugin/config.js";
-import { importOpencodeSessions, type OpencodeImportSummary } from "../../../plugin/import-opencode.js";
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
+import { resolvePluginConfig } from "../../../plugin/base/config.js";
+import { importOpencodeSessions, type OpencodeImportSummary } from "../../../plugin/opencode/import.js";
+import { openOpencodeStorage } from "../../../plugin/opencode/storage.js";
 import { type CommandContext, type Output, parseCommand, withMemory } from "../command.js";
 import { progressBar } from "../progress.js";
 

@@ -1,5 +1,5 @@
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
-import { type ScopeLocation, scopeLocations } from "../../../plugin/project-directories.js";
+import { type ScopeLocation, scopeLocations } from "../../../plugin/opencode/project-directories.js";
+import { openOpencodeStorage } from "../../../plugin/opencode/storage.js";
 import { listScopes, type ScopeSummary } from "../../memory/scopes.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
 

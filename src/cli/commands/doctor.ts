@@ -1,11 +1,11 @@
-import { resolvePluginConfig } from "../../../plugin/base/config.js";
-import { resolveFromOpencode } from "../../../plugin/opencode/compactor-model.js";
 import {
   configSourceFromFiles,
   findOptchatPlugin,
   PLUGIN_ENTRY,
   readOpencodeConfigs,
-} from "../../../plugin/opencode/config-files.js";
+  resolveFromOpencode,
+  resolvePluginConfig,
+} from "../../../plugin/opencode/index.js";
 import { AUTO, createSummarizer, MODEL_SETTINGS_HINT } from "../../compactor/registry.js";
 import { type Config, redactUrl, summarizerSettingsOf } from "../../memory/config.js";
 import { type Check, checkDatabase, checkModel, checkWorker, DOCTOR_CALL_TIMEOUT_MS } from "../../memory/doctor.js";

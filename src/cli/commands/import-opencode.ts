@@ -1,6 +1,9 @@
-import { resolvePluginConfig } from "../../../plugin/base/config.js";
-import { importOpencodeSessions, type OpencodeImportSummary } from "../../../plugin/opencode/import.js";
-import { openOpencodeStorage } from "../../../plugin/opencode/storage.js";
+import {
+  importOpencodeSessions,
+  type OpencodeImportSummary,
+  openOpencodeStorage,
+  resolvePluginConfig,
+} from "../../../plugin/opencode/index.js";
 import { type CommandContext, type Output, parseCommand, withMemory } from "../command.js";
 import { progressBar } from "../progress.js";
 

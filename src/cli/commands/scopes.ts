@@ -1,5 +1,4 @@
-import { type ScopeLocation, scopeLocations } from "../../../plugin/opencode/project-directories.js";
-import { openOpencodeStorage } from "../../../plugin/opencode/storage.js";
+import { openOpencodeStorage, type ScopeLocation, scopeLocations } from "../../../plugin/opencode/index.js";
 import { listScopes, type ScopeSummary } from "../../memory/scopes.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
 

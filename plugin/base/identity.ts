@@ -1,5 +1,8 @@
 import { createHash } from "node:crypto";
 
+/** Where the plugin's side runs: OpenCode's thread (the loopback), the plugin's thread, or the local server. */
+export type PluginRunner = "opencode" | "thread" | "local server";
+
 /** The host name optchat records for OpenCode's sessions, problems and leases. */
 export const HOST = "opencode";
 

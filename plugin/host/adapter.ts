@@ -1,15 +1,17 @@
 import { estimateTokens, type Memory, type Session, type Turn } from "../../src/memory/index.js";
 import { type Clock, systemClock } from "../base/clock.js";
+import { settle } from "../base/closing.js";
 import type { ResolvedPluginConfig } from "../base/config.js";
 import { Diagnostics, describe, type Log } from "../base/diagnostics.js";
 import { HOST, projectScopeId } from "../base/identity.js";
 import { readHostEvent } from "../opencode/events.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "../opencode/messages.js";
-import { checkRequestParams, type ParamsModel, type RequestChecks } from "../request/checks.js";
+import type { RequestChecks } from "../request/checks.js";
 import { ModelLimits, type RememberedLimits } from "../request/model-limits.js";
 import { RequestTransform } from "../request/transform.js";
-import { bounded, settle } from "../transport/shutdown.js";
+import type { AdapterStatus, ToolsBackend } from "../tools/backend.js";
 import { Admission } from "../turns/admission.js";
+import type { CompactorHandle } from "../turns/compactor-handle.js";
 import { LeaseKeeper, leaseHolderName } from "../turns/lease.js";
 import { TurnOutcomes } from "../turns/outcomes.js";
 import { onSessionDeleted } from "../turns/session-deleted.js";
@@ -20,7 +22,6 @@ import type { SessionState } from "../turns/session-state.js";
 import { HostSessions } from "../turns/sessions.js";
 import { StaleTurns } from "../turns/stale-turns.js";
 import { turnOfToolCall } from "../turns/tracking.js";
-import type { CompactorHandle, LocalHandOff } from "./embedded-worker.js";
 
 /** What the adapter needs from OpenCode beyond hook arguments (absent when the client does not answer). */
 export interface HostLookups {
@@ -32,21 +33,6 @@ export interface HostLookups {
   transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
 }
 
-/** How long a close waits for the hand-off to the local server (a connection and one line on a Unix socket). */
-const HAND_OFF_WITHIN_MS = 1_000;
-
-export interface AdapterStatus {
-  readonly holder: string;
-  readonly startedAt: Date;
-  readonly worker: string;
-  /** What made the embedded worker start (it starts when needed, see plugin/host/embedded-worker.ts). */
-  readonly workerStartReason: string | undefined;
-  readonly workerError: string | undefined;
-  readonly workerLastEvent: string | undefined;
-  readonly problems: number;
-  readonly lastProblem: string | undefined;
-}
-
 /**
  * The OpenCode adapter: the hook layer that maps hook calls and events to the parts of plugin/ that act on them
  * (admission, turn outcomes, rewinds, the request transform, leases, stale-turn repair; plugin/README.md lists them).
@@ -54,7 +40,7 @@ export interface AdapterStatus {
  * turn); the only deliberate throws are a refused prompt (`chat.message`) and an actionable memory error
  * (`chat.params`).
  */
-export class OpencodeAdapter {
+export class OpencodeAdapter implements ToolsBackend {
   /** This adapter as a lease holder: its OpenCode process (which the local server is not), see `leaseHolderName`. */
   readonly holder: string;
   private readonly sessions = new HostSessions();
@@ -69,7 +55,6 @@ export class OpencodeAdapter {
   private readonly admission: Admission;
   private readonly requests: RequestTransform;
   private worker: CompactorHandle | undefined;
-  private handOff: LocalHandOff | undefined;
   private workerError: string | undefined;
   private workerLastEvent: string | undefined;
   private closingDone: Promise<void> | undefined;
@@ -147,14 +132,12 @@ export class OpencodeAdapter {
   }
 
   /**
-   * The compactor worker (plugin/host/embedded-worker.ts: started by this adapter when it is needed; or the local server's,
-   * plugin/transport/local-server/served-worker.ts). `handOff`: a process that runs its own thread while its local server starts holds a
-   * connection to that server and gives it its database and compactor model, whose worker then drains the queue
-   * after it (plugin/transport/local-server/workers.ts).
+   * The compactor worker (plugin/host/embedded-worker.ts: started by this adapter when it is needed; or the local
+   * server's, plugin/transport/local-server/served-worker.ts; or this process's handing its queue to a local server at
+   * close, plugin/transport/local-server/hand-off.ts: the runner decides, plugin/host/adapter-opener.ts).
    */
-  attachWorker(worker: CompactorHandle, handOff?: LocalHandOff): void {
+  attachWorker(worker: CompactorHandle): void {
     this.worker = worker;
-    this.handOff = handOff;
   }
 
   noteWorkerEvent(event: { type: string; message?: string; error?: unknown }): void {
@@ -208,8 +191,6 @@ export class OpencodeAdapter {
       this.clock.clear(state.idleCheck?.timer);
     }
     await this.worker?.stop();
-    // The local server's worker drains the queue after this process (plugin/transport/local-server/workers.ts), bounded: OpenCode waits.
-    if (this.handOff) await bounded(this.handOff.end(), HAND_OFF_WITHIN_MS).catch(() => undefined);
     this.recordTiming("close", started, { flushed });
     // Not waited for: nothing is pending any more, and `opencode run` exits once `dispose` returns (the pool's
     // sockets then close with the process); in `serve` the close completes in the background. After the worker's
@@ -309,18 +290,18 @@ export class OpencodeAdapter {
   /** `chat.params` of an agent request: the request is on its way (see EmbeddedWorker.onFirstRequestSent). */
   noteRequestSent(): void {
     this.worker?.onFirstRequestSent(() => this.memory.host.jobsWaitingForWorker());
-    // The local server starting for this process learns its database now that the request is out (EmbeddedWorker).
-    this.handOff?.begin();
   }
 
   /**
-   * `chat.params` of a request of the session (not the title's): the refusal to raise, if any: the actionable error the
-   * transform recorded (strict readiness, budget), or an unsized request that the model's window does not hold
-   * (plugin/request/checks.ts).
+   * `chat.params` of a request of the session (not the title's): the checks as OpenCode's side left them when it decided
+   * the request's refusal (plugin/transport/remote-hooks.ts, the one place that decides it): an unsized request checked
+   * against the model's window, and the error it raised, which an idle then reads as the turn's failure.
    */
-  checkParams(hostSessionId: string, model: ParamsModel | undefined): string | undefined {
+  noteRequestChecks(hostSessionId: string, checks: RequestChecks): void {
     const state = this.sessions.get(hostSessionId);
-    return state ? checkRequestParams(state, model) : undefined;
+    if (!state) return;
+    state.pendingError = checks.pendingError;
+    state.unsized = checks.unsized;
   }
 
   /**

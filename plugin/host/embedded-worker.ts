@@ -1,34 +1,9 @@
 import type { RunningCompactor } from "../../src/memory/index.js";
+import type { CompactorHandle } from "../turns/compactor-handle.js";
 
-/**
- * Giving this process's database and compactor model to the local server (plugin/transport/local-server/workers.ts), for a process
- * that runs its own thread while its server starts: the server's worker then drains the queue after it.
- */
-export interface LocalHandOff {
-  /** The first request is out: resolves OpenCode's compactor model and gives it to the server, in the background. */
-  begin(): void;
-  /** At close: makes sure the server has it (given now if `begin` had not), then lets the server's worker work. */
-  end(): Promise<void>;
-}
+export type { CompactorHandle } from "../turns/compactor-handle.js";
 
 export type EmbeddedWorkerState = "off" | "waiting" | "starting" | "running" | "failed";
-
-/**
- * The adapter's compactor worker, whatever runs it: the embedded worker of this process (`EmbeddedWorker`), or the
- * local server's for the processes it serves (plugin/transport/local-server/workers.ts, through `ServedWorker`).
- */
-export interface CompactorHandle {
-  readonly state: string;
-  readonly startReason: string | undefined;
-  readonly error: string | undefined;
-  onSessionIdle(stillIdle: () => boolean): void;
-  onRequest(boundary: number, builtLeaves: () => Promise<number>): Promise<void>;
-  onFirstRequestSent(jobsWaiting: () => Promise<boolean>): void;
-  /** Stops at once (never waits for a start under way). */
-  stop(): Promise<void>;
-  /** Resolves once no worker of this handle uses the memory service's pool any more (it may then be closed). */
-  released(): Promise<void>;
-}
 
 /**
  * How long a session stays idle before a waiting worker starts: `opencode run` is disposed within ~0.1 s of its idle

@@ -1,66 +1,72 @@
+/**
+ * One plugin instance's hooks, run on the plugin's side (plugin/transport/plugin-side.ts) with the data OpenCode's
+ * side forwards: each hands its call to the adapter. Nothing here decides what OpenCode sees of a refusal or of
+ * `chat.params`: OpenCode's side does (plugin/transport/remote-hooks.ts); the only throw is a refused prompt.
+ */
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
+import { bounded } from "../base/closing.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "../base/config.js";
+import { PromptRefused } from "../base/prompt-refused.js";
 import { compactorModel } from "../opencode/compactor-model.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "../opencode/messages.js";
 import type { ParamsModel, RequestChecks } from "../request/checks.js";
 import { memoryTools } from "../tools/tools.js";
-import { bounded } from "../transport/shutdown.js";
-import { PromptRefused } from "../turns/lease.js";
 import type { OpencodeAdapter } from "./adapter.js";
-import { type AdapterHost, IN_PROCESS_HOST, openAdapterLazily } from "./adapter-opener.js";
+import { type LazyAdapter, openAdapterLazily } from "./adapter-opener.js";
 import { clientLookups, withTimeout } from "./client-lookups.js";
+import type { Runner } from "./runner.js";
 
-/** One plugin instance: its hooks, and what the plugin's thread sends back beside a transformed request. */
+/** One plugin instance: its hooks, and what the plugin's side sends back beside a transformed request. */
 export interface OptchatInstance {
   readonly hooks: Hooks;
   /** The session's request checks after its transform (plugin/request/checks.ts); undefined without an adapter. */
   requestChecks(hostSessionId: string): Promise<RequestChecks | undefined>;
 }
 
-/**
- * The optchat plugin's hooks, run where the adapter lives: in the plugin's thread (plugin/transport/thread-entry.ts), or in
- * OpenCode's own thread with OPTCHAT_PLUGIN_THREAD=off (plugin/index.ts decides).
- */
-export async function optchatHooks(input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> {
-  return (await optchatInstance(input, options)).hooks;
+/** What `chat.params` forwards: the model OpenCode passed, and the checks as OpenCode's side decided them. */
+interface ParamsInput {
+  readonly sessionID: string;
+  readonly agent?: string;
+  readonly model?: ParamsModel;
+  readonly checks?: RequestChecks;
 }
 
-/** Where an instance runs: the environment its settings come from, and its adapter's host. */
-export interface InstanceHost extends AdapterHost {
-  readonly env: Readonly<Record<string, string | undefined>>;
+type Log = (level: "info" | "warn" | "error", message: string) => void;
+
+/** An instance that refuses every prompt with why: a configuration error, or a start that failed. */
+export function refusingInstance(message: string): OptchatInstance {
+  return {
+    hooks: {
+      "chat.message": async () => {
+        throw new PromptRefused(message);
+      },
+    },
+    requestChecks: async () => undefined,
+  };
 }
 
 /**
- * The plugin's hooks with what the plugin's thread reads beside them (plugin/transport/plugin-side.ts). `host` is OpenCode's
- * process by default; the local server passes the OpenCode process's environment and its shared pools.
+ * The plugin's hooks with what the plugin's side reads beside them. `runner` is what runs it (plugin/host/runner.ts):
+ * the environment its settings come from, its pool, who closes it.
  */
 export async function optchatInstance(
   input: PluginInput,
-  options?: Record<string, unknown>,
-  host: InstanceHost = { ...IN_PROCESS_HOST, env: process.env },
+  options: Record<string, unknown> | undefined,
+  runner: Runner,
 ): Promise<OptchatInstance> {
-  const log = (level: "info" | "warn" | "error", message: string) => {
+  const log: Log = (level, message) => {
     // OpenCode shows plugin stderr in its log; the client's app.log would need a round trip per line.
-    if (level !== "info" || host.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
+    if (level !== "info" || runner.env.OPTCHAT_DEBUG) process.stderr.write(`${message}\n`);
   };
   let config: ResolvedPluginConfig;
   try {
-    config = resolvePluginConfig(options, host.env);
+    config = resolvePluginConfig(options, runner.env);
   } catch (error) {
     // Every prompt is refused with the configuration error: running silently without memory would hide it.
     const message = error instanceof Error ? error.message : String(error);
     log("error", message);
-    return {
-      hooks: {
-        "chat.message": async () => {
-          throw new PromptRefused(message);
-        },
-      },
-      requestChecks: async () => undefined,
-    };
+    return refusingInstance(message);
   }
-
-  const lookups = clientLookups(input);
   // The embedded compactor's model: OpenCode's small_model, else a cheap model of the main provider (issue 13 item 2).
   const compactor = compactorModel(
     {
@@ -70,13 +76,29 @@ export async function optchatInstance(
     config.core,
     log,
   );
-  const { ready, unavailable, unregister } = openAdapterLazily(input, config, lookups, compactor, log, host);
+  const lazy = openAdapterLazily(input, config, clientLookups(input), compactor, log, runner);
+  return {
+    hooks: instanceHooks(config, compactor, lazy, runner, log),
+    requestChecks: (hostSessionId) =>
+      lazy.ready().then(
+        (adapter) => adapter.requestChecks(hostSessionId),
+        () => undefined,
+      ),
+  };
+}
+
+function instanceHooks(
+  config: ResolvedPluginConfig,
+  compactor: ReturnType<typeof compactorModel>,
+  { ready, unavailable, unregister }: LazyAdapter,
+  runner: Runner,
+  log: Log,
+): Hooks {
   const withAdapter = (work: (adapter: OpencodeAdapter) => void | Promise<void>) =>
     ready()
       .then(work, () => undefined)
       .catch((error) => log("error", `optchat: ${String(error)}`));
-
-  const hooks: Hooks = {
+  return {
     "chat.message": async (hookInput, output) => {
       // The whole hook, the wait for the database's open included: what OpenCode waits for before it goes on.
       const started = performance.now();
@@ -92,23 +114,9 @@ export async function optchatInstance(
       // No usable compactor model (strict, never the fake in its place): say what to set instead of going on.
       const noModel = compactor.problem();
       if (noModel) throw new PromptRefused(noModel);
-      try {
-        await adapter.admit(
-          hookInput.sessionID,
-          output.message as unknown as HostMessageInfo,
-          output.parts as unknown as HostPart[],
-        );
-      } catch (error) {
-        if (error instanceof PromptRefused) {
-          // OpenCode 1.18.33 reports a chat.message throw only as "Unexpected server error" (the prompt is not
-          // stored, which is the point): the reason goes to stderr, and to adapter_problems for memory_inspect.
-          await adapter.problem("lease", hookInput.sessionID, error);
-          throw error;
-        }
-        await adapter.problem("admit", hookInput.sessionID, error);
-      } finally {
-        adapter.recordTiming("chat.message", started);
-      }
+      await admit(adapter, hookInput.sessionID, output.message, output.parts).finally(() =>
+        adapter.recordTiming("chat.message", started),
+      );
     },
 
     event: async ({ event }) => {
@@ -128,29 +136,21 @@ export async function optchatInstance(
       });
     },
 
+    // Only notes: the model's limits, the request on its way, and what OpenCode's side decided of it.
     "chat.params": async (hookInput) => {
-      let adapter: OpencodeAdapter | undefined;
-      try {
-        adapter = await ready();
-      } catch {
-        return;
-      }
-      // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
-      const model = hookInput.model as unknown as ParamsModel | undefined;
-      let refusal: string | undefined;
-      try {
-        if (model?.providerID && model.id) adapter.noteModelLimits(model.providerID, model.id, model.limit);
-        // The title request runs beside the turn's own requests, often with another model: never checked.
-        if (hookInput.agent !== "title") {
+      await withAdapter(async (adapter) => {
+        const { sessionID, agent, model, checks } = hookInput as unknown as ParamsInput;
+        try {
+          // 1.18.33 passes a v2-shaped model ({id, providerID, limit}); `provider.info` is absent.
+          if (model?.providerID && model.id) adapter.noteModelLimits(model.providerID, model.id, model.limit);
+          // The title request runs beside the turn's own requests, often with another model: never checked.
+          if (agent === "title") return;
           adapter.noteRequestSent();
-          refusal = adapter.checkParams(hookInput.sessionID, model);
+          if (checks) adapter.noteRequestChecks(sessionID, checks);
+        } catch (error) {
+          await adapter.problem("params", sessionID, error);
         }
-      } catch (error) {
-        await adapter.problem("params", hookInput.sessionID, error);
-      }
-      // Strict readiness and budget errors stop the request here, where OpenCode reports the error to the user
-      // (docs/opencode-notes.md "Errors thrown by hooks"); the transform itself must never throw.
-      if (refusal) throw new PromptRefused(refusal);
+      });
     },
 
     "experimental.session.compacting": async (hookInput) => {
@@ -158,7 +158,7 @@ export async function optchatInstance(
     },
 
     // JSON Schema arguments (plugin/tools/args.ts): @opencode-ai/plugin's types only describe zod ones.
-    tool: memoryTools(ready) as unknown as Hooks["tool"],
+    tool: memoryTools(ready, runner.kind) as unknown as Hooks["tool"],
 
     dispose: async () => {
       // Bounded: OpenCode 1.18.33 awaits this before it goes on disposing the instance.
@@ -171,12 +171,19 @@ export async function optchatInstance(
       });
     },
   };
-  return {
-    hooks,
-    requestChecks: (hostSessionId) =>
-      ready().then(
-        (adapter) => adapter.requestChecks(hostSessionId),
-        () => undefined,
-      ),
-  };
+}
+
+/** `chat.message`'s admission; a refused prompt is recorded and thrown, anything else only recorded. */
+async function admit(adapter: OpencodeAdapter, sessionId: string, message: unknown, parts: unknown): Promise<void> {
+  try {
+    await adapter.admit(sessionId, message as HostMessageInfo, parts as HostPart[]);
+  } catch (error) {
+    if (error instanceof PromptRefused) {
+      // OpenCode 1.18.33 reports a chat.message throw only as "Unexpected server error" (the prompt is not
+      // stored, which is the point): the reason goes to stderr, and to adapter_problems for memory_inspect.
+      await adapter.problem("lease", sessionId, error);
+      throw error;
+    }
+    await adapter.problem("admit", sessionId, error);
+  }
 }

@@ -8,9 +8,9 @@ import {
   type SearchAnswer,
   type ZoomAnswer,
 } from "../../src/memory/index.js";
-import type { OpencodeAdapter } from "../host/adapter.js";
-import { type PluginRunner, pluginRunner } from "../transport/thread-state.js";
+import type { PluginRunner } from "../base/identity.js";
 import { holderIsDead } from "../turns/lease.js";
+import type { ToolsBackend } from "./backend.js";
 
 /** memory_inspect's `runsIn`: where this process's plugin work runs (and on what, for the local server). */
 function runsIn(runner: PluginRunner): string {
@@ -38,13 +38,16 @@ export interface MemoryTool {
  * The memory tools, run by the adapter (their names, descriptions and arguments: plugin/tools/specs.ts). Every result is
  * bounded and paged.
  */
-export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<MemoryToolName, MemoryTool> {
+export function memoryTools(
+  ready: () => Promise<ToolsBackend>,
+  runner: PluginRunner,
+): Record<MemoryToolName, MemoryTool> {
   const memoryTool = <const Name extends MemoryToolName>(
     name: Name,
     work: (
       args: ArgsOf<(typeof MEMORY_TOOL_SPECS)[Name]["args"]>,
       context: ToolContext,
-      adapter: OpencodeAdapter,
+      adapter: ToolsBackend,
     ) => Promise<string>,
   ): MemoryTool => {
     const { description, args: specs } = MEMORY_TOOL_SPECS[name];
@@ -115,7 +118,7 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<Memor
       ].join("\n");
     }),
     memory_inspect: memoryTool("memory_inspect", async (args, ctx, adapter) => {
-      const report = await inspectSession(adapter, ctx.sessionID);
+      const report = await inspectSession(adapter, ctx.sessionID, runner);
       return args.format === "json" ? JSON.stringify(report, null, 2) : await inspectReportText(report);
     }),
   };
@@ -123,8 +126,9 @@ export function memoryTools(ready: () => Promise<OpencodeAdapter>): Record<Memor
 
 /** Runtime health of one host session: what makes "working" and "silently dead" look different (seed 004). */
 export async function inspectSession(
-  adapter: OpencodeAdapter,
+  adapter: ToolsBackend,
   hostSessionId: string,
+  runner: PluginRunner,
 ): Promise<Record<string, unknown>> {
   const state = adapter.sessionOf(hostSessionId);
   const session = state?.session ?? (await adapter.memory.host.findSession("opencode", hostSessionId));
@@ -133,7 +137,7 @@ export async function inspectSession(
     process: {
       holder: process.holder,
       startedAt: process.startedAt.toISOString(),
-      runsIn: runsIn(pluginRunner()),
+      runsIn: runsIn(runner),
       embeddedWorker: process.worker,
       workerStartedBecause: process.workerStartReason ?? null,
       workerLastEvent: process.workerLastEvent ?? null,

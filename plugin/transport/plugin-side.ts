@@ -1,127 +1,63 @@
 /**
- * The plugin's working side of the bridge: it holds one OpenCode process's plugin instance (the adapter, the memory
- * service, the embedded compactor) and runs the very hooks an in-process plugin runs (plugin/host/hooks.ts) on the data
- * OpenCode's thread forwards (plugin/transport/remote-hooks.ts), asking back whenever it needs OpenCode's client. It runs in the
- * plugin's thread (plugin/transport/thread-entry.ts), or in the local server for each OpenCode process connected to it
- * (plugin/transport/local-server/server.ts).
+ * The plugin's side of a channel (plugin/transport/channel.ts): it holds one OpenCode process's plugin instance (the
+ * adapter, the memory service, the embedded compactor: plugin/host/hooks.ts) and runs its hooks on the data OpenCode's
+ * side forwards (plugin/transport/remote-hooks.ts), asking back whenever it needs OpenCode's client. The same module
+ * serves every runner: the plugin's thread (plugin/transport/thread-entry.ts), the local server for each OpenCode
+ * process connected to it (plugin/transport/local-server/server.ts), and OpenCode's own thread over the loopback; the
+ * runner comes from the channel's `init`.
  */
 import type { Hooks, PluginInput } from "@opencode-ai/plugin";
-import { PromptRefused } from "../base/prompt-refused.js";
-import { IN_PROCESS_HOST } from "../host/adapter-opener.js";
-import { type InstanceHost, type OptchatInstance, optchatInstance } from "../host/hooks.js";
-import { holdLocalServer } from "./local-server/client.js";
+import { type OptchatInstance, optchatInstance, refusingInstance } from "../host/hooks.js";
+import type { Runner } from "../host/runner.js";
+import type { PluginSide, SendToOpencode } from "./channel.js";
 import {
   type ClientCall,
   type ForwardedHook,
-  type ThreadError,
-  type ToMainThread,
+  type InitMessage,
+  type SideError,
+  sideError,
   type ToolCallContext,
-  type ToPluginThread,
+  type ToPluginSide,
   type TransformReply,
-  threadError,
 } from "./protocol.js";
 import type { ClosableRegistry } from "./shutdown.js";
 
-export interface PluginHost {
-  /** Handles one message from OpenCode's thread. */
-  receive(message: ToPluginThread): void;
-  /** OpenCode's side is gone: its client calls still waiting fail (a later one fails at once). */
-  disconnected(reason: string): void;
-}
-
 /**
- * Serves one OpenCode process: `send` reaches its thread; `registry` holds the instance's adapters, closed or flushed
- * by a forwarded stop signal; `host` is where the instance runs (undefined: this process, as in the plugin's thread).
+ * Serves one OpenCode process: `send` reaches OpenCode's side; `registry` holds what the instance's runner registered
+ * (its adapters), closed or flushed by a forwarded stop signal; `runnerOf` makes the runner the `init` names.
  */
-export function hostPlugin(
-  send: (message: ToMainThread) => void,
+export function servePlugin(
+  send: SendToOpencode,
   registry: Pick<ClosableRegistry, "closeAll" | "flushAll">,
-  host?: (init: Extract<ToPluginThread, { type: "init" }>) => InstanceHost,
-): PluginHost {
-  let nextClientId = 0;
+  runnerOf: (init: InitMessage) => Runner,
+): PluginSide {
   let gone: string | undefined;
-  const clientCalls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
-
-  /** OpenCode's client as the hooks use it, each call answered by OpenCode's thread (see ClientCall). */
-  const askMain = (call: ClientCall, args?: unknown): Promise<unknown> => {
-    if (gone) return Promise.reject(new Error(`OpenCode's client is unavailable: ${gone}`));
-    const id = nextClientId++;
-    return new Promise((resolve, reject) => {
-      clientCalls.set(id, { resolve, reject });
-      send({ type: "client", id, call, args });
-    });
-  };
-  const clientStandIn = {
-    session: {
-      get: (args: unknown) => askMain("session.get", args),
-      messages: (args: unknown) => askMain("session.messages", args),
-    },
-    config: {
-      get: () => askMain("config.get"),
-      providers: () => askMain("config.providers"),
-    },
-  };
-
+  const client = clientStandIn(send, () => gone);
   let resolveInstance: (instance: OptchatInstance) => void = () => {};
   /** The plugin once `init` arrived; every later message waits for it, in the order it came. */
   const instance = new Promise<OptchatInstance>((resolve) => {
     resolveInstance = resolve;
   });
   const hooks: Promise<Hooks> = instance.then((plugin) => plugin.hooks);
-
-  const reply = (id: number, value?: unknown, error?: ThreadError): void => {
+  const reply = (id: number, value?: unknown, error?: SideError): void => {
     if (gone) return;
     send(error ? { type: "reply", id, error } : { type: "reply", id, value });
   };
-
-  /** Runs a forwarded hook on this side's copy of its input and output; answers with the output it may have changed. */
-  const runHook = async (id: number, name: ForwardedHook, input: unknown, output: unknown): Promise<void> => {
-    try {
-      const hook = (await hooks)[name] as ((input: unknown, output: unknown) => Promise<void>) | undefined;
-      await hook?.(input, output);
-      if (name !== "experimental.chat.messages.transform") return reply(id);
-      // With the request, what its chat.params will decide from (plugin/request/checks.ts): OpenCode's thread answers
-      // chat.params itself.
-      const messages = (output as { messages?: { info?: { sessionID?: string } }[] }).messages;
-      const sessionId = messages?.at(-1)?.info?.sessionID;
-      const checks = sessionId ? await (await instance).requestChecks(sessionId) : undefined;
-      reply(id, { ...(output as object), checks } satisfies TransformReply);
-    } catch (error) {
-      reply(id, undefined, threadError(error));
-    }
-  };
-
-  const runTool = async (id: number, name: string, args: unknown, context: ToolCallContext): Promise<void> => {
-    try {
-      const tool = (await hooks).tool?.[name];
-      // Only hooks without tools exist when the plugin could not start (a configuration error, or a failed start):
-      // the tools are declared by OpenCode's thread all the same, so say why they cannot run.
-      if (!tool)
-        throw new Error(
-          `${name} failed: optchat memory is not running in this OpenCode process (its configuration or start failed; the reason is the error shown when a prompt is sent)`,
-        );
-      // Only the fields the memory tools read cross the thread (ToolCallContext).
-      reply(id, await tool.execute(args as never, context as never));
-    } catch (error) {
-      reply(id, undefined, threadError(error));
-    }
-  };
-
-  const init = (message: Extract<ToPluginThread, { type: "init" }>): void => {
-    const input = { ...message.input, client: clientStandIn } as unknown as PluginInput;
-    // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
-    void optchatInstance(input, message.options, host?.(message) ?? ownThreadHost(message)).then(
-      resolveInstance,
-      (error: unknown) =>
-        resolveInstance({
-          hooks: {
-            "chat.message": async () => {
-              throw new PromptRefused(`optchat: the plugin could not start: ${threadError(error).message}`);
-            },
-          },
-          requestChecks: async () => undefined,
-        }),
+  const run = (id: number, work: () => Promise<unknown>): void => {
+    void work().then(
+      (value) => reply(id, value),
+      (error: unknown) => reply(id, undefined, sideError(error)),
     );
+  };
+
+  const init = (message: InitMessage): void => {
+    const input = { ...message.input, client: client.standIn } as unknown as PluginInput;
+    // A configuration error comes back as hooks that refuse every prompt; anything else thrown here does too.
+    void Promise.resolve()
+      .then(() => optchatInstance(input, message.options, runnerOf(message)))
+      .then(resolveInstance, (error: unknown) =>
+        resolveInstance(refusingInstance(`optchat: the plugin could not start: ${sideError(error).message}`)),
+      );
   };
 
   return {
@@ -130,45 +66,88 @@ export function hostPlugin(
         case "init":
           return init(message);
         case "hook":
-          void runHook(message.id, message.hook, message.input, message.output);
-          return;
+          return run(message.id, () => runHook(instance, message.hook, message.input, message.output));
         case "event":
           void hooks.then((h) => h.event?.({ event: message.event as never })).catch(() => {});
           return;
         case "tool":
-          void runTool(message.id, message.name, message.args, message.context);
-          return;
+          return run(message.id, () => runTool(hooks, message.name, message.args, message.context));
         case "signal":
-          void (message.signal === "close" ? registry.closeAll() : registry.flushAll()).then(() => reply(message.id));
-          return;
-        case "client-reply": {
-          const pending = clientCalls.get(message.id);
-          clientCalls.delete(message.id);
-          if (!pending) return;
-          if (message.error)
-            pending.reject(Object.assign(new Error(message.error.message), { name: message.error.name }));
-          else pending.resolve(message.value);
-          return;
-        }
+          return run(message.id, () => (message.signal === "close" ? registry.closeAll() : registry.flushAll()));
+        case "client-reply":
+          return client.answered(message);
       }
     },
     disconnected(reason) {
       gone ??= reason;
-      for (const [id, pending] of clientCalls) {
-        clientCalls.delete(id);
-        pending.reject(new Error(`OpenCode's client is unavailable: ${reason}`));
-      }
+      client.disconnected(reason);
     },
   };
 }
 
-/** The plugin's own thread: its queue goes to the local server starting for this process, if any, at close. */
-function ownThreadHost(message: Extract<ToPluginThread, { type: "init" }>): InstanceHost | undefined {
-  const socket = message.handOffSocket;
-  if (!socket) return undefined;
+/** Runs a forwarded hook on this side's copy of its input and output; answers with the output it may have changed. */
+async function runHook(
+  instance: Promise<OptchatInstance>,
+  name: ForwardedHook,
+  input: unknown,
+  output: unknown,
+): Promise<unknown> {
+  const plugin = await instance;
+  const hook = plugin.hooks[name] as ((input: unknown, output: unknown) => Promise<void>) | undefined;
+  await hook?.(input, output);
+  if (name !== "experimental.chat.messages.transform") return undefined;
+  // With the request, what its chat.params will decide from (plugin/request/checks.ts): OpenCode's side answers it.
+  const messages = (output as { messages?: { info?: { sessionID?: string } }[] }).messages;
+  const sessionId = messages?.at(-1)?.info?.sessionID;
+  const checks = sessionId ? await plugin.requestChecks(sessionId) : undefined;
+  return { ...(output as object), checks } satisfies TransformReply;
+}
+
+async function runTool(hooks: Promise<Hooks>, name: string, args: unknown, context: ToolCallContext): Promise<string> {
+  const tool = (await hooks).tool?.[name];
+  // Only hooks without tools exist when the plugin could not start (a configuration error, or a failed start): the
+  // tools are declared by OpenCode's side all the same, so say why they cannot run.
+  if (!tool)
+    throw new Error(
+      `${name} failed: optchat memory is not running in this OpenCode process (its configuration or start failed; the reason is the error shown when a prompt is sent)`,
+    );
+  // Only the fields the memory tools read cross the channel (ToolCallContext).
+  return (await tool.execute(args as never, context as never)) as string;
+}
+
+/** OpenCode's client as the hooks use it, each call answered by OpenCode's side (see ClientCall). */
+function clientStandIn(send: SendToOpencode, gone: () => string | undefined) {
+  let nextId = 0;
+  const calls = new Map<number, { resolve(value: unknown): void; reject(error: Error): void }>();
+  const ask = (call: ClientCall, args?: unknown): Promise<unknown> => {
+    const reason = gone();
+    if (reason) return Promise.reject(new Error(`OpenCode's client is unavailable: ${reason}`));
+    const id = nextId++;
+    return new Promise((resolve, reject) => {
+      calls.set(id, { resolve, reject });
+      send({ type: "client", id, call, args });
+    });
+  };
   return {
-    ...IN_PROCESS_HOST,
-    env: process.env,
-    holdServer: () => holdLocalServer(socket),
+    standIn: {
+      session: {
+        get: (args: unknown) => ask("session.get", args),
+        messages: (args: unknown) => ask("session.messages", args),
+      },
+      config: { get: () => ask("config.get"), providers: () => ask("config.providers") },
+    },
+    answered(message: Extract<ToPluginSide, { type: "client-reply" }>): void {
+      const pending = calls.get(message.id);
+      calls.delete(message.id);
+      if (!pending) return;
+      if (message.error) pending.reject(Object.assign(new Error(message.error.message), { name: message.error.name }));
+      else pending.resolve(message.value);
+    },
+    disconnected(reason: string): void {
+      for (const [id, pending] of calls) {
+        calls.delete(id);
+        pending.reject(new Error(`OpenCode's client is unavailable: ${reason}`));
+      }
+    },
   };
 }

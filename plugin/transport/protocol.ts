@@ -1,9 +1,11 @@
 /**
- * The messages between the plugin's main thread (plugin/transport/remote-hooks.ts, inside OpenCode's own JavaScript thread) and
- * the plugin's thread (plugin/transport/thread-entry.ts, a Bun worker that holds the adapter, the database pool and the
- * embedded compactor). Everything in them is structured-cloneable data: each side picks the fields it passes.
+ * The messages over a channel (plugin/transport/channel.ts) between OpenCode's side (plugin/transport/remote-hooks.ts,
+ * in OpenCode's own JavaScript thread) and the plugin's side (plugin/transport/plugin-side.ts: in the plugin's thread,
+ * in the local server, or in OpenCode's thread over the loopback). Everything in them is structured-cloneable data
+ * (and JSON for the local server's socket): each side picks the fields it passes.
  */
 
+import type { PluginRunner } from "../base/identity.js";
 import type { RequestChecks } from "../request/checks.js";
 
 /**
@@ -28,24 +30,31 @@ export interface InitInput {
   readonly directory: string;
 }
 
-export type ToMainThread =
+export type ToOpencodeSide =
   /** The answer to a request (`id`), with the hook's output where the hook changes it. */
-  | { readonly type: "reply"; readonly id: number; readonly value?: unknown; readonly error?: ThreadError }
+  | { readonly type: "reply"; readonly id: number; readonly value?: unknown; readonly error?: SideError }
   /** A call of OpenCode's client on the thread's behalf; answered with a `client-reply`. */
   | { readonly type: "client"; readonly id: number; readonly call: ClientCall; readonly args: unknown };
 
-export type ToPluginThread =
-  | {
-      readonly type: "init";
-      readonly input: InitInput;
-      readonly options: Record<string, unknown> | undefined;
-      /** The OpenCode process's settings from its environment (to the local server, which has its own). */
-      readonly env?: Readonly<Record<string, string | undefined>>;
-      /** The OpenCode process (to the local server: it holds the sessions' leases in that process's name). */
-      readonly pid?: number;
-      /** The local server starting for this process (to its own thread): the queue is handed to it at close. */
-      readonly handOffSocket?: string;
-    }
+/** What a channel says of its runner in `init` (plugin/transport/channel.ts `Channel.init`). */
+export interface RunnerInit {
+  readonly runner: PluginRunner;
+  /** The OpenCode process's settings from its environment (to the local server, which has its own). */
+  readonly env?: Readonly<Record<string, string | undefined>>;
+  /** The OpenCode process (to the local server: it holds the sessions' leases in that process's name). */
+  readonly pid?: number;
+  /** The local server starting for this process (to its own thread): the queue is handed to it at close. */
+  readonly handOffSocket?: string;
+}
+
+export type InitMessage = RunnerInit & {
+  readonly type: "init";
+  readonly input: InitInput;
+  readonly options: Record<string, unknown> | undefined;
+};
+
+export type ToPluginSide =
+  | InitMessage
   | {
       readonly type: "hook";
       readonly id: number;
@@ -63,7 +72,7 @@ export type ToPluginThread =
     }
   /** A stop signal the main thread received: SIGTERM/SIGHUP close every adapter, SIGINT flushes them. */
   | { readonly type: "signal"; readonly id: number; readonly signal: "close" | "flush" }
-  | { readonly type: "client-reply"; readonly id: number; readonly value?: unknown; readonly error?: ThreadError };
+  | { readonly type: "client-reply"; readonly id: number; readonly value?: unknown; readonly error?: SideError };
 
 /**
  * The thread's answer to a forwarded `experimental.chat.messages.transform`: the messages (replacing OpenCode's in
@@ -85,12 +94,12 @@ export interface ToolCallContext {
 }
 
 /** An error as it crosses threads: its class name (PromptRefused is rebuilt as one) and message. */
-export interface ThreadError {
+export interface SideError {
   readonly name: string;
   readonly message: string;
 }
 
-export function threadError(error: unknown): ThreadError {
+export function sideError(error: unknown): SideError {
   if (error instanceof Error) return { name: error.name, message: error.message };
   return { name: "Error", message: String(error) };
 }

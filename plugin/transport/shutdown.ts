@@ -10,14 +10,9 @@
  * 1.18.33 (`opencode run` and `serve` both survived it): the plugin flushes on it and leaves the process running.
  */
 
-import { runsInPluginThread } from "./thread-state.js";
+import { bounded, type Closable } from "../base/closing.js";
 
-export interface Closable {
-  /** Flushes pending work (at most `budgetMs`) and releases everything; the same promise for every caller. */
-  close(budgetMs: number): Promise<void>;
-  /** Waits (at most `budgetMs`) for pending work, keeping everything open. */
-  flush(budgetMs: number): Promise<unknown>;
-}
+export type { Closable } from "../base/closing.js";
 
 /**
  * Closables to flush or close together: the process's own (closed on its stop signals), or one OpenCode process's
@@ -47,24 +42,20 @@ export class ClosableRegistry {
   }
 }
 
-/** How an adapter is registered to be flushed and closed when whoever runs it stops (closeOnSignals by default). */
-export type RegisterClosable = (target: Closable, budgetMs: number) => () => void;
-
 const processTargets = new ClosableRegistry();
 let installed = false;
 let terminating = false;
 
 /**
- * Registers an adapter (or, in OpenCode's thread, the bridge to a plugin thread) to be flushed and closed when the
- * process is told to stop; returns the unregistration. OpenCode may load the plugin several times in one process (one
- * per instance, again after a dispose), so the listeners are installed once per process and close every registered
- * target: one owner of the signals, whichever way each instance runs.
+ * Registers a target to be flushed and closed when the process is told to stop; returns the unregistration. Called only
+ * in OpenCode's thread, where the signals arrive: by the forwarding hooks (plugin/transport/remote-hooks.ts), which
+ * have the plugin's side close or flush whatever its runner registered. OpenCode may load the plugin several times in
+ * one process (one per instance, again after a dispose), so the listeners are installed once per process and close
+ * every registered target: one owner of the signals, whichever way each instance runs.
  */
 export function closeOnSignals(target: Closable, budgetMs: number): () => void {
   const unregister = processTargets.register(target, budgetMs);
-  // Signals reach only OpenCode's thread: there the bridge (plugin/transport/remote-hooks.ts) registers itself here, and the
-  // plugin's thread answers its forwarded close or flush with `closeRegistered` / `flushRegistered`.
-  if (!installed && !runsInPluginThread()) {
+  if (!installed) {
     installed = true;
     process.on("SIGTERM", onTerminate);
     process.on("SIGHUP", onTerminate);
@@ -73,20 +64,10 @@ export function closeOnSignals(target: Closable, budgetMs: number): () => void {
   return unregister;
 }
 
-/** Flushes and closes every target registered by closeOnSignals, each within its budget (plus 500 ms); never rejects. */
-export function closeRegistered(): Promise<void> {
-  return processTargets.closeAll();
-}
-
-/** Flushes every target registered by closeOnSignals (SIGINT), keeping them open; never rejects. */
-export function flushRegistered(): Promise<void> {
-  return processTargets.flushAll();
-}
-
 function onTerminate(signal: NodeJS.Signals): void {
   if (terminating) return;
   terminating = true;
-  void closeRegistered().finally(() => {
+  void processTargets.closeAll().finally(() => {
     process.off("SIGTERM", onTerminate);
     process.off("SIGHUP", onTerminate);
     // Someone else listens (a later OpenCode version, a test): they decide. Otherwise end as the signal would have.
@@ -95,46 +76,5 @@ function onTerminate(signal: NodeJS.Signals): void {
 }
 
 function onInterrupt(): void {
-  void flushRegistered();
-}
-
-/**
- * Waits until the promises `current()` lists have all settled and it lists no new one, or `budgetMs` passed: work
- * queued while waiting (a final message arriving during a close) is waited for too. True when everything settled.
- */
-export async function settle(current: () => readonly Promise<unknown>[], budgetMs: number): Promise<boolean> {
-  const deadline = Date.now() + budgetMs;
-  for (;;) {
-    const pending = current();
-    const left = deadline - Date.now();
-    if (left <= 0) return false;
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    const timedOut = await Promise.race([
-      Promise.allSettled(pending).then(() => false),
-      new Promise<boolean>((resolve) => {
-        timer = setTimeout(() => resolve(true), left);
-      }),
-    ]).finally(() => clearTimeout(timer));
-    if (timedOut) return false;
-    const now = current();
-    if (now.length === pending.length && now.every((promise, i) => promise === pending[i])) return true;
-  }
-}
-
-/** Resolves when `work` settles or after `ms`, whichever is first; never rejects. */
-export async function bounded(work: Promise<unknown>, ms: number): Promise<void> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  try {
-    await Promise.race([
-      work.then(
-        () => undefined,
-        () => undefined,
-      ),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, ms);
-      }),
-    ]);
-  } finally {
-    clearTimeout(timer);
-  }
+  void processTargets.flushAll();
 }

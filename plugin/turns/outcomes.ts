@@ -1,8 +1,8 @@
 import type { Memory, Session } from "../../src/memory/index.js";
 import type { Clock } from "../base/clock.js";
 import type { Diagnostics } from "../base/diagnostics.js";
-import type { CompactorHandle } from "../host/embedded-worker.js";
 import { assistantRecordDrafts, type HostMessageInfo, stepOutcome } from "../opencode/messages.js";
+import type { CompactorHandle } from "./compactor-handle.js";
 import type { LeaseKeeper } from "./lease.js";
 import type { SessionJobs } from "./session-jobs.js";
 import type { SessionMemory } from "./session-memory.js";

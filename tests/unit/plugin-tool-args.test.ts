@@ -45,7 +45,7 @@ describe("memory tool arguments as JSON Schema (plugin/tools/args.ts)", () => {
     const tools = memoryTools(async () => {
       asked += 1;
       throw new Error("not reached");
-    });
+    }, "thread");
     expect(Object.keys(tools).sort()).toEqual([
       "memory_date",
       "memory_inspect",

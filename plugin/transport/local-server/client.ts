@@ -1,7 +1,8 @@
 /**
  * OpenCode's side of the optchat local server (plugin/transport/local-server/server.ts): finds the server for this process's
- * configuration, starts one when there is none, and gives the bridge (plugin/transport/remote-hooks.ts) a channel to it with the
- * same messages a plugin thread gets. Runs in OpenCode's thread, so it imports only Node's built-ins.
+ * configuration, starts one when there is none, and gives OpenCode's side (plugin/transport/remote-hooks.ts) a channel
+ * to it (plugin/transport/channel.ts) with the same messages a plugin thread gets. Runs in OpenCode's thread, so it
+ * imports only Node's built-ins (and the settings' declarations, plain data).
  *
  * Why (issue 9 item 2, docs/opencode-notes.md "The local server"): a plugin thread is a fresh runtime in every OpenCode
  * process: each `opencode run` loaded ~100 modules, opened a pool whose PostgreSQL backends planned every statement
@@ -14,14 +15,15 @@ import { createConnection, type Socket } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { ToMainThread } from "../protocol.js";
-import type { BunWorker } from "../remote-hooks.js";
+import { givenSetting } from "../../base/settings.js";
+import { type Channel, type ChannelReceiver, SIDE_NAMES } from "../channel.js";
+import type { RunnerInit, ToOpencodeSide, ToPluginSide } from "../protocol.js";
 import { LineReader } from "./json-lines.js";
 import type { ServerCommand } from "./runtime.js";
 
 /**
  * How long a connection waits for the server's `ready`, which the server sends at once. Generous: the connection is
- * made while OpenCode goes on with its start (plugin/transport/deferred-hooks.ts), whose event loop reads the answer only when it
+ * made while OpenCode goes on with its start (plugin/transport/remote-hooks.ts), whose event loop reads the answer only when it
  * gets to it (measured up to 0.6 s after the plugin's load on 2 busy cores), and a `ready` read after the timer fired
  * would cost the process a thread of its own and start a second server. A missing server fails at once.
  */
@@ -85,9 +87,8 @@ export function serverPaths(identity: string): { socket: string; log: string; st
 }
 
 export interface LocalServerConnection {
-  readonly channel: BunWorker;
-  /** What the server resolves this process's settings from (sent with `init`). */
-  readonly env: Record<string, string>;
+  /** Its `init` carries what the server resolves this process's settings from, and the process's pid. */
+  readonly channel: Channel;
   readonly socketPath: string;
 }
 
@@ -101,13 +102,14 @@ export async function localServerChannel(
   env: NodeJS.ProcessEnv,
   entry: URL,
 ): Promise<{ readonly served?: LocalServerConnection; readonly handOffSocket?: string }> {
-  if (!localServerWanted(options?.localServer ?? env.OPTCHAT_LOCAL_SERVER, process.argv)) return {};
+  if (!localServerWanted(givenSetting("localServer", options, env), process.argv)) return {};
   const pickedEnv = settingsEnv(env);
   const pluginDirectory = dirname(fileURLToPath(entry));
   // Processes with the same code, options and settings share a server; any difference gets a server of its own.
   const paths = serverPaths(JSON.stringify({ pluginDirectory, options: options ?? {}, env: pickedEnv }));
   const socket = await connect(paths.socket);
-  if (socket) return { served: { channel: new SocketChannel(socket), env: pickedEnv, socketPath: paths.socket } };
+  const init: RunnerInit = { runner: "local server", env: pickedEnv, pid: process.pid };
+  if (socket) return { served: { channel: new SocketChannel(socket, init), socketPath: paths.socket } };
   startServer(entry, paths, options, env);
   return { handOffSocket: paths.socket };
 }
@@ -281,38 +283,45 @@ function idleSeconds(options: Record<string, unknown> | undefined, env: NodeJS.P
   return Number.isInteger(given) && given >= 1 && given <= 86_400 ? given : 300;
 }
 
-type Listener = (event: never) => void;
-
-/** The server's socket as the bridge's worker: one JSON message per line each way. */
-class SocketChannel implements BunWorker {
-  private readonly listeners = { message: [] as Listener[], error: [] as Listener[], close: [] as Listener[] };
-  private readonly early: ToMainThread[] = [];
+/** The server's socket as a channel: one JSON message per line each way. */
+class SocketChannel implements Channel {
+  readonly sideName = SIDE_NAMES["local server"];
+  readonly outlivesProcess = true;
+  private receiver: ChannelReceiver | undefined;
+  private readonly early: ToOpencodeSide[] = [];
+  /** A failure before anyone listened, told at `listen`. */
+  private earlyFailure: string | undefined;
   private readonly socket: Socket;
 
-  constructor({ socket, reader, pending }: Connected) {
+  constructor(
+    { socket, reader, pending }: Connected,
+    readonly init: RunnerInit,
+  ) {
     this.socket = socket;
     socket.on("data", (chunk: Buffer) => this.read(reader.push(chunk)));
-    socket.on("error", (error) => this.emit("error", { message: `the local server's connection failed: ${error}` }));
-    socket.on("close", () => this.emit("close", undefined));
+    socket.on("error", (error) => this.failed(`it failed: the local server's connection failed: ${error}`));
+    socket.on("close", () => this.failed("it ended"));
     socket.resume();
     this.read(pending);
   }
 
-  postMessage(message: unknown): void {
+  post(message: ToPluginSide): void {
     this.socket.write(`${JSON.stringify(message)}\n`);
   }
 
-  addEventListener(type: "message" | "error" | "close", listener: Listener): void {
-    this.listeners[type].push(listener);
-    if (type === "message") for (const data of this.early.splice(0)) (listener as (e: unknown) => void)({ data });
+  listen(receiver: ChannelReceiver): void {
+    this.receiver = receiver;
+    for (const data of this.early.splice(0)) receiver.message(data);
+    if (this.earlyFailure) receiver.failed(this.earlyFailure);
   }
 
   /**
    * Ends the connection after what was written (the last events before a dispose must reach the server, which then
    * flushes). A socket already closed is left alone, and one that has not closed a second later is destroyed: Bun 1.3
-   * spun at full CPU in `end()` on a socket its peer had just closed (plugin/transport/local-server/server.ts `Connection.end`).
+   * spun at full CPU in `end()` on a socket its peer had just closed (plugin/transport/local-server/server.ts
+   * `Connection.end`).
    */
-  terminate(): void {
+  close(): void {
     if (this.socket.destroyed || !this.socket.writable) return;
     this.socket.end();
     setTimeout(() => this.socket.destroy(), 1_000).unref();
@@ -328,20 +337,21 @@ class SocketChannel implements BunWorker {
 
   private read(lines: readonly string[]): void {
     for (const line of lines) {
-      let data: ToMainThread;
+      let data: ToOpencodeSide;
       try {
-        data = JSON.parse(line) as ToMainThread;
+        data = JSON.parse(line) as ToOpencodeSide;
       } catch (error) {
-        this.emit("error", { message: `the local server sent a line that is not JSON: ${String(error)}` });
+        this.failed(`it failed: the local server sent a line that is not JSON: ${String(error)}`);
         continue;
       }
-      if (this.listeners.message.length === 0) this.early.push(data);
-      else this.emit("message", { data });
+      if (this.receiver) this.receiver.message(data);
+      else this.early.push(data);
     }
   }
 
-  private emit(type: "message" | "error" | "close", event: unknown): void {
-    for (const listener of this.listeners[type]) (listener as (e: unknown) => void)(event);
+  private failed(reason: string): void {
+    if (this.receiver) this.receiver.failed(reason);
+    else this.earlyFailure ??= reason;
   }
 }
 

@@ -7,10 +7,7 @@
 import { unlink } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { markPluginThread } from "../thread-state.js";
 import { recordServerPid, startLocalServer, waitForPredecessor } from "./server.js";
-
-markPluginThread("local server");
 
 const log = (line: string) => process.stderr.write(`${new Date().toISOString()} ${line}\n`);
 const describe = (error: unknown) => (error instanceof Error ? (error.stack ?? error.message) : String(error));

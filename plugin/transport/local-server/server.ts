@@ -15,8 +15,8 @@ import { readdir, readFile, stat, unlink, utimes, writeFile } from "node:fs/prom
 import { createConnection, createServer, type Server, type Socket } from "node:net";
 import { join } from "node:path";
 import type { Config } from "../../../src/memory/index.js";
-import { hostPlugin } from "../plugin-side.js";
-import type { ToMainThread, ToPluginThread } from "../protocol.js";
+import { servePlugin } from "../plugin-side.js";
+import type { ToOpencodeSide, ToPluginSide } from "../protocol.js";
 import { ClosableRegistry } from "../shutdown.js";
 import { LineReader } from "./json-lines.js";
 import { ServerMemories } from "./memories.js";
@@ -249,18 +249,21 @@ class Connection {
   ) {
     /** The database a process that ran its own thread handed over on this connection (`hand-off`). */
     let handedOff: Config | undefined;
-    const host = hostPlugin(
-      (message: ToMainThread) => {
+    const side = servePlugin(
+      (message: ToOpencodeSide) => {
         // A process that ended its side (after its dispose, which it does not wait for) gets no answer.
         if (socket.writable) socket.write(`${JSON.stringify(message)}\n`);
       },
       this.registry,
       (init) => ({
+        kind: "local server",
         env: init.env ?? {},
         hostPid: init.pid,
         rememberedLimits: memories.limits,
         openMemory: (config) => memories.open(config),
-        serverCompactor: (config, settings, concurrency) => memories.compactor(config, settings, concurrency),
+        // The server's own worker for the process's database, given the process's compactor model.
+        compactor: ({ config, model }) =>
+          memories.compactor(config.core, model.settings, config.plugin.embeddedWorkerConcurrency),
         register: (target, budgetMs) => this.registry.register(target, budgetMs),
       }),
     );
@@ -268,9 +271,9 @@ class Connection {
     socket.on("data", (chunk: Buffer) => {
       for (const line of this.lines.push(chunk)) {
         try {
-          const message = JSON.parse(line) as ToPluginThread | { type: "hand-off" };
+          const message = JSON.parse(line) as ToPluginSide | { type: "hand-off" };
           if (message.type === "hand-off") handedOff = memories.handOff(message) ?? handedOff;
-          else host.receive(message);
+          else side.receive(message);
         } catch (error) {
           this.log(`optchat local server: a message could not be read: ${String(error)}`);
         }
@@ -284,7 +287,7 @@ class Connection {
     });
     this.closed = new Promise((resolve) => {
       socket.once("close", () => {
-        host.disconnected("its OpenCode process disconnected");
+        side.disconnected("its OpenCode process disconnected");
         // The run that handed its queue over is done: its turn's publication is due now.
         if (handedOff) memories.workers.demand(handedOff);
         // After a dispose this finds nothing left; after a kill it flushes what the process had sent.

@@ -6,29 +6,27 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { PromptRefused } from "../../plugin/base/prompt-refused.js";
 import { HOST_EVENT_TYPES } from "../../plugin/opencode/events.js";
 import { wouldBeRetried } from "../../plugin/opencode/messages.js";
+import { type BunWorker, type Channel, SIDE_NAMES, workerChannel } from "../../plugin/transport/channel.js";
 import { providersForThread } from "../../plugin/transport/client-calls.js";
-import type { ToMainThread, ToPluginThread } from "../../plugin/transport/protocol.js";
-import { type BunWorker, bridgedHooks, threadedHooks } from "../../plugin/transport/remote-hooks.js";
+import type { ToOpencodeSide, ToPluginSide } from "../../plugin/transport/protocol.js";
+import { remoteHooks } from "../../plugin/transport/remote-hooks.js";
 
 /**
- * The plugin's main thread (plugin/transport/remote-hooks.ts) against a stand-in for Bun's Worker: what it forwards, what it
+ * OpenCode's side of the plugin (plugin/transport/remote-hooks.ts) over a worker channel, against a stand-in for Bun's Worker: what it forwards, what it
  * waits for, and what OpenCode sees when the thread answers, fails or never answers. The whole path through a real
  * thread in OpenCode's Bun is in the e2e tests (every e2e file runs the plugin in its thread; plugin-memory's B does not).
  */
 class FakeWorker implements BunWorker {
-  static last: FakeWorker | undefined;
-  readonly posted: ToPluginThread[] = [];
+  readonly posted: ToPluginSide[] = [];
   terminated = false;
   /** Whether the worker holds the process open (Bun's ref/unref). */
   referenced = true;
   private readonly listeners = new Map<string, ((event: never) => void)[]>();
 
-  constructor(readonly url: string) {
-    FakeWorker.last = this;
-  }
+  constructor(readonly url: string) {}
   postMessage(message: unknown): void {
     // What a real worker does with a value it cannot copy (a function): a DataCloneError.
-    this.posted.push(structuredClone(message) as ToPluginThread);
+    this.posted.push(structuredClone(message) as ToPluginSide);
   }
   addEventListener(type: string, listener: (event: never) => void): void {
     this.listeners.set(type, [...(this.listeners.get(type) ?? []), listener]);
@@ -45,24 +43,34 @@ class FakeWorker implements BunWorker {
   emit(type: string, event: unknown): void {
     for (const listener of this.listeners.get(type) ?? []) listener(event as never);
   }
-  answer(message: ToMainThread): void {
+  answer(message: ToOpencodeSide): void {
     this.emit("message", { data: message });
   }
   /** The newest request of `type` (with its id), once the bridge posted it. */
-  async request<T extends ToPluginThread["type"]>(type: T): Promise<Extract<ToPluginThread, { type: T }>> {
+  async request<T extends ToPluginSide["type"]>(type: T): Promise<Extract<ToPluginSide, { type: T }>> {
     await vi.waitFor(() => expect(this.posted.some((m) => m.type === type)).toBe(true));
-    return this.posted.filter((m) => m.type === type).at(-1) as Extract<ToPluginThread, { type: T }>;
+    return this.posted.filter((m) => m.type === type).at(-1) as Extract<ToPluginSide, { type: T }>;
   }
 }
 
 function start(options: Record<string, unknown> = {}, client: unknown = {}) {
   const input = { project: { id: "p1" }, worktree: "/w", directory: "/w/d", client } as unknown as PluginInput;
-  const hooks = threadedHooks(input, options, new URL("file:///entry.ts"), FakeWorker, { listenToSignals: false });
-  const worker = FakeWorker.last as FakeWorker;
+  const worker = new FakeWorker("file:///entry.ts");
+  const hooks = remoteHooks(input, options, workerChannel(worker), { listenToSignals: false });
   return { hooks, worker };
 }
 
 type Hook = (input: unknown, output: unknown) => Promise<void>;
+
+/** A stand-in for the local server's channel (plugin/transport/local-server/client.ts `SocketChannel`). */
+function served(worker: FakeWorker, env: Record<string, string>): Channel {
+  return {
+    ...workerChannel(worker),
+    init: { runner: "local server", env, pid: process.pid },
+    sideName: SIDE_NAMES["local server"],
+    outlivesProcess: true,
+  };
+}
 
 afterEach(() => {
   vi.useRealTimers();
@@ -77,6 +85,8 @@ describe("the plugin's main thread", () => {
       type: "init",
       input: { project: { id: "p1" }, worktree: "/w", directory: "/w/d" },
       options: { databaseUrl: "postgres://x" },
+      // Which runner serves it travels in init (plugin/transport/channel.ts).
+      runner: "thread",
     });
   });
 
@@ -161,6 +171,11 @@ describe("the plugin's main thread", () => {
     const told = worker.posted.filter((m) => m.type === "hook" && m.hook === "chat.params");
     expect(told).toHaveLength(4);
     expect(told[0]).toMatchObject({ input: { sessionID: "s1", agent: "build", model: { id: "m", providerID: "p" } } });
+    // With what was decided: the side records it (an idle then ends the turn as failed), and decides nothing itself.
+    expect(told[0]).toMatchObject({
+      input: { checks: { pendingError: expect.stringMatching(/memory is not ready/) } },
+    });
+    expect(told[2]).toMatchObject({ input: { agent: "title", checks: undefined } });
 
     // Sized for an assumed window: checked once against the window OpenCode passes, and the refusal then stands.
     await transformed("s1", { unsized: { tokens: 5000, assumedWindow: 32000 } });
@@ -407,12 +422,13 @@ describe("the plugin's main thread", () => {
   it("hands the flush to a side that outlives the process (the local server) at dispose without waiting, ends the channel after it, and sends the settings' environment and pid with init", async () => {
     const input = { project: { id: "p1" }, worktree: "/w", directory: "/w/d", client: {} } as unknown as PluginInput;
     const channel = new FakeWorker("socket");
-    const hooks = bridgedHooks(input, {}, channel, {
-      listenToSignals: false,
+    const hooks = remoteHooks(input, {}, served(channel, { DATABASE_URL: "postgres://x" }), { listenToSignals: false });
+    expect(channel.posted[0]).toMatchObject({
+      type: "init",
+      runner: "local server",
       env: { DATABASE_URL: "postgres://x" },
-      flushOutlivesProcess: true,
+      pid: process.pid,
     });
-    expect(channel.posted[0]).toMatchObject({ type: "init", env: { DATABASE_URL: "postgres://x" }, pid: process.pid });
     await (hooks.dispose as () => Promise<void>)();
     // Posted before the channel ended, in the same stream: the server gets it, and flushes when the connection ends
     // in any case.
@@ -421,9 +437,9 @@ describe("the plugin's main thread", () => {
 
     // A server that went away is named as such in the refusal.
     const gone = new FakeWorker("socket");
-    const served = bridgedHooks(input, {}, gone, { listenToSignals: false, env: {}, flushOutlivesProcess: true });
+    const servedHooks = remoteHooks(input, {}, served(gone, {}), { listenToSignals: false });
     gone.emit("close", undefined);
-    const refused = (await (served["chat.message"] as Hook)(
+    const refused = (await (servedHooks["chat.message"] as Hook)(
       { sessionID: "s1" },
       { message: { id: "m1" }, parts: [] },
     ).catch((e: unknown) => e)) as Error;

@@ -1,10 +1,10 @@
 import {
   type AssembledContext,
-  availableMemoryTokens,
   estimateTokens,
   fixedRequestTokens,
   isOptchatError,
   type Memory,
+  omittedText,
   type Session,
   type Turn,
 } from "../../src/memory/index.js";
@@ -160,7 +160,7 @@ export class RequestTransform {
     }
     const { context, reused } = assembly;
     timing.assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
-    state.assembled = context.omitted.length === 0 ? { turnId, context } : undefined;
+    state.assembled = { turnId, context };
     if (!sizing.sized) state.unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
     const place = { hostSessionId, turnId, requestIndex, request, replaceable };
     this.present(state, messages, place, { context, reused, sizing }, record);
@@ -187,10 +187,7 @@ export class RequestTransform {
     const { context, reused, sizing } = assembled;
     const { budget, fixed, model } = sizing;
     // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
-    const ownComplete =
-      context.blocks.some((b) => b.name === "session_memory") &&
-      !context.omitted.some((o) => o.startsWith("session memory"));
-    const replace = replaceable > 0 && !ownComplete ? 0 : replaceable;
+    const replace = replaceable > 0 && !context.historyComplete ? 0 : replaceable;
     const epochReason = this.continueEpoch(state, messages, {
       turnId,
       requestIndex,
@@ -223,7 +220,7 @@ export class RequestTransform {
         model,
         tokens: context.tokens,
         blocks: blockSizes,
-        omitted: context.omitted,
+        omitted: context.omitted.map(omittedText),
         snapshot: context.snapshot,
         ...(state.epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
       },
@@ -259,10 +256,9 @@ export class RequestTransform {
   }
 
   /**
-   * The memory for this request. Every step of a turn reads the same pinned snapshot, so a complete assembly of an
-   * earlier step stays right while it still fits the (shrinking) budget: reused, the blocks stay byte-identical across
-   * the steps (which a provider's prompt cache rewards) and the step skips a dozen queries ... unless a deletion or
-   * revocation invalidated the snapshot meanwhile (one primary-key read, issue 15).
+   * The memory for this request, from the turn's preparation and its last assembly: memory returns that assembly as it
+   * is while it still serves (every step of a turn reads the same pinned snapshot, src/memory/assembly.ts
+   * `AssembleFrom`), so the blocks stay byte-identical across the steps.
    */
   private async assemble(
     state: SessionState,
@@ -274,18 +270,16 @@ export class RequestTransform {
     | { type: "refused"; code: "MEMORY_NOT_READY" | "BUDGET_EXCEEDED"; message: string }
   > {
     const { memory, config } = this.deps;
-    const held = state.assembled?.turnId === turnId ? state.assembled.context : undefined;
-    const earlier = held && (await memory.snapshotCurrent(session.sessionId, held.snapshot)) ? held : undefined;
-    if (earlier && earlier.tokens.used <= availableMemoryTokens(budget)) {
-      return { type: "assembled", context: earlier, reused: true };
-    }
     try {
       const context = await memory.assembleContext(
         { sessionId: session.sessionId, turnId },
         { ...budget, ...assemblySettings(config) },
-        await preparedFor(state.prepared, turnId),
+        {
+          prepared: await preparedFor(state.prepared, turnId),
+          previous: state.assembled?.turnId === turnId ? state.assembled.context : undefined,
+        },
       );
-      return { type: "assembled", context, reused: false };
+      return { type: "assembled", context, reused: context.reused };
     } catch (error) {
       if (isOptchatError(error, "MEMORY_NOT_READY") || isOptchatError(error, "BUDGET_EXCEEDED")) {
         return {
@@ -318,7 +312,8 @@ export class RequestTransform {
     const mode = this.deps.config.plugin.mode;
     const blocks = mode === "augment" ? context.blocks.filter((b) => b.name === "shared_memory") : context.blocks;
     const { publicationHighWater, ownBoundary } = context.snapshot;
-    const layout = memoryLayout(blocks, context.omitted, { replaced: replace, publicationHighWater, ownBoundary });
+    const omitted = context.omitted.map(omittedText);
+    const layout = memoryLayout(blocks, omitted, { replaced: replace, publicationHighWater, ownBoundary });
     const anchorIndex = messages.findIndex((m, i) => i >= replace && m.info.role === "user");
     const anchor = anchorIndex >= 0 ? messages[anchorIndex] : (request ?? messages.at(-1));
     const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];

@@ -18,6 +18,8 @@ const sharedLine = (k: number, who: string) => `pub:${k}+1|[turn completed] user
 function contextWith(lines: readonly string[], own: readonly number[], highWater = lines.length): AssembledContext {
   const pieces = ['<shared_memory scope="project:p">\nintro', ...lines, "</shared_memory>"];
   return {
+    historyComplete: false,
+    reused: false,
     blocks: [{ name: "shared_memory", text: pieces.join("\n"), pieces, tokens: 0, lines: lines.length }],
     tokens: { available: 0, used: 0, shared: 0, own: 0, previous: 0 },
     snapshot: { publicationHighWater: highWater } as never,

@@ -8,6 +8,7 @@ import { readHostEvent } from "../opencode/events.js";
 import type { HostMessage, HostMessageInfo, HostPart } from "../opencode/messages.js";
 import type { RequestChecks } from "../request/checks.js";
 import { ModelLimits, type RememberedLimits } from "../request/model-limits.js";
+import { newRequestSlice, requestSlice } from "../request/slice.js";
 import { RequestTransform } from "../request/transform.js";
 import type { AdapterStatus, ToolsBackend } from "../tools/backend.js";
 import { Admission } from "../turns/admission.js";
@@ -43,7 +44,7 @@ export interface HostLookups {
 export class OpencodeAdapter implements ToolsBackend {
   /** This adapter as a lease holder: its OpenCode process (which the local server is not), see `leaseHolderName`. */
   readonly holder: string;
-  private readonly sessions = new HostSessions();
+  private readonly sessions = new HostSessions(newRequestSlice);
   private readonly diagnostics: Diagnostics;
   private readonly lease: LeaseKeeper;
   private readonly jobs: SessionJobs;
@@ -113,6 +114,7 @@ export class OpencodeAdapter implements ToolsBackend {
     this.admission = new Admission({
       ...{ memory, config, projectId, sessions, lease, jobs, records, outcomes, rewinds, staleTurns, transcript },
       ...{ clock, diagnostics, open, startWorkerIfBehind },
+      prepare: (state, ctx) => this.requests.prepare(state, ctx),
     });
     const remembered = project.rememberedLimits;
     this.limits = new ModelLimits(
@@ -300,8 +302,7 @@ export class OpencodeAdapter implements ToolsBackend {
   noteRequestChecks(hostSessionId: string, checks: RequestChecks): void {
     const state = this.sessions.get(hostSessionId);
     if (!state) return;
-    state.pendingError = checks.pendingError;
-    state.unsized = checks.unsized;
+    requestSlice(state).noteChecks(checks);
   }
 
   /**
@@ -310,17 +311,13 @@ export class OpencodeAdapter implements ToolsBackend {
    */
   requestChecks(hostSessionId: string): RequestChecks | undefined {
     const state = this.sessions.get(hostSessionId);
-    return state ? { pendingError: state.pendingError, unsized: state.unsized } : undefined;
+    return state ? requestSlice(state).checks() : undefined;
   }
 
   /** `experimental.chat.system.transform`: the system prompt's size, for the next request's budget. */
   noteSystemPrompt(hostSessionId: string, system: readonly string[]): void {
     const state = this.sessions.get(hostSessionId);
-    if (state)
-      state.systemTokens = Math.max(
-        state.systemTokens ?? 0,
-        system.reduce((sum, s) => sum + estimateTokens(s), 0),
-      );
+    if (state) requestSlice(state).noteSystemTokens(system.reduce((sum, s) => sum + estimateTokens(s), 0));
   }
 
   noteModelLimits(providerId: string, modelId: string, limit: { context?: number; output?: number } | undefined): void {
@@ -330,7 +327,7 @@ export class OpencodeAdapter implements ToolsBackend {
   /** `experimental.session.compacting`: the session's next request is OpenCode's own compaction. */
   noteCompacting(hostSessionId: string): void {
     const state = this.sessions.get(hostSessionId);
-    if (state) state.compacting = true;
+    if (state) requestSlice(state).noteCompacting();
   }
 
   // ---------------------------------------------------------------------------------------------------------------

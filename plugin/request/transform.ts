@@ -18,7 +18,8 @@ import { actionableError } from "./checks.js";
 import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import type { ModelLimits } from "./model-limits.js";
-import { assemblySettings, preparedFor } from "./prepared-context.js";
+import { assemblySettings, preparedFor, prepareTurn } from "./prepared-context.js";
+import { requestSlice } from "./slice.js";
 
 export interface RequestTransformDeps {
   readonly memory: Memory;
@@ -57,6 +58,11 @@ interface RequestBudget {
  */
 export class RequestTransform {
   constructor(private readonly deps: RequestTransformDeps) {}
+
+  /** At a turn's admission: its memory is read now, so its first request's transform only fits it to the budget. */
+  prepare(state: SessionState, ctx: { sessionId: string; turnId: string }): void {
+    requestSlice(state).prepared = prepareTurn(this.deps.memory, this.deps.config, ctx);
+  }
 
   async transform(state: SessionState | undefined, messages: HostMessage[], hostSessionId: string): Promise<void> {
     const started = performance.now();
@@ -99,10 +105,10 @@ export class RequestTransform {
     if (state.removed.size > 0) {
       return { type: "skip", reason: "a revert was committed and the session's new generation is not written yet" };
     }
-    state.pendingError = undefined;
-    state.unsized = undefined;
-    if (state.compacting) {
-      state.compacting = false;
+    requestSlice(state).pendingError = undefined;
+    requestSlice(state).unsized = undefined;
+    if (requestSlice(state).compacting) {
+      requestSlice(state).compacting = false;
       // Native compaction summarizes OpenCode's own transcript, never our synthetic view (seed 000 §13).
       return { type: "skip", reason: "native compaction request: history passed through unchanged" };
     }
@@ -116,7 +122,7 @@ export class RequestTransform {
     await state.turns.get(turnOf() ?? "")?.admission;
     if (state.claimRefused) {
       // The session's first claim, made after its prompt was admitted (plugin/turns/admission.ts), was refused after all.
-      state.pendingError = state.claimRefused;
+      requestSlice(state).pendingError = state.claimRefused;
       return { type: "skip", reason: "another OpenCode process holds the session's lease" };
     }
     const turnId = turnOf();
@@ -146,22 +152,23 @@ export class RequestTransform {
       // Nothing optchat can drop makes this fit: the instructions, tools and current turn alone exceed the window
       // (seed 000 §7 "Long active turn": stop explicitly rather than send a request the provider must refuse).
       const message = `instructions (~${budget.instructionsTokens} tokens, tools included), the current turn (~${budget.activeTokens}), the answer reservation (${budget.outputTokens}) and the reserve (${budget.reserveTokens}) need ${fixed} tokens; the window of ${model ? `${model.providerID}/${model.modelID}` : "the model"} is ${budget.windowTokens}`;
-      state.pendingError = actionableError("BUDGET_EXCEEDED", message);
+      requestSlice(state).pendingError = actionableError("BUDGET_EXCEEDED", message);
       return record("budget_exceeded", { budget, model }, turnId, message);
     }
     // A turn admitted here asked at admission (plugin/turns/admission.ts); a continuation turn asks now.
-    if (state.prepared?.turnId !== turnId) await this.deps.startWorkerIfBehind(session, turn);
+    if (requestSlice(state).prepared?.turnId !== turnId) await this.deps.startWorkerIfBehind(session, turn);
     const assembling = performance.now();
     const assembly = await this.assemble(state, session, turnId, sizing);
     if (assembly.type === "refused") {
       const { code, message } = assembly;
-      state.pendingError = actionableError(code, message);
+      requestSlice(state).pendingError = actionableError(code, message);
       return record(code === "MEMORY_NOT_READY" ? "not_ready" : "budget_exceeded", { budget, model }, turnId, message);
     }
     const { context, reused } = assembly;
     timing.assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
-    state.assembled = { turnId, context };
-    if (!sizing.sized) state.unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
+    requestSlice(state).assembled = { turnId, context };
+    if (!sizing.sized)
+      requestSlice(state).unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
     const place = { hostSessionId, turnId, requestIndex, request, replaceable };
     this.present(state, messages, place, { context, reused, sizing }, record);
   }
@@ -197,8 +204,9 @@ export class RequestTransform {
       windowTokens: budget.windowTokens,
     });
     if (epochReason === undefined) {
-      const epoch = state.epoch as CacheEpoch;
-      if (!sizing.sized) state.unsized = { tokens: epoch.requestTokens, assumedWindow: budget.windowTokens };
+      const epoch = requestSlice(state).epoch as CacheEpoch;
+      if (!sizing.sized)
+        requestSlice(state).unsized = { tokens: epoch.requestTokens, assumedWindow: budget.windowTokens };
       const continued = { epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true } };
       const { tokens, snapshot } = context;
       record(
@@ -222,7 +230,7 @@ export class RequestTransform {
         blocks: blockSizes,
         omitted: context.omitted.map(omittedText),
         snapshot: context.snapshot,
-        ...(state.epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
+        ...(requestSlice(state).epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
       },
       turnId,
     );
@@ -243,7 +251,7 @@ export class RequestTransform {
     const outputTokens = plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000);
     // The system prompt is measured at system.transform, which runs after this hook: the previous step's size, at least
     // 4,000 tokens (1.18.33's main prompt is ~9,500 characters; the title prompt, seen first, is far smaller).
-    const instructionsTokens = Math.max(state.systemTokens ?? 0, 4_000) + plugin.toolsTokens;
+    const instructionsTokens = Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens;
     const budget = {
       windowTokens,
       instructionsTokens,
@@ -270,13 +278,15 @@ export class RequestTransform {
     | { type: "refused"; code: "MEMORY_NOT_READY" | "BUDGET_EXCEEDED"; message: string }
   > {
     const { memory, config } = this.deps;
+    const slice = requestSlice(state);
+    const held = slice.assembled;
     try {
       const context = await memory.assembleContext(
         { sessionId: session.sessionId, turnId },
         { ...budget, ...assemblySettings(config) },
         {
-          prepared: await preparedFor(state.prepared, turnId),
-          previous: state.assembled?.turnId === turnId ? state.assembled.context : undefined,
+          prepared: await preparedFor(slice.prepared, turnId),
+          previous: held?.turnId === turnId ? held.context : undefined,
         },
       );
       return { type: "assembled", context, reused: context.reused };
@@ -326,7 +336,7 @@ export class RequestTransform {
       bytes: Buffer.byteLength(b.text),
     }));
     if (anchorIndex >= 0) messages[moved] = withLeadingText(messages[moved] as HostMessage, layout.volatile, turnId);
-    state.epoch =
+    requestSlice(state).epoch =
       mode === "replace" && context.omitted.length === 0 && anchorIndex === replace
         ? startEpoch(
             turnId,
@@ -341,7 +351,7 @@ export class RequestTransform {
             blockSizes,
           )
         : undefined;
-    state.epochSnapshot = state.epoch
+    requestSlice(state).epochSnapshot = requestSlice(state).epoch
       ? { scopeId: context.snapshot.scopeId, retentionEpoch: context.snapshot.retentionEpoch }
       : undefined;
     return blockSizes;
@@ -365,23 +375,23 @@ export class RequestTransform {
   ): string | undefined {
     const plugin = this.deps.config.plugin;
     if (plugin.mode !== "replace") return "augment mode";
-    if (!state.epoch) return "no epoch yet";
+    if (!requestSlice(state).epoch) return "no epoch yet";
     // A deletion, a revocation or a revert retired memory since the epoch's memory was assembled (the scope's
     // retention epoch moved, issue 15): re-sent, it could carry removed text.
-    const pinned = state.epochSnapshot;
+    const pinned = requestSlice(state).epochSnapshot;
     const now = request.context.snapshot;
     if (!pinned || pinned.scopeId !== now.scopeId || pinned.retentionEpoch !== now.retentionEpoch) {
       return "memory was retired since the epoch began";
     }
     const tokensOf = (m: HostMessage) => estimateTokens(messageText(m));
     const limits = { ...EPOCH_LIMITS, turns: plugin.cacheEpochTurns, keptTokens: plugin.cacheEpochKeptTokens };
-    return applyEpoch(state.epoch, messages, {
+    return applyEpoch(requestSlice(state).epoch as CacheEpoch, messages, {
       ...request,
       limits,
       tokensOf,
       estimate: estimateTokens,
       fits: (memoryTokens, keptTokens) => {
-        (state.epoch as CacheEpoch).requestTokens = request.fixedTokens + memoryTokens + keptTokens;
+        (requestSlice(state).epoch as CacheEpoch).requestTokens = request.fixedTokens + memoryTokens + keptTokens;
         return request.fixedTokens + memoryTokens + keptTokens <= request.windowTokens;
       },
     });
@@ -403,7 +413,8 @@ export class RequestTransform {
       assembleMs: timing.assembleMs,
       reused: detail.reused === true,
     });
-    if (state) state.lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
+    if (state)
+      requestSlice(state).lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
     const sessionId = state?.session?.sessionId;
     if (!sessionId) return;
     memory.host

@@ -9,6 +9,7 @@ import {
   type ZoomAnswer,
 } from "../../src/memory/index.js";
 import type { PluginRunner } from "../base/identity.js";
+import { requestSlice } from "../request/slice.js";
 import { holderIsDead } from "../turns/lease.js";
 import type { ToolsBackend } from "./backend.js";
 
@@ -158,7 +159,7 @@ export async function inspectSession(
     return report;
   }
   if (state?.disabled) report.memoryDisabled = state.disabled;
-  report.lastInjectionThisProcess = state?.lastInjection ?? null;
+  report.lastInjectionThisProcess = (state && requestSlice(state).lastInjection) ?? null;
   Object.assign(
     report,
     await inspectStoredSession(adapter.memory, session, {

@@ -10,7 +10,6 @@ import {
   requestQuery,
   userRecordDrafts,
 } from "../opencode/messages.js";
-import { prepareTurn } from "../request/prepared-context.js";
 import { copiedHistoryEvents } from "./fork-inherit.js";
 import type { LeaseKeeper } from "./lease.js";
 import type { TurnOutcomes } from "./outcomes.js";
@@ -40,6 +39,8 @@ export interface AdmissionDeps {
   readonly open: (state: SessionState) => Promise<Session | undefined>;
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries. */
   readonly startWorkerIfBehind: (session: Session, turn: Turn) => Promise<void>;
+  /** Reads the admitted turn's memory now (plugin/request/transform.ts `prepare`, which owns where it is kept). */
+  readonly prepare: (state: SessionState, ctx: { sessionId: string; turnId: string }) => void;
 }
 
 /**
@@ -215,7 +216,7 @@ export class Admission {
     turn.admitted = true;
     // Read now what the first request's memory needs (plugin/request/prepared-context.ts); its transform only fits it. Its
     // readiness wait begins now, so a worker that would be needed must start now too.
-    state.prepared = prepareTurn(memory, config, { sessionId: session.sessionId, turnId: admitted.turnId });
+    this.deps.prepare(state, { sessionId: session.sessionId, turnId: admitted.turnId });
     await Promise.all([
       this.deps.startWorkerIfBehind(session, admitted),
       // The first request's transform needs them; loaded now, while OpenCode prepares that request (it tries again).

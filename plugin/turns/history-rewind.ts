@@ -12,10 +12,8 @@ export interface RewoundState<Session extends { readonly currentGeneration: numb
   readonly ingested: Set<string>;
   readonly seqs: Map<string, number>;
   seqsLoaded: boolean;
-  assembled: unknown;
-  prepared: unknown;
-  /** The cache epoch (plugin/request/epoch-layout.ts): its memory and kept messages are the old generation's. */
-  epoch: unknown;
+  /** What the requests were built from (plugin/request/slice.ts): the old generation's. */
+  readonly request: { forgetHistory(): void };
 }
 
 export type RewindDecision =
@@ -46,9 +44,7 @@ export function applyRewind<Session extends { readonly currentGeneration: number
   state.session = { ...session, currentGeneration: generation };
   state.seqs.clear();
   state.seqsLoaded = false;
-  state.assembled = undefined;
-  state.prepared = undefined;
-  state.epoch = undefined;
+  state.request.forgetHistory();
   for (const id of gone) {
     state.turns.delete(id);
     state.turnOfMessage.delete(id);

@@ -62,7 +62,7 @@ export class LeaseKeeper {
       state.seqsLoaded = false;
       state.reconciled = false;
       // Its requests did not carry this process's cache epoch: the next request renders the memory afresh.
-      state.epoch = undefined;
+      state.request.forgetEpoch();
     }
     state.lastFence = claim.fence;
     if (state.lease?.fence !== claim.fence) {

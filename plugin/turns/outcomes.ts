@@ -80,7 +80,7 @@ export class TurnOutcomes {
         await this.finish(state, session, turnId, outcome);
       }
       if (state.turns.size === admitted) {
-        state.pendingError = undefined;
+        state.request.clearError();
         state.busy = false;
       }
       await this.deps.lease.release(state);

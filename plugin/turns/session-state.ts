@@ -1,7 +1,5 @@
-import type { AssembledContext, Session, Turn } from "../../src/memory/index.js";
+import type { Session, Turn } from "../../src/memory/index.js";
 import type { Timer } from "../base/clock.js";
-import type { CacheEpoch } from "../request/epoch-layout.js";
-import type { PreparedTurn } from "../request/prepared-context.js";
 
 /**
  * What the adapter knows of a host session in this process: its turns (the state machine of plugin/turns/tracking.ts),
@@ -22,8 +20,26 @@ export interface OpenTurn {
   admission: Promise<void> | undefined;
 }
 
+/**
+ * What the turns' parts may do with a session's request slice: what its requests were built from (the assembly, the
+ * cache epoch, the prepared memory, the request's checks). Owned and written by plugin/request/ (slice.ts makes it);
+ * the turns' parts only read the request's error and say when their history changed under it.
+ */
+export interface RequestSliceView {
+  /** The actionable error of the session's current request (strict readiness, budget): an idle then fails its turns. */
+  readonly pendingError: string | undefined;
+  /** The turn it stood for ended: the error no longer stands. */
+  clearError(): void;
+  /** The session's history was rewound: nothing assembled, prepared or laid out from the old one is used again. */
+  forgetHistory(): void;
+  /** Another process drove the session: its requests did not carry this process's cache epoch. */
+  forgetEpoch(): void;
+}
+
 export interface SessionState {
   readonly hostSessionId: string;
+  /** Owned by plugin/request/ (slice.ts): what the session's requests were built from. */
+  readonly request: RequestSliceView;
   session: Session | undefined;
   opening: Promise<Session | undefined> | undefined;
   /** Serial work for this session (ingestion, finishing): OpenCode does not wait for the event hook. */
@@ -54,8 +70,6 @@ export interface SessionState {
   claimRefused: string | undefined;
   admitting: number;
   reconciled: boolean;
-  compacting: boolean;
-  systemTokens: number | undefined;
   /** Set when the memory cannot serve this session (history rewritten by a revert); the reason is shown in inspect. */
   disabled: string | undefined;
   /**
@@ -70,22 +84,6 @@ export interface SessionState {
    * this process): the next prompt commits it, so its admission rewinds first.
    */
   revertStaged: string | undefined;
-  /** An actionable error for the current request (strict readiness, budget): raised from the next `chat.params`. */
-  pendingError: string | undefined;
-  /**
-   * The tokens the request the transform just built needs, when the model's limits were unknown to it (the lookup
-   * failed or timed out) and it assumed a window: `chat.params` checks it against the limit OpenCode passes there.
-   */
-  unsized: { tokens: number; assumedWindow: number } | undefined;
-  lastInjection: Record<string, unknown> | undefined;
-  /** What the latest admitted turn's assemblies read before knowing their budget (plugin/request/prepared-context.ts). */
-  prepared: PreparedTurn | undefined;
-  /** The last complete assembly, for the later steps of the same turn. */
-  assembled: { turnId: string; context: AssembledContext } | undefined;
-  /** The session's cache epoch: the memory and texts its requests re-send byte for byte (plugin/request/epoch-layout.ts). */
-  epoch: CacheEpoch | undefined;
-  /** The scope and retention epoch the cache epoch's memory was assembled under (it is re-sent only while current). */
-  epochSnapshot: { scopeId: string; retentionEpoch: number } | undefined;
   busy: boolean;
   /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
   idleSince: number | undefined;
@@ -94,9 +92,10 @@ export interface SessionState {
 }
 
 /** A session seen for the first time in this process. */
-export function newSessionState(hostSessionId: string): SessionState {
+export function newSessionState(hostSessionId: string, request: RequestSliceView): SessionState {
   return {
     hostSessionId,
+    request,
     session: undefined,
     opening: undefined,
     queue: Promise.resolve(),
@@ -114,19 +113,10 @@ export function newSessionState(hostSessionId: string): SessionState {
     claimRefused: undefined,
     admitting: 0,
     reconciled: false,
-    compacting: false,
-    systemTokens: undefined,
     disabled: undefined,
     removed: new Set(),
     rewinding: undefined,
     revertStaged: undefined,
-    pendingError: undefined,
-    unsized: undefined,
-    lastInjection: undefined,
-    assembled: undefined,
-    epoch: undefined,
-    epochSnapshot: undefined,
-    prepared: undefined,
     busy: false,
     idleSince: undefined,
     idleCheck: undefined,

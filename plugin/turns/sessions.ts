@@ -1,5 +1,5 @@
 import { looksLikeFork } from "./fork-inherit.js";
-import { newSessionState, type SessionState } from "./session-state.js";
+import { newSessionState, type RequestSliceView, type SessionState } from "./session-state.js";
 
 /**
  * The host sessions this process knows: the state of each one it drives (plugin/turns/session-state.ts), and what
@@ -7,6 +7,9 @@ import { newSessionState, type SessionState } from "./session-state.js";
  * round trip at their first prompt.
  */
 export class HostSessions {
+  /** `newRequest` makes each state's request slice (plugin/request/slice.ts, which owns it). */
+  constructor(private readonly newRequest: () => RequestSliceView) {}
+
   private readonly states = new Map<string, SessionState>();
   /** Parents of subagent sessions created in this process (`session.created` carries them). */
   private readonly parents = new Map<string, string>();
@@ -26,7 +29,7 @@ export class HostSessions {
   state(hostSessionId: string): SessionState {
     let state = this.states.get(hostSessionId);
     if (!state) {
-      state = newSessionState(hostSessionId);
+      state = newSessionState(hostSessionId, this.newRequest());
       this.states.set(hostSessionId, state);
     }
     return state;

@@ -65,7 +65,7 @@ export function decideIdle(state: SessionState): IdleDecision {
   const undecided = open.filter((t) => t.ending === undefined && (t.assistantMessages.size === 0 || inFlight(t)));
   if (open.some(inFlight)) return { undecided, ending: undefined };
   const turnIds = open.filter((t) => t.ending === undefined && t.assistantMessages.size > 0).map((t) => t.turnId);
-  return { undecided, ending: { turnIds, outcome: state.pendingError ? "failed" : "interrupted" } };
+  return { undecided, ending: { turnIds, outcome: state.request.pendingError ? "failed" : "interrupted" } };
 }
 
 /**

@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
 import type { Diagnostics } from "../../plugin/base/diagnostics.js";
+import { RequestSlice } from "../../plugin/request/slice.js";
 import { JOB_RETRY_DELAYS_MS, SessionJobs } from "../../plugin/turns/session-jobs.js";
 import { newSessionState } from "../../plugin/turns/session-state.js";
 import { OptchatError } from "../../src/core/errors.js";
@@ -19,7 +20,7 @@ function setup() {
   } as unknown as Diagnostics;
   const session = { sessionId: "00000000-0000-4000-8000-000000000001" } as Session;
   const jobs = new SessionJobs(async () => session, clock, diagnostics);
-  const state = newSessionState("ses_jobs");
+  const state = newSessionState("ses_jobs", new RequestSlice());
   return { clock, problems, jobs, state };
 }
 

@@ -1,3 +1,4 @@
+// size: the instance's hook table is one object literal of OpenCode's hooks, each entry a few lines.
 /**
  * One plugin instance's hooks, run on the plugin's side (plugin/transport/plugin-side.ts) with the data OpenCode's
  * side forwards: each hands its call to the adapter. Nothing here decides what OpenCode sees of a refusal or of

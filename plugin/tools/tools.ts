@@ -1,3 +1,4 @@
+// size: the memory tools are one table of five tools, each entry a few lines.
 import type { ToolContext } from "@opencode-ai/plugin";
 import {
   budgetSettingsOf,

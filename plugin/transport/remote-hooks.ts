@@ -1,3 +1,4 @@
+// size: the forwarding hook table is one object literal of OpenCode's hooks, each entry a few lines.
 /**
  * The hooks OpenCode gets: each forwards its call over a channel (plugin/transport/channel.ts) to the plugin's side,
  * waiting for an answer only where OpenCode needs one (a refused prompt, the transformed messages, a tool's result, the

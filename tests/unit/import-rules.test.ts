@@ -1,6 +1,6 @@
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { arrowViolations, cycles, listImports } from "../../scripts/import-rules.js";
+import { arrowViolations, cycles, listImports, sizeProblems, sizeViolations } from "../../scripts/import-rules.js";
 
 const ROOT = join(import.meta.dirname, "..", "..");
 
@@ -19,6 +19,13 @@ describe("import rules", () => {
 
   it("has no cycle of run-time imports", () => {
     expect(cycles(edges)).toEqual([]);
+  });
+
+  it("keeps every module within 400 lines and every function within 60, or says why at its top", () => {
+    expect(sizeViolations(ROOT)).toEqual([]);
+    const long = `export function f() {\n${"  g();\n".repeat(61)}}\n`;
+    expect(sizeProblems("x.ts", long)).toEqual(["x.ts:1: a function of 63 lines"]);
+    expect(sizeProblems("x.ts", `// size: one table of hooks.\n${long}`)).toEqual([]);
   });
 
   it("catches a wrong arrow and a cycle", () => {

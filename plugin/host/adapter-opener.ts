@@ -1,5 +1,6 @@
 import type { PluginInput } from "@opencode-ai/plugin";
 import { type Memory, redactUrl, startWorker, WORKER_RUNS_IN } from "../../src/memory/index.js";
+import { type Clock, systemClock } from "../base/clock.js";
 import type { ResolvedPluginConfig } from "../base/config.js";
 import type { Log } from "../base/diagnostics.js";
 import type { CompactorModel } from "../opencode/compactor-model.js";
@@ -32,6 +33,7 @@ export function openAdapterLazily(
   compactor: CompactorModel,
   log: Log,
   host: Runner,
+  clock: Clock = systemClock,
 ): LazyAdapter {
   let unavailable: string | undefined;
   let failedAt = 0;
@@ -47,6 +49,7 @@ export function openAdapterLazily(
       },
       lookups,
       log,
+      clock,
     );
     adapter.attachWorker(compactorOf(adapter, memory, config, compactor, host));
     adapter.scheduleProjectReconcile();
@@ -57,7 +60,7 @@ export function openAdapterLazily(
   const attempt = (): Promise<OpencodeAdapter> => {
     const pending = open();
     pending.catch((error: unknown) => {
-      failedAt = Date.now();
+      failedAt = clock.now();
       unavailable = `optchat: memory is unavailable: ${error instanceof Error ? error.message : String(error)} (database ${redactUrl(config.core.databaseUrl)}; setting DATABASE_URL or plugin option databaseUrl; optchat retries at the next prompt)`;
       log("error", unavailable);
     });
@@ -66,7 +69,7 @@ export function openAdapterLazily(
   let current = attempt();
   return {
     ready: () => {
-      if (unavailable !== undefined && Date.now() - failedAt >= REOPEN_AFTER_MS) current = attempt();
+      if (unavailable !== undefined && clock.now() - failedAt >= REOPEN_AFTER_MS) current = attempt();
       return current;
     },
     unavailable: () => unavailable,

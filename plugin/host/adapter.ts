@@ -122,7 +122,9 @@ export class OpencodeAdapter implements ToolsBackend {
       remembered ? { store: remembered, directory: project.directory } : undefined,
     );
     const { holder, limits } = this;
-    this.requests = new RequestTransform({ memory, config, holder, records, limits, diagnostics, startWorkerIfBehind });
+    this.requests = new RequestTransform({
+      ...{ memory, config, holder, records, limits, diagnostics, clock, startWorkerIfBehind },
+    });
   }
 
   // ---------------------------------------------------------------------------------------------------------------

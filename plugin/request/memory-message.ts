@@ -100,6 +100,8 @@ export function memoryMessage(
   turnId: string,
   parts: readonly string[],
   anchor: HostMessageInfo | undefined,
+  /** The injected clock's time, for a request with no message to take its time from. */
+  now: number,
 ): HostMessage {
   const id = `optchat-memory-${turnId}`;
   return {
@@ -107,7 +109,7 @@ export function memoryMessage(
       id,
       sessionID: hostSessionId,
       role: "user",
-      time: { created: anchor?.time?.created ?? Date.now() },
+      time: { created: anchor?.time?.created ?? now },
       ...(anchor?.agent ? { agent: anchor.agent } : {}),
       ...(anchor?.model ? { model: anchor.model } : {}),
     },

@@ -8,6 +8,7 @@ import {
   type Session,
   type Turn,
 } from "../../src/memory/index.js";
+import type { Clock } from "../base/clock.js";
 import type { ResolvedPluginConfig } from "../base/config.js";
 import { type Diagnostics, describe } from "../base/diagnostics.js";
 import { type HostMessage, lastRequestIndex, messageText, replaceablePrefix } from "../opencode/messages.js";
@@ -28,6 +29,7 @@ export interface RequestTransformDeps {
   readonly records: SessionMemory;
   readonly limits: ModelLimits;
   readonly diagnostics: Diagnostics;
+  readonly clock: Clock;
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries. */
   readonly startWorkerIfBehind: (session: Session, turn: Turn) => Promise<void>;
 }
@@ -327,7 +329,7 @@ export class RequestTransform {
     const anchorIndex = messages.findIndex((m, i) => i >= replace && m.info.role === "user");
     const anchor = anchorIndex >= 0 ? messages[anchorIndex] : (request ?? messages.at(-1));
     const stableParts = anchorIndex >= 0 ? layout.stable : [...layout.stable, layout.volatile];
-    messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info));
+    messages.splice(0, replace, memoryMessage(hostSessionId, turnId, stableParts, anchor?.info, this.deps.clock.now()));
     const moved = anchorIndex - replace + 1;
     const blockSizes = blocks.map((b) => ({
       name: b.name,
@@ -414,7 +416,11 @@ export class RequestTransform {
       reused: detail.reused === true,
     });
     if (state)
-      requestSlice(state).lastInjection = { at: new Date().toISOString(), ...summary, ...(error ? { error } : {}) };
+      requestSlice(state).lastInjection = {
+        at: new Date(this.deps.clock.now()).toISOString(),
+        ...summary,
+        ...(error ? { error } : {}),
+      };
     const sessionId = state?.session?.sessionId;
     if (!sessionId) return;
     memory.host

@@ -76,7 +76,9 @@ describe("the local server", { timeout: 240_000 }, () => {
     expect(second.code, second.stderr.slice(-2000)).toBe(0);
     const report = inspectReport("LS-2");
     // On Node.js, found on PATH (setting localServerRuntime, default auto), as every machine running optchat has it.
-    expect(report.process.runsIn).toMatch(/^the optchat local server \(plugin\/transport\/local-server\/server\.ts, on Node\.js \d+\./);
+    expect(report.process.runsIn).toMatch(
+      /^the optchat local server \(plugin\/transport\/local-server\/server\.ts, on Node\.js \d+\./,
+    );
     // The lease holder is the OpenCode process served, not the server.
     expect(report.process.holder).toContain(`:${second.pid}@`);
     const third = await runOpencode(env, "LS-3 where do we deploy? REPLY=fly", { timeoutMs: WAIT });

@@ -55,12 +55,18 @@ const wire = (messages: readonly HostMessage[]) =>
 
 describe("cache epochs over OpenCode's messages", () => {
   const older = [text("u0", "user", "an old prompt"), text("a0", "assistant", "an old reply")];
-  const memory = memoryMessage("ses", "t1", ["HEAD\n\n", "<shared_memory>\n", `${sharedLine(0, "other")}\n`], {
-    id: "u1",
-    sessionID: "ses",
-    role: "user",
-    time: { created: 1 },
-  });
+  const memory = memoryMessage(
+    "ses",
+    "t1",
+    ["HEAD\n\n", "<shared_memory>\n", `${sharedLine(0, "other")}\n`],
+    {
+      id: "u1",
+      sessionID: "ses",
+      role: "user",
+      time: { created: 1 },
+    },
+    1,
+  );
 
   function begin() {
     // Turn 1's request as the adapter built it: the memory, then its prompt led by the volatile part.

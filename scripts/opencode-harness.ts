@@ -19,7 +19,7 @@ import { tmpdir } from "node:os";
 import { dirname, join, parse } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { stopLocalServers } from "../plugin/local-server-client.js";
+import { stopLocalServers } from "../plugin/transport/local-server/client.js";
 import { prepareOpencodeConfigDir } from "./opencode-setup.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));

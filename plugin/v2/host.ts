@@ -21,10 +21,10 @@ import {
   startWorker,
   type Turn,
 } from "../../src/memory/index.js";
-import { resolvePluginConfig } from "../config.js";
-import { projectScopeId } from "../identity.js";
-import { MEMORY_HEAD } from "../memory-message.js";
-import { memoryTools } from "../tools.js";
+import { resolvePluginConfig } from "../base/config.js";
+import { projectScopeId } from "../base/identity.js";
+import { MEMORY_HEAD } from "../request/memory-message.js";
+import { memoryTools } from "../tools/tools.js";
 import { v2Records } from "./records.js";
 import type { V2CompactionInput, V2Context, V2ContextInput, V2Event, V2PromptInput } from "./v2-api.js";
 
@@ -189,10 +189,11 @@ export async function startV2Host(ctx: V2Context): Promise<() => Promise<void>> 
       },
     };
     let memoryRef: Memory | undefined;
+    // The V2 host runs in OpenCode's own process.
     const tools = memoryTools(async () => {
       memoryRef = await memory();
       return adapterLike as never;
-    });
+    }, "opencode");
     for (const [name, tool] of Object.entries(tools)) {
       registry.add({
         name,

@@ -1,19 +1,20 @@
-// The one place src/cli imports the plugin's internals (what OpenCode stored, how the plugin names a project's scope,
-// the plugin's settings). Keeping it to this module makes the plugin's layout one edit away from the CLI.
-export { resolveFromOpencode } from "../../plugin/compactor-model.js";
-export { PLUGIN_SETTINGS, resolvePluginConfig } from "../../plugin/config.js";
-export { projectScopeId } from "../../plugin/identity.js";
-export { importOpencodeSessions, type OpencodeImportSummary } from "../../plugin/import-opencode.js";
+// The one place src/cli imports plugin/: its public index for the CLI (plugin/opencode/index.ts), so that the
+// plugin's layout stays one edit away from the CLI.
 export {
   configSourceFromFiles,
   findOptchatPlugin,
-  PLUGIN_ENTRY,
-  readOpencodeConfigs,
-} from "../../plugin/opencode-config-files.js";
-export {
+  importOpencodeSessions,
+  type OpencodeImportSummary,
   type OpencodeStorage,
   opencodeDatabasePath,
   openOpencodeStorage,
+  PLUGIN_ENTRY,
+  PLUGIN_SETTINGS,
+  projectScopeId,
+  readOpencodeConfigs,
+  resolveFromOpencode,
+  resolvePluginConfig,
+  type ScopeLocation,
   type StoredSession,
-} from "../../plugin/opencode-storage.js";
-export { type ScopeLocation, scopeLocations } from "../../plugin/project-directories.js";
+  scopeLocations,
+} from "../../plugin/opencode/index.js";

@@ -11,7 +11,13 @@ export { isOptchatError, OptchatError } from "../core/errors.js";
 export { didYouMean, nearest } from "../core/suggest.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";
-export type { AssembledContext, PreparedContext } from "./assembly.js";
+export {
+  type AssembledContext,
+  type AssembleFrom,
+  type Omitted,
+  omittedText,
+  type PreparedContext,
+} from "./assembly.js";
 export {
   budgetSettingsOf,
   type Config,

@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stopLocalServers } from "../../plugin/local-server-client.js";
+import { stopLocalServers } from "../../plugin/transport/local-server/client.js";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
 import { CLOSED_REGISTRY } from "../../scripts/opencode-harness.js";
 import { ROOT } from "../helpers.js";

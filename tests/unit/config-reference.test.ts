@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { PLUGIN_SETTINGS } from "../../plugin/config.js";
+import { PLUGIN_SETTINGS } from "../../plugin/base/settings.js";
 import { configurationReference, REFERENCE_PATH } from "../../scripts/config-reference.js";
 import { SETTINGS } from "../../src/memory/config.js";
 

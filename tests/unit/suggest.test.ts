@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { resolvePluginConfig } from "../../plugin/config.js";
+import { resolvePluginConfig } from "../../plugin/base/config.js";
 import { unknownVariables } from "../../src/cli/environment.js";
 import { editDistance, nearest } from "../../src/core/suggest.js";
 import { resolveConfig } from "../../src/memory/config.js";

@@ -182,7 +182,7 @@ export class Admission {
     message: HostMessageInfo,
     parts: readonly HostPart[],
   ): Promise<void> {
-    const { memory, config, records, diagnostics } = this.deps;
+    const { memory, records, diagnostics } = this.deps;
     const started = performance.now();
     // A session claimed for the first time (its lease's first fence) may be a fork holding copies of its parent's
     // messages: its history then starts with the parent's (plugin/turns/fork-inherit.ts).

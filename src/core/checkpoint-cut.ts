@@ -1,0 +1,99 @@
+/**
+ * Where an execution checkpoint cuts the live turn (seed 000 §7 "long active turn", issue 36). Pure: the turn is a list
+ * of steps (one model step each: its calls and their results, a parallel batch included), and the checkpoint replaces
+ * the first `cut` of them in the request.
+ *
+ * - A cut falls only between whole steps, so never inside a parallel batch; and never at or past a step that still
+ *   waits for a result (an outstanding result is never replaced) or whose records are not stored yet (a checkpoint
+ *   line must point at a record memory_zoom can open).
+ * - The cut never moves back within a turn, and it moves in chunks: when the request outgrows its budget, the cut moves
+ *   far enough that the live part drops to a low-water mark, so the next steps only append (the provider's cache keeps
+ *   the request's prefix) until the budget is reached again.
+ */
+
+export interface CutStep {
+  /** What the step costs verbatim in the request, in tokens. */
+  readonly tokens: number;
+  /** Every call of the step has its result (completed or failed). */
+  readonly complete: boolean;
+  /** The step's records are sealed, so a checkpoint line can point at them. */
+  readonly stored: boolean;
+}
+
+export interface CutInput {
+  readonly steps: readonly CutStep[];
+  /** The cut of the turn's previous request (0: none yet). */
+  readonly previousCut: number;
+  /** Tokens for what depends on the cut: the checkpoint and the steps kept verbatim. */
+  readonly budget: number;
+  /** The checkpoint's tokens when it stands for the first `cut` steps (0 for cut 0); non-decreasing in `cut`. */
+  readonly checkpointTokens: (cut: number) => number;
+  /** Where a moved cut leaves the live part, as a share of the budget (default 0.5). */
+  readonly lowWater?: number;
+}
+
+export interface CutPlan {
+  /** Steps the checkpoint stands for (the first `cut`). */
+  readonly cut: number;
+  /** The cut moved in this request. */
+  readonly moved: boolean;
+  /** The request's live part fits the budget (false: even the furthest allowed cut does not fit). */
+  readonly fits: boolean;
+  /** Tokens of the live part (checkpoint + verbatim steps) at `cut`. */
+  readonly tokens: number;
+}
+
+/** The furthest the cut may go: the first step that is incomplete or not stored ends it. */
+export function cutLimit(steps: readonly CutStep[]): number {
+  const blocked = steps.findIndex((step) => !step.complete || !step.stored);
+  return blocked < 0 ? steps.length : blocked;
+}
+
+/** Tokens of the live part with the first `cut` steps checkpointed. */
+export function liveTokens(input: Pick<CutInput, "steps" | "checkpointTokens">, cut: number): number {
+  let verbatim = 0;
+  for (let i = cut; i < input.steps.length; i++) verbatim += (input.steps[i] as CutStep).tokens;
+  return input.checkpointTokens(cut) + verbatim;
+}
+
+/**
+ * The cut of this request: the previous one while the live part fits the budget; else the smallest cut past it whose
+ * live part is at most the low-water mark (or, failing that, at most the budget), within the limit; else the limit,
+ * not fitting.
+ */
+export function planCut(input: CutInput): CutPlan {
+  const limit = cutLimit(input.steps);
+  const previous = Math.min(Math.max(0, input.previousCut), input.steps.length);
+  const at = (cut: number) => liveTokens(input, cut);
+  const kept = at(previous);
+  if (kept <= input.budget) return { cut: previous, moved: false, fits: true, tokens: kept };
+  if (limit <= previous) return { cut: previous, moved: false, fits: false, tokens: kept };
+  const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? 0.5)));
+  for (const target of [lowWater, input.budget]) {
+    const cut = firstCutWithin(at, previous + 1, limit, target);
+    if (cut !== undefined) return { cut, moved: true, fits: true, tokens: at(cut) };
+  }
+  return { cut: limit, moved: limit !== previous, fits: false, tokens: at(limit) };
+}
+
+/**
+ * The smallest cut in [from, to] whose live part is at most `target`. The live part shrinks as the cut grows (a step's
+ * line costs less than the step) except where the checkpoint folds coarser; a binary search finds the boundary and a
+ * short walk back corrects a fold's bump, and the answer is checked.
+ */
+function firstCutWithin(at: (cut: number) => number, from: number, to: number, target: number): number | undefined {
+  if (at(to) > target) {
+    // Not monotone near the end (a fold): look for any cut that fits, smallest first.
+    for (let cut = from; cut <= to; cut++) if (at(cut) <= target) return cut;
+    return undefined;
+  }
+  let [lo, hi] = [from, to];
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (at(mid) <= target) hi = mid;
+    else lo = mid + 1;
+  }
+  let cut = lo;
+  while (cut > from && at(cut - 1) <= target) cut -= 1;
+  return cut;
+}

@@ -1,3 +1,4 @@
+import { setTimeout as delay } from "node:timers/promises";
 import {
   type AssembledContext,
   availableMemoryTokens,
@@ -53,6 +54,9 @@ interface RequestBudget {
   /** Tokens of the kept messages before the live turn's steps (earlier turns kept verbatim, the request itself). */
   readonly baseTokens: number;
 }
+
+/** How long a checkpoint waits for the latest steps' records before it cuts them without their refs. */
+const INGESTION_WAIT_MS = 3_000;
 
 /** The share of the request's room the live turn's steps may claim before memory (the rest stays memory's). */
 const LIVE_SHARE = 0.6;
@@ -200,8 +204,20 @@ export class RequestTransform {
       budget.reserveTokens -
       at.context.tokens.used -
       at.sizing.baseTokens;
-    const refs = await this.deps.memory.host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
-    return applyCheckpoint(state, messages, { ...at, budget: Math.max(0, room), refs });
+    const host = this.deps.memory.host;
+    const readRefs = () => host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
+    const where = { ...at, budget: Math.max(0, room) };
+    let refs = await readRefs();
+    if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
+      // The latest finished steps may still be on their way to the store (the session's ingestion queue): a short wait
+      // lets their lines point at them; past it they are cut with lines whose refs come at a later request.
+      await Promise.race([state.queue.catch(() => {}), delay(INGESTION_WAIT_MS)]);
+      refs = await readRefs();
+      if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
+        return applyCheckpoint(state, messages, { ...where, refs, requireStored: false });
+      }
+    }
+    return applyCheckpoint(state, messages, { ...where, refs });
   }
 
   /**

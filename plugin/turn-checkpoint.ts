@@ -19,6 +19,8 @@ import { messageText } from "./messages.js";
 interface CheckpointMemo {
   turnId: string;
   cut: number;
+  /** The latest measured instructions and tools (they change little between requests of a session). */
+  overhead?: number;
   /** The last message of the session's previous request as sent, and the estimate of all its messages' tokens. */
   sent?: { lastMessageId: string; messagesTokens: number };
 }
@@ -42,17 +44,19 @@ function reportedInput(message: HostMessage): number | undefined {
  * the last reported step answered (then the caller estimates).
  */
 export function measuredOverhead(state: object, messages: readonly HostMessage[]): number | undefined {
-  const sent = memoOf(state)?.sent;
-  if (!sent) return undefined;
+  const memo = memoOf(state);
+  const sent = memo?.sent;
+  if (!memo || !sent) return memo?.overhead;
   for (let i = messages.length - 1; i > 0; i--) {
     const message = messages[i] as HostMessage;
     if (message.info.role !== "assistant") continue;
     const reported = reportedInput(message);
     if (reported === undefined) continue;
-    if ((messages[i - 1] as HostMessage).info.id !== sent.lastMessageId) return undefined;
-    return Math.max(0, reported - sent.messagesTokens);
+    if ((messages[i - 1] as HostMessage).info.id !== sent.lastMessageId) break;
+    memo.overhead = Math.max(0, reported - sent.messagesTokens);
+    break;
   }
-  return undefined;
+  return memo.overhead;
 }
 
 /** Notes what this request sends (its messages as laid out), for the next request's measure. */
@@ -109,7 +113,16 @@ export interface CheckpointOutcome {
 export function applyCheckpoint(
   state: object,
   messages: HostMessage[],
-  at: { turnId: string; requestIndex: number; budget: number; refs: ReadonlyMap<string, string> },
+  at: {
+    turnId: string;
+    requestIndex: number;
+    budget: number;
+    refs: ReadonlyMap<string, string>;
+    /** False: a finished step whose records are not stored yet may be cut too (its lines then have no ref yet). */
+    requireStored?: boolean;
+    /** Only plan: leave `messages` as they are. */
+    dryRun?: boolean;
+  },
 ): CheckpointOutcome | undefined {
   const { turnId, requestIndex, budget, refs } = at;
   const request = messages[requestIndex];
@@ -123,13 +136,14 @@ export function applyCheckpoint(
     return {
       tokens: estimateTokens(messageText(m)),
       complete: tools.every((p) => p.state?.status === "completed" || p.state?.status === "error"),
-      stored: tools.every((p) => refs.has(p.callID ?? p.id)),
+      stored: at.requireStored === false || tools.every((p) => refs.has(p.callID ?? p.id)),
     };
   });
   const calls = hosts.map((m) => stepCalls(m, refs));
   // The checkpoint takes at most half of the live budget before it folds coarser.
   const rendered = (cut: number) => renderCheckpoint(calls.slice(0, cut), Math.floor(budget / 2));
   const plan = planCut({ steps, previousCut, budget, checkpointTokens: (cut) => rendered(cut).tokens });
+  if (at.dryRun) return { ...plan, steps: hosts.length, level: 0 };
   memos.set(state, { ...(memo ?? {}), turnId, cut: plan.cut });
   if (plan.cut === 0) return { ...plan, steps: hosts.length, level: 0 };
   const checkpoint = rendered(plan.cut);

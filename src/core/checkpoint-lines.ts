@@ -157,3 +157,14 @@ export function renderCheckpoint(steps: readonly CheckpointStep[], capTokens: nu
   }
   return rendered;
 }
+
+/** A folded line read back: every line it stands for, `{a..b}` / `{a..b..s}` taken in step (the inverse of foldAlike). */
+export function expandFolded(line: string): string[] {
+  const range = /\{(\d+)\.\.(\d+)(?:\.\.(\d+))?\}/g;
+  const first = [...line.matchAll(range)][0];
+  if (!first) return [line];
+  const count = (Number(first[2]) - Number(first[1])) / Number(first[3] ?? 1) + 1;
+  return Array.from({ length: count }, (_, k) =>
+    line.replace(range, (_m, a: string, _b: string, s: string | undefined) => String(Number(a) + k * Number(s ?? 1))),
+  );
+}

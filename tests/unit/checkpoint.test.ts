@@ -4,24 +4,13 @@ import { type CutStep, cutLimit, liveTokens, planCut } from "../../src/core/chec
 import {
   type CheckpointStep,
   checkpointLines,
+  expandFolded,
   foldAlike,
   renderCheckpoint,
   renderCheckpointAt,
 } from "../../src/core/checkpoint-lines.js";
 
-/** `{a..b}` / `{a..b..s}` expanded, as a reader of a folded line does (bash brace expansion, all ranges in step). */
-function expand(line: string): string[] {
-  const ranges = [...line.matchAll(/\{(\d+)\.\.(\d+)(?:\.\.(\d+))?\}/g)];
-  if (ranges.length === 0) return [line];
-  const counts = ranges.map((m) => (Number(m[2]) - Number(m[1])) / Number(m[3] ?? 1) + 1);
-  const out: string[] = [];
-  for (let k = 0; k < (counts[0] as number); k++) {
-    out.push(
-      line.replace(/\{(\d+)\.\.(\d+)(?:\.\.(\d+))?\}/g, (_, a, _b, s) => String(Number(a) + k * Number(s ?? 1))),
-    );
-  }
-  return out;
-}
+const expand = expandFolded;
 
 const step: fc.Arbitrary<CutStep> = fc.record({
   tokens: fc.integer({ min: 1, max: 3000 }),

@@ -16,28 +16,34 @@
 export const DONE_PREFIX = "LONGTASK COMPLETE";
 export const LOST_PREFIX = "LONGTASK LOST";
 
-const TASK = /LONGTASK steps=(\d+) bytes=(\d+)/;
+const TASK = /LONGTASK steps=(\d+) bytes=(\d+)(?: big=(\d+):(\d+))?/;
 
 export interface LongTask {
   readonly steps: number;
   readonly bytes: number;
+  /** One step whose output is far larger (`big=k:bytes`): a single result larger than the window. */
+  readonly big?: { readonly step: number; readonly bytes: number };
 }
 
-/** The person's prompt of a long task. */
-export function longTaskPrompt(steps: number, bytes: number): string {
-  return `LONGTASK steps=${steps} bytes=${bytes}: run steps 1 to ${steps} in order, one bash call each, and report when every step's output has been seen.`;
+/** The person's prompt of a long task (with `big`, step big.step prints big.bytes). */
+export function longTaskPrompt(steps: number, bytes: number, big?: { step: number; bytes: number }): string {
+  const extra = big ? ` big=${big.step}:${big.bytes}` : "";
+  return `LONGTASK steps=${steps} bytes=${bytes}${extra}: run steps 1 to ${steps} in order, one bash call each, and report when every step's output has been seen.`;
 }
 
 export function findTask(text: string): LongTask | undefined {
   const match = TASK.exec(text);
-  return match ? { steps: Number(match[1]), bytes: Number(match[2]) } : undefined;
+  if (!match) return undefined;
+  const big = match[3] !== undefined ? { step: Number(match[3]), bytes: Number(match[4]) } : undefined;
+  return { steps: Number(match[1]), bytes: Number(match[2]), ...(big ? { big } : {}) };
 }
 
 /** The bash command of step k: `STEP k/N DONE`, then filler lines up to about `bytes` bytes of output. */
 export function stepCommand(step: number, task: LongTask): string {
   const line = `step ${step} of ${task.steps}, line %05g: lorem ipsum dolor sit amet, consectetur adipiscing`;
   const lineBytes = line.length - 4 + 5 + 1;
-  const lines = Math.max(1, Math.floor((task.bytes - 20) / lineBytes));
+  const bytes = task.big?.step === step ? task.big.bytes : task.bytes;
+  const lines = Math.max(1, Math.floor((bytes - 20) / lineBytes));
   return `printf 'STEP %s/%s DONE\\n' ${step} ${task.steps}; seq -f '${line}' 1 ${lines}`;
 }
 

@@ -5,7 +5,7 @@
  *
  * - A cut falls only between whole steps, so never inside a parallel batch; and never at or past a step that still
  *   waits for a result (an outstanding result is never replaced) or whose records are not stored yet (a checkpoint
- *   line must point at a record memory_zoom can open).
+ *   line must point at a record memory_zoom can open), nor past the latest step, whose results the model has not seen.
  * - The cut never moves back within a turn, and it moves in chunks: when the request outgrows its budget, the cut moves
  *   far enough that the live part drops to a low-water mark, so the next steps only append (the provider's cache keeps
  *   the request's prefix) until the budget is reached again.
@@ -43,10 +43,14 @@ export interface CutPlan {
   readonly tokens: number;
 }
 
-/** The furthest the cut may go: the first step that is incomplete or not stored ends it. */
+/**
+ * The furthest the cut may go: the first step that is incomplete or not stored ends it, and the latest step always
+ * stays verbatim: the model has not seen its results yet (they answer the calls it just made), so a line must never
+ * stand in for them.
+ */
 export function cutLimit(steps: readonly CutStep[]): number {
   const blocked = steps.findIndex((step) => !step.complete || !step.stored);
-  return blocked < 0 ? steps.length : blocked;
+  return Math.max(0, Math.min(blocked < 0 ? steps.length : blocked, steps.length - 1));
 }
 
 /** Tokens of the live part with the first `cut` steps checkpointed. */

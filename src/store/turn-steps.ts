@@ -23,7 +23,7 @@ export async function turnToolResultSeqs(
 
 export interface TurnStepRow {
   readonly seq: number;
-  readonly kind: "user" | "assistant" | "tool_call" | "tool_result" | "note";
+  readonly kind: "user" | "assistant" | "tool_call" | "tool_result" | "report" | "note";
   readonly toolCallId: string | null;
   readonly toolName: string | null;
   /** The first `headBytes` bytes of the record's text (UTF-8, a cut character dropped). */
@@ -31,14 +31,18 @@ export interface TurnStepRow {
   readonly byteLength: number;
 }
 
-/** A turn's records in order, each with the start of its text; the last `limit` when the turn has more. */
+/**
+ * A turn's records in order, each with the start of its text; the last `limit` when the turn has more (`total` counts
+ * them all).
+ */
 export async function turnStepRows(
   db: Queryable,
   where: { sessionId: string; generation: number; turnId: string },
   headBytes: number,
   limit: number,
-): Promise<TurnStepRow[]> {
+): Promise<{ rows: TurnStepRow[]; total: number }> {
   const result = await db.query<{
+    total: string;
     seq: string;
     kind: TurnStepRow["kind"];
     tool_call_id: string | null;
@@ -47,13 +51,13 @@ export async function turnStepRows(
     byte_length: string;
   }>(
     `SELECT * FROM (
-       SELECT r.seq, r.kind, r.tool_call_id, r.tool_name, substring(b.content FROM 1 FOR $4::int) AS head, b.byte_length
+       SELECT count(*) OVER () AS total, r.seq, r.kind, r.tool_call_id, r.tool_name, substring(b.content FROM 1 FOR $4::int) AS head, b.byte_length
          FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
         WHERE r.session_id = $1::text AND r.generation = $2::int AND r.turn_id = $3::text
         ORDER BY r.seq DESC LIMIT $5::int) last ORDER BY seq`,
     [where.sessionId, where.generation, where.turnId, headBytes, limit],
   );
-  return result.rows.map((row) => ({
+  const rows = result.rows.map((row) => ({
     seq: Number(row.seq),
     kind: row.kind,
     toolCallId: row.tool_call_id,
@@ -61,4 +65,5 @@ export async function turnStepRows(
     head: row.head.toString("utf8").replace(/\uFFFD$/, ""),
     byteLength: Number(row.byte_length),
   }));
+  return { rows, total: Number(result.rows[0]?.total ?? 0) };
 }

@@ -35,6 +35,8 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
           for (let i = previous; i < plan.cut; i++) {
             expect(steps[i]?.complete && steps[i]?.stored).toBe(true);
           }
+          // The latest step's results, which the model has not seen yet, are never replaced by a line.
+          if (plan.cut > previous) expect(plan.cut).toBeLessThan(steps.length);
           expect(plan.tokens).toBe(liveTokens({ steps, checkpointTokens }, plan.cut));
           if (plan.fits) expect(plan.tokens).toBeLessThanOrEqual(budget);
           if (liveTokens({ steps, checkpointTokens }, previous) <= budget) {

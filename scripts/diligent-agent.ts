@@ -31,8 +31,9 @@ export function longTaskPrompt(steps: number, bytes: number, big?: { step: numbe
   return `LONGTASK steps=${steps} bytes=${bytes}${extra}: run steps 1 to ${steps} in order, one bash call each, and report when every step's output has been seen.`;
 }
 
+/** The task the request asks for: its last mention (the current request comes after memory of other sessions). */
 export function findTask(text: string): LongTask | undefined {
-  const match = TASK.exec(text);
+  const match = [...text.matchAll(new RegExp(TASK.source, "g"))].at(-1);
   if (!match) return undefined;
   const big = match[3] !== undefined ? { step: Number(match[3]), bytes: Number(match[4]) } : undefined;
   return { steps: Number(match[1]), bytes: Number(match[2]), ...(big ? { big } : {}) };
@@ -44,7 +45,9 @@ export function stepCommand(step: number, task: LongTask): string {
   const lineBytes = line.length - 4 + 5 + 1;
   const bytes = task.big?.step === step ? task.big.bytes : task.bytes;
   const lines = Math.max(1, Math.floor((bytes - 20) / lineBytes));
-  return `printf 'STEP %s/%s DONE\\n' ${step} ${task.steps}; seq -f '${line}' 1 ${lines}`;
+  const done = `printf 'STEP %s/%s DONE\\n' ${step} ${task.steps}`;
+  // A big output says it is done at its end too: a host that truncates long output keeps its end.
+  return `${done}; seq -f '${line}' 1 ${lines}${bytes !== task.bytes ? `; ${done}` : ""}`;
 }
 
 /** The step a command runs (from the printf's arguments), or undefined. */

@@ -16,7 +16,12 @@
  *   requests, summaryRequests       main model requests; native compaction requests (billed: native pays for them)
  *   largestRequestTokens, window    the largest request as the simulator counts it (bytes / 3.5), and the window
  *   overWindow                      requests over the window (refused)
- *   billedInputTokens               uncached + 0.1 × read + 1.25 × written, main + summary + compactor requests
+ *   billedInputTokens               uncached + 0.1 × read + 1.25 × written, main + summary + compactor requests;
+ *                                   mainBilledInputTokens (main + native summary requests: the main model's) and
+ *                                   compactorBilledInputTokens (optchat's compactor) apart
+ *   dollars, mainDollars, compactorDollars  at list prices (issue 39): main model as claude-sonnet-4-5, compactor as
+ *                                   claude-haiku-4-5 (src/compactor/prices.ts), input and output
+ *   compactorCallsByPurpose         the compactor's calls by purpose, from the plugin's cost ledger
  *   withinTurnPrefixReuseMedian     consecutive main requests of one turn: common prefix / later request (cache.ts)
  *   capped, wallSeconds             the run hit its wall-time cap (then the figures are what it did until then)
  * then one `case: "<case>/ratios"` line (optchat / native).
@@ -28,6 +33,7 @@
  */
 import { join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
+import { costOf } from "../../src/compactor/prices.js";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { DONE_PREFIX, longTaskPrompt, stepOfCommand } from "../diligent-agent.js";
 import { type CapturedRequest, type ModelServer, startModelServer } from "../model-server.js";
@@ -39,7 +45,14 @@ import {
 } from "../opencode-harness.js";
 import { commonPrefixLength } from "../prompt-cache.js";
 import { billed } from "./cache.js";
-import { compactorEnv } from "./cache-dollars.js";
+import {
+  compactorEnv,
+  listPrice,
+  PRICE_PAIRS,
+  readCompactorFigures,
+  type Tokens,
+  waitCompactorIdle,
+} from "./cache-dollars.js";
 import {
   type BenchContext,
   createDatabase,
@@ -90,6 +103,12 @@ export interface LongTurnFigures {
   readonly window: number;
   readonly overWindow: number;
   readonly billedInputTokens: number;
+  readonly mainBilledInputTokens: number;
+  readonly compactorBilledInputTokens: number;
+  readonly dollars: number;
+  readonly mainDollars: number;
+  readonly compactorDollars: number;
+  readonly compactorCallsByPurpose?: Record<string, number>;
   readonly withinTurnPrefixReuseMedian: number | null;
   readonly withinTurnPrefixReuseMin: number | null;
   readonly capped: boolean;
@@ -123,6 +142,17 @@ function stepRuns(messages: any[]): number[] {
   return runs;
 }
 
+/** The requests' tokens summed (input counts every input token, cached or not, as costOf wants). */
+function tokensOf(requests: readonly CapturedRequest[]): Tokens {
+  const sum = (pick: (r: CapturedRequest) => number) => requests.reduce((total, r) => total + pick(r), 0);
+  return {
+    inputTokens: sum((r) => r.cache?.inputTokens ?? 0),
+    cacheReadTokens: sum((r) => r.cache?.cacheReadTokens ?? 0),
+    cacheWriteTokens: sum((r) => r.cache?.cacheWriteTokens ?? 0),
+    outputTokens: sum((r) => r.outputTokens ?? 0),
+  };
+}
+
 /** The figures of one run from what OpenCode stored and what the model received (turn k = requests from turnStarts[k]). */
 export function longTurnFigures(
   // biome-ignore lint/suspicious/noExplicitAny: OpenCode's message JSON
@@ -136,13 +166,11 @@ export function longTurnFigures(
     .filter((m) => m.info?.role === "assistant" && m.info?.error)
     .map((m) => String(m.info.error.data?.message ?? m.info.error.name ?? "error").slice(0, 300));
   const refused = requests.filter((r) => r.reply.startsWith("error:"));
-  const counted = requests.filter(
-    (r) => r.cache && (r.kind === "main" || r.kind === "summary" || r.kind === "compactor"),
-  );
-  const sum = (pick: (r: CapturedRequest) => number) => counted.reduce((total, r) => total + pick(r), 0);
-  const inputTokens = sum((r) => r.cache?.inputTokens ?? 0);
-  const cacheReadTokens = sum((r) => r.cache?.cacheReadTokens ?? 0);
-  const cacheWriteTokens = sum((r) => r.cache?.cacheWriteTokens ?? 0);
+  const main = tokensOf(requests.filter((r) => r.cache && (r.kind === "main" || r.kind === "summary")));
+  const compactor = tokensOf(requests.filter((r) => r.cache && r.kind === "compactor"));
+  const pair = PRICE_PAIRS["anthropic-sim"];
+  const mainDollars = costOf(listPrice(pair.main), main);
+  const compactorDollars = costOf(listPrice(pair.compactor), compactor);
   const sized = requests.filter((r) => r.cache && (r.kind === "main" || r.kind === "summary"));
   const within: number[] = [];
   for (let t = 0; t < run.turnStarts.length; t++) {
@@ -172,7 +200,12 @@ export function longTurnFigures(
     largestRequestTokens: Math.max(0, ...sized.map((r) => r.cache?.inputTokens ?? 0)),
     window: run.window,
     overWindow: sized.filter((r) => (r.cache?.inputTokens ?? 0) > run.window).length,
-    billedInputTokens: Math.round(billed({ inputTokens, cacheReadTokens, cacheWriteTokens })),
+    billedInputTokens: Math.round(billed(main) + billed(compactor)),
+    mainBilledInputTokens: Math.round(billed(main)),
+    compactorBilledInputTokens: Math.round(billed(compactor)),
+    dollars: round(mainDollars + compactorDollars, 4),
+    mainDollars: round(mainDollars, 4),
+    compactorDollars: round(compactorDollars, 4),
     withinTurnPrefixReuseMedian: within.length > 0 ? round(median(within) as number, 4) : null,
     withinTurnPrefixReuseMin: within.length > 0 ? round(Math.min(...within), 4) : null,
     capped: run.capped,
@@ -223,7 +256,19 @@ async function runOne(context: BenchContext, c: LongTurnCase, variant: Variant, 
       }
       const messages = await server.messages(session);
       const wallSeconds = Math.round((Date.now() - started) / 1000);
-      return longTurnFigures(messages, model.requests(), { window: c.window, turnStarts, capped, wallSeconds });
+      // The compactor's work the run caused is billed too: its last leaves, merges and publications finish first.
+      if (url) await waitCompactorIdle(url, 120_000);
+      const figures = longTurnFigures(messages, model.requests(), {
+        window: c.window,
+        turnStarts,
+        capped,
+        wallSeconds,
+      });
+      if (!url) return figures;
+      const ledger = [...(await readCompactorFigures(url)).values()];
+      const byPurpose: Record<string, number> = {};
+      for (const f of ledger) for (const [k, n] of Object.entries(f.byPurpose)) byPurpose[k] = (byPurpose[k] ?? 0) + n;
+      return { ...figures, compactorCallsByPurpose: byPurpose };
     } finally {
       await server.stop();
     }
@@ -295,6 +340,8 @@ export async function runLongTurnBench(context: BenchContext): Promise<void> {
           bench: "long-turn",
           case: `${c.name}/ratios`,
           billedInputTokens: ratio(optchat.billedInputTokens, native.billedInputTokens),
+          mainBilledInputTokens: ratio(optchat.mainBilledInputTokens, native.mainBilledInputTokens),
+          dollars: ratio(optchat.dollars, native.dollars),
           largestRequestTokens: ratio(optchat.largestRequestTokens, native.largestRequestTokens),
           turns: ratio(optchat.turns, native.turns),
           stepsRepeated: { optchat: optchat.stepsRepeated, native: native.stepsRepeated },

@@ -19,8 +19,10 @@ export interface CheckpointCall {
   readonly tool: string;
   /** The call's arguments as JSON (or any text). */
   readonly args: string;
-  /** The result's text, or the error's. */
+  /** The result's text, or the error's (its start, when `end` is given). */
   readonly result: string;
+  /** The end of a long result (a host that truncates output keeps its end), shown at level 0 after its start. */
+  readonly end?: string;
   readonly failed: boolean;
 }
 
@@ -42,6 +44,11 @@ function brief(text: string, chars: number): string {
   return points.length <= chars ? flat : `${points.slice(0, chars).join("")}…`;
 }
 
+function tail(text: string, chars: number): string {
+  const points = Array.from(text.replace(/\s+/g, " ").trim());
+  return points.length <= chars ? points.join("") : `…${points.slice(-chars).join("")}`;
+}
+
 function firstLine(text: string, chars: number): string {
   const line = text.split("\n").find((l) => l.trim() !== "") ?? "";
   return brief(line, chars);
@@ -50,7 +57,10 @@ function firstLine(text: string, chars: number): string {
 /** The text of one call's line at a level (0–2; level 3 folds level 2 lines). */
 export function callLineText(call: CheckpointCall, level: number): string {
   const status = call.failed ? "failed: " : "";
-  if (level === 0) return `${call.tool} ${brief(call.args, 160)} → ${status}${brief(call.result, 240)}`;
+  if (level === 0) {
+    const end = call.end ? ` … ${tail(call.end, 160)}` : "";
+    return `${call.tool} ${brief(call.args, 160)} → ${status}${brief(call.result, 240)}${end}`;
+  }
   if (level === 1) return `${call.tool} ${brief(call.args, 60)} → ${status}${brief(call.result, 100)}`;
   return `${call.tool} → ${status}${firstLine(call.result, 48)}`;
 }

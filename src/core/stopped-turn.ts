@@ -16,6 +16,8 @@ export interface StoppedTurnRecord {
   readonly toolName: string | null;
   readonly head: string;
   readonly byteLength: number;
+  /** The end of a result longer than its head (a host that truncates output keeps its end: it says how it ended). */
+  readonly tail?: string;
 }
 
 export interface StoppedTurn {
@@ -64,7 +66,12 @@ export function stoppedTurnOf(
     } else if (record.kind === "tool_result") {
       const step = record.toolCallId ? open.get(record.toolCallId) : undefined;
       const call = step?.[0];
-      const result = { ref: `${record.seq}+1`, result: record.head, failed: record.head.startsWith("error: ") };
+      const result = {
+        ref: `${record.seq}+1`,
+        result: record.head,
+        failed: record.head.startsWith("error: "),
+        ...(record.tail ? { end: record.tail } : {}),
+      };
       if (step && call) step[0] = { ...call, ...result };
       else steps.push([{ tool: record.toolName ?? "tool", args: "", ...result }]);
     }

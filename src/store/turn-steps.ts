@@ -29,6 +29,8 @@ export interface TurnStepRow {
   /** The first `headBytes` bytes of the record's text (UTF-8, a cut character dropped). */
   readonly head: string;
   readonly byteLength: number;
+  /** The last `tailBytes` bytes of a longer record's text (empty when the head holds it all). */
+  readonly tail: string;
 }
 
 /**
@@ -40,6 +42,7 @@ export async function turnStepRows(
   where: { sessionId: string; generation: number; turnId: string },
   headBytes: number,
   limit: number,
+  tailBytes = 0,
 ): Promise<{ rows: TurnStepRow[]; total: number }> {
   const result = await db.query<{
     total: string;
@@ -48,14 +51,18 @@ export async function turnStepRows(
     tool_call_id: string | null;
     tool_name: string | null;
     head: Buffer;
+    tail: Buffer;
     byte_length: string;
   }>(
     `SELECT * FROM (
-       SELECT count(*) OVER () AS total, r.seq, r.kind, r.tool_call_id, r.tool_name, substring(b.content FROM 1 FOR $4::int) AS head, b.byte_length
+       SELECT count(*) OVER () AS total, r.seq, r.kind, r.tool_call_id, r.tool_name, substring(b.content FROM 1 FOR $4::int) AS head,
+              CASE WHEN b.byte_length > $4::int
+                   THEN substring(b.content FROM greatest($4::int + 1, (b.byte_length - $6::int + 1)::int)) ELSE ''::bytea END AS tail,
+              b.byte_length
          FROM optchat.records r JOIN optchat.blobs b ON b.hash = r.payload_hash
         WHERE r.session_id = $1::text AND r.generation = $2::int AND r.turn_id = $3::text
         ORDER BY r.seq DESC LIMIT $5::int) last ORDER BY seq`,
-    [where.sessionId, where.generation, where.turnId, headBytes, limit],
+    [where.sessionId, where.generation, where.turnId, headBytes, limit, tailBytes],
   );
   const rows = result.rows.map((row) => ({
     seq: Number(row.seq),
@@ -63,6 +70,7 @@ export async function turnStepRows(
     toolCallId: row.tool_call_id,
     toolName: row.tool_name,
     head: row.head.toString("utf8").replace(/\uFFFD$/, ""),
+    tail: row.tail.toString("utf8").replace(/^\uFFFD/, ""),
     byteLength: Number(row.byte_length),
   }));
   return { rows, total: Number(result.rows[0]?.total ?? 0) };

@@ -178,3 +178,18 @@ export function expandFolded(line: string): string[] {
     line.replace(range, (_m, a: string, _b: string, s: string | undefined) => String(Number(a) + k * Number(s ?? 1))),
   );
 }
+
+/** The most refs a folded ref opens into (a checkpoint folds at most a turn's calls). */
+export const MAX_FOLDED_REFS = 5_000;
+
+/**
+ * The refs a folded checkpoint ref stands for (`{10..16..3}+1` → 10+1, 13+1, 16+1), or undefined when `ref` is not
+ * one (or stands for more than MAX_FOLDED_REFS): memory_zoom opens it into them.
+ */
+export function expandFoldedRef(ref: string): string[] | undefined {
+  const match = /^\{(\d{1,15})\.\.(\d{1,15})(?:\.\.(\d{1,15}))?\}\+1$/.exec(ref.trim());
+  if (!match) return undefined;
+  const [from, to, step] = [Number(match[1]), Number(match[2]), Number(match[3] ?? 1)];
+  if (step < 1 || to < from || (to - from) % step !== 0 || (to - from) / step + 1 > MAX_FOLDED_REFS) return undefined;
+  return Array.from({ length: (to - from) / step + 1 }, (_, k) => `${from + k * step}+1`);
+}

@@ -100,6 +100,17 @@ describe("a long active turn with real OpenCode (issue 36)", { timeout: 600_000 
     const ctx = { sessionId: rows[0]?.session_id as string, turnId: rows[0]?.turn_id as string };
     const memory = await openMemory(resolveConfig({ overrides: { databaseUrl: world.database.url } }));
     try {
+      // A folded line's ref, as the line shows it, opens into the refs it stands for.
+      for (const folded of (checkpointed as string)
+        .split("\n")
+        .slice(2, -1)
+        .filter((l) => l.startsWith("{"))) {
+        const ref = folded.split("|")[0] as string;
+        const page = await memory.zoom(ctx, ref, { maxTokens: 100_000 });
+        expect(page.kind === "lines" && page.lines.map((l) => l.ref)).toEqual(
+          expandFolded(folded).map((l) => l.split("|")[0]),
+        );
+      }
       for (const line of lines) {
         const [ref, text] = line.split("|") as [string, string];
         const step = Number(/STEP (\d+)\//.exec(text)?.[1]);

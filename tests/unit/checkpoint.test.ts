@@ -5,6 +5,7 @@ import {
   type CheckpointStep,
   checkpointLines,
   expandFolded,
+  expandFoldedRef,
   foldAlike,
   renderCheckpoint,
   renderCheckpointAt,
@@ -109,6 +110,24 @@ const call = fc.record({
 });
 
 describe("what a checkpoint says (issue 36)", () => {
+  it("a folded ref opens into the refs it stands for; anything else is not a folded ref", () => {
+    expect(expandFoldedRef("{10..16..3}+1")).toEqual(["10+1", "13+1", "16+1"]);
+    expect(expandFoldedRef("{4..6}+1")).toEqual(["4+1", "5+1", "6+1"]);
+    for (const ref of ["10+1", "{6..4}+1", "{4..9..2}+1", "{0..99999}+1", "{1..3}+2"]) {
+      expect(expandFoldedRef(ref)).toBeUndefined();
+    }
+    const lines = checkpointLines(
+      Array.from({ length: 9 }, (_, k) => [
+        { ref: `${10 + 3 * k}+1`, tool: "bash", args: "", result: `STEP ${k + 1}/9 DONE`, failed: false },
+      ]),
+      3,
+    );
+    expect(lines).toHaveLength(1);
+    expect(expandFoldedRef((lines[0] as string).split("|")[0] as string)).toEqual(
+      expand(lines[0] as string).map((l) => l.split("|")[0]),
+    );
+  });
+
   it("folding alike lines loses nothing: expanding the folded lines gives back every line, in order", () => {
     const line = fc.tuple(
       fc.constantFrom("a", "b|x ", "bash → STEP "),

@@ -206,7 +206,7 @@ export class RequestTransform {
       at.sizing.baseTokens;
     const host = this.deps.memory.host;
     const readRefs = () => host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
-    const where = { ...at, budget: Math.max(0, room) };
+    const where = { ...at, budget: Math.max(0, room), fullRoom: Math.max(0, room + at.context.tokens.used) };
     let refs = await readRefs();
     if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
       // The latest finished steps may still be on their way to the store (the session's ingestion queue): a short wait

@@ -117,6 +117,8 @@ export function applyCheckpoint(
     turnId: string;
     requestIndex: number;
     budget: number;
+    /** The room a request has for the live turn with no memory: a latest step larger than it is never cut. */
+    fullRoom?: number;
     refs: ReadonlyMap<string, string>;
     /** False: a finished step whose records are not stored yet may be cut too (its lines then have no ref yet). */
     requireStored?: boolean;
@@ -142,7 +144,10 @@ export function applyCheckpoint(
   const calls = hosts.map((m) => stepCalls(m, refs));
   // The checkpoint takes at most half of the live budget before it folds coarser.
   const rendered = (cut: number) => renderCheckpoint(calls.slice(0, cut), Math.floor(budget / 2));
-  const plan = planCut({ steps, previousCut, budget, checkpointTokens: (cut) => rendered(cut).tokens });
+  // The latest step's results become a line only when they fit a request of their own (else the turn stops, saying so).
+  const latest = steps.at(-1);
+  const latestCuttable = latest !== undefined && at.fullRoom !== undefined && latest.tokens <= at.fullRoom;
+  const plan = planCut({ steps, previousCut, budget, latestCuttable, checkpointTokens: (cut) => rendered(cut).tokens });
   if (at.dryRun) return { ...plan, steps: hosts.length, level: 0 };
   memos.set(state, { ...(memo ?? {}), turnId, cut: plan.cut });
   if (plan.cut === 0) return { ...plan, steps: hosts.length, level: 0 };

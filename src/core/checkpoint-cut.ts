@@ -30,6 +30,8 @@ export interface CutInput {
   readonly checkpointTokens: (cut: number) => number;
   /** Where a moved cut leaves the live part, as a share of the budget (default 0.5). */
   readonly lowWater?: number;
+  /** The latest step may be cut too (cutLimit). */
+  readonly latestCuttable?: boolean;
 }
 
 export interface CutPlan {
@@ -44,13 +46,15 @@ export interface CutPlan {
 }
 
 /**
- * The furthest the cut may go: the first step that is incomplete or not stored ends it, and the latest step always
- * stays verbatim: the model has not seen its results yet (they answer the calls it just made), so a line must never
- * stand in for them.
+ * The furthest the cut may go: the first step that is incomplete or not stored ends it, and the latest step stays
+ * verbatim (the model has not seen its results yet: they answer the calls it just made) unless `latestCuttable`: a
+ * result too large for the live part's share, yet small enough for a request of its own, then shows as its line
+ * (start, end, ref) rather than stop the turn. One too large for any request is never cut: the turn stops, saying so.
  */
-export function cutLimit(steps: readonly CutStep[]): number {
+export function cutLimit(steps: readonly CutStep[], latestCuttable = false): number {
   const blocked = steps.findIndex((step) => !step.complete || !step.stored);
-  return Math.max(0, Math.min(blocked < 0 ? steps.length : blocked, steps.length - 1));
+  const limit = blocked < 0 ? steps.length : blocked;
+  return latestCuttable ? limit : Math.max(0, Math.min(limit, steps.length - 1));
 }
 
 /** Tokens of the live part with the first `cut` steps checkpointed. */
@@ -66,17 +70,22 @@ export function liveTokens(input: Pick<CutInput, "steps" | "checkpointTokens">, 
  * not fitting.
  */
 export function planCut(input: CutInput): CutPlan {
-  const limit = cutLimit(input.steps);
+  const verbatimLimit = cutLimit(input.steps);
   const previous = Math.min(Math.max(0, input.previousCut), input.steps.length);
   const at = (cut: number) => liveTokens(input, cut);
   const kept = at(previous);
   if (kept <= input.budget) return { cut: previous, moved: false, fits: true, tokens: kept };
-  if (limit <= previous) return { cut: previous, moved: false, fits: false, tokens: kept };
   const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? 0.5)));
-  for (const target of [lowWater, input.budget]) {
-    const cut = firstCutWithin(at, previous + 1, limit, target);
-    if (cut !== undefined) return { cut, moved: true, fits: true, tokens: at(cut) };
+  // The latest step is cut only when no cut that keeps it verbatim fits.
+  const limits = input.latestCuttable ? [verbatimLimit, cutLimit(input.steps, true)] : [verbatimLimit];
+  for (const limit of limits) {
+    if (limit <= previous) continue;
+    for (const target of [lowWater, input.budget]) {
+      const cut = firstCutWithin(at, previous + 1, limit, target);
+      if (cut !== undefined) return { cut, moved: true, fits: true, tokens: at(cut) };
+    }
   }
+  const limit = Math.max(previous, verbatimLimit);
   return { cut: limit, moved: limit !== previous, fits: false, tokens: at(limit) };
 }
 

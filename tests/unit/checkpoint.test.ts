@@ -54,6 +54,21 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
     );
   });
 
+  it("cuts the latest step only when allowed and when no cut that keeps it verbatim fits", () => {
+    const steps = [800, 800, 3000].map((tokens) => ({ tokens, complete: true, stored: true }));
+    const checkpointTokens = (cut: number) => (cut === 0 ? 0 : 50 * cut);
+    expect(planCut({ steps, previousCut: 0, budget: 2000, checkpointTokens })).toMatchObject({ cut: 2, fits: false });
+    expect(planCut({ steps, previousCut: 0, budget: 2000, checkpointTokens, latestCuttable: true })).toMatchObject({
+      cut: 3,
+      fits: true,
+    });
+    // A verbatim latest step that fits is kept, allowed or not.
+    expect(planCut({ steps, previousCut: 0, budget: 3200, checkpointTokens, latestCuttable: true })).toMatchObject({
+      cut: 2,
+      fits: true,
+    });
+  });
+
   it("a moved cut is the smallest that reaches the low-water mark (or, failing that, the budget)", () => {
     fc.assert(
       fc.property(

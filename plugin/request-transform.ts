@@ -1,4 +1,5 @@
 import { setTimeout as delay } from "node:timers/promises";
+import { liveBudget } from "../src/core/checkpoint-cut.js";
 import {
   type AssembledContext,
   availableMemoryTokens,
@@ -206,7 +207,11 @@ export class RequestTransform {
       at.sizing.baseTokens;
     const host = this.deps.memory.host;
     const readRefs = () => host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
-    const where = { ...at, budget: Math.max(0, room), fullRoom: Math.max(0, room + at.context.tokens.used) };
+    const where = {
+      ...at,
+      budget: liveBudget(Math.max(0, room), budget.windowTokens),
+      fullRoom: Math.max(0, room + at.context.tokens.used),
+    };
     let refs = await readRefs();
     if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
       // The latest finished steps may still be on their way to the store (the session's ingestion queue): a short wait

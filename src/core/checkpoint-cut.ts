@@ -110,3 +110,17 @@ function firstCutWithin(at: (cut: number) => number, from: number, to: number, t
   while (cut > from && at(cut - 1) <= target) cut -= 1;
   return cut;
 }
+
+/** The live part's share of the window, past a floor (liveBudget). */
+export const LIVE_WINDOW_SHARE = 0.25;
+export const LIVE_FLOOR_TOKENS = 16_000;
+
+/**
+ * The live part's budget: the request's room, but no more than a quarter of the window (at least 16k tokens). A live
+ * part kept smaller is cheaper at every step (each request re-reads it from the provider's cache) while the cost of
+ * moving the cut does not grow (each move rewrites what it keeps, and a smaller part is rewritten more often), and a
+ * long context works worse than a short one; the steps it leaves out stay one memory_zoom away.
+ */
+export function liveBudget(room: number, windowTokens: number): number {
+  return Math.min(room, Math.max(LIVE_FLOOR_TOKENS, Math.floor(windowTokens * LIVE_WINDOW_SHARE)));
+}

@@ -1,6 +1,6 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type CutStep, cutLimit, liveTokens, planCut } from "../../src/core/checkpoint-cut.js";
+import { type CutStep, cutLimit, liveBudget, liveTokens, planCut } from "../../src/core/checkpoint-cut.js";
 import {
   type CheckpointStep,
   checkpointLines,
@@ -208,5 +208,14 @@ describe("what a checkpoint says (issue 36)", () => {
         },
       ),
     );
+  });
+});
+
+describe("the live part's budget (issue 36)", () => {
+  it("is the request's room, at most a quarter of the window but never capped below 16k tokens", () => {
+    expect(liveBudget(9_000, 16_000)).toBe(9_000);
+    expect(liveBudget(17_000, 32_000)).toBe(16_000);
+    expect(liveBudget(180_000, 200_000)).toBe(50_000);
+    expect(liveBudget(30_000, 200_000)).toBe(30_000);
   });
 });

@@ -5,32 +5,27 @@ import {
   estimateTokens,
   type MemoryLine,
   type RenderedBlock,
-  renderPreviousExchange,
   renderSessionBlock,
   renderSharedBlock,
   splitBudget,
-  verbatimSessionLines,
   withoutLines,
 } from "../core/context.js";
 import { OptchatError } from "../core/errors.js";
 import { restrictToPrefix } from "../core/fold.js";
-import { payloadAsText } from "../core/payload.js";
 import { sharedRef } from "../core/refs.js";
-import { renderStoppedTurn, type StoppedTurn } from "../core/stopped-turn.js";
 import { endOf, parseRef, refOf } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
 import { publicationSeqsOfSession, publishedRangesOfSession } from "../store/publications.js";
-import { readTurnMessages } from "../store/records.js";
 import { findSessionTree } from "../store/trees.js";
-import { findPreviousTurn, pinOwnViewRevision, type Turn } from "../store/turns.js";
+import { pinOwnViewRevision, type Turn } from "../store/turns.js";
 import { findViewRevision, type ViewRevision } from "../store/view-revisions.js";
 import type { Config } from "./config.js";
 import { fitTokens, type TreeLines } from "./fit-tokens.js";
 import { demandMerges } from "./merge-demand.js";
 import type { PinnedNodeCache } from "./pinned-nodes.js";
+import { type PreviousSource, previousExchangeBlock, withHandOn } from "./previous-exchange.js";
 import { type ServedSnapshot, served, turnReader } from "./reader.js";
-import { readStoppedTurn } from "./stopped-turn.js";
 import { settleTree } from "./views.js";
 
 // Context assembly (seed 000 §7): the memory blocks of one model request of a turn, within its budget.
@@ -192,7 +187,7 @@ export async function assembleContext(
   let { ownTokens } = fitted;
   let previousTokens = 0;
   const left = available - sharedTokens - ownTokens;
-  const previous = withHandOn(ready, left, options.windowTokens);
+  const previous = withHandOn(ready.previous, ready.previousSource, left, options.windowTokens);
   if (previous) {
     if (previous.tokens <= left) {
       // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget. Not
@@ -431,56 +426,6 @@ function dropRepeatedLines(blocks: AssembledBlock[], verbatim: ReadonlySet<strin
   const tokens = estimateTokens(kept.text);
   blocks[at] = { name: own.name, text: kept.text, pieces: kept.pieces, tokens, lines: kept.pieces.length - 2 };
   return tokens;
-}
-
-/** The previous exchange's messages, and the hand-on of the turn when it stopped mid-way (issue 36). */
-interface PreviousSource {
-  readonly meta: { readonly sessionId: string; readonly refs: string };
-  readonly shown: readonly { readonly seq: number; readonly kind: string; readonly text: string }[];
-  readonly stopped?: StoppedTurn;
-}
-
-function previousBlock(source: PreviousSource, extra: readonly string[] = []): AssembledBlock {
-  const { text, pieces } = renderPreviousExchange(source.meta, source.shown, extra);
-  return { name: "previous_exchange", text, pieces, tokens: estimateTokens(text), lines: source.shown.length };
-}
-
-/** The most of the window a stopped turn's hand-on takes (it folds coarser past it). */
-const HAND_ON_WINDOW_SHARE = 1 / 8;
-
-/**
- * The previous exchange's block; when the previous turn stopped mid-way, with its hand-on (src/core/stopped-turn.ts)
- * folded to fit what the memory blocks leave (at most an eighth of the window), or without it when even folded it
- * does not fit.
- */
-function withHandOn(ready: PreparedContext, left: number, windowTokens: number): AssembledBlock | undefined {
-  const base = ready.previous;
-  const stopped = ready.previousSource?.stopped;
-  if (!base || !stopped || !ready.previousSource) return base;
-  const cap = Math.min(left, Math.floor(windowTokens * HAND_ON_WINDOW_SHARE)) - base.tokens;
-  const block = previousBlock(ready.previousSource, renderStoppedTurn(stopped, cap));
-  return block.tokens <= left ? block : base;
-}
-
-/** The previous turn's messages as a block, or undefined when there is no previous turn or it has none. */
-async function previousExchangeBlock(
-  pool: Pool,
-  turn: Turn,
-): Promise<{ block: AssembledBlock; source: PreviousSource; verbatim: string[] } | undefined> {
-  const previous = await findPreviousTurn(pool, turn);
-  if (!previous) return undefined;
-  const messages = await readTurnMessages(pool, turn.sessionId, turn.generation, previous.turnId);
-  if (messages.length === 0) return undefined;
-  const first = messages[0]?.seq as number;
-  const last = messages[messages.length - 1]?.seq as number;
-  const shown = messages.map((m) => ({ seq: m.seq, kind: m.kind, text: payloadAsText(m.payload) }));
-  const stopped = await readStoppedTurn(pool, previous);
-  const source = {
-    meta: { sessionId: turn.sessionId, refs: `${first}+1..${last}+1` },
-    shown,
-    ...(stopped ? { stopped } : {}),
-  };
-  return { block: previousBlock(source), source, verbatim: verbatimSessionLines(shown) };
 }
 
 function budgetError(message: string, needed: number, available: number): OptchatError {

@@ -8,7 +8,9 @@
  * calls `bash` for the first step whose output it cannot see, so lost progress shows as repeated steps. The person
  * sends the task once, then "continue" while the task is not done and the turn ended (at most MAX_TURNS turns).
  *
- * Cases (window tokens / steps × output bytes): 16k/40×4KB, 32k/40×4KB, 200k/150×8KB, 32k/1000×4KB.
+ * Cases (window tokens / steps × output bytes): 16k/40×4KB, 32k/40×4KB, 200k/150×8KB, 32k/1000×4KB, and
+ * 24k/12×1KB with step 4 printing 45 KB (a result no request holds beside the instructions: optchat stops the turn,
+ * saying so, and the "continue" turn must resume with no step repeated).
  * One JSON line per (case, variant):
  *   stepsCompleted, stepsRepeated   distinct steps run / runs of a step already run (from OpenCode's own messages)
  *   done                            the agent said every step's output was seen
@@ -26,7 +28,7 @@
  *   capped, wallSeconds             the run hit its wall-time cap (then the figures are what it did until then)
  * then one `case: "<case>/ratios"` line (optchat / native).
  * Environment:
- *   OPTCHAT_BENCH_LONG_TURN_CASES     comma-separated subset of 16k-40x4k,32k-40x4k,200k-150x8k,32k-1000x4k
+ *   OPTCHAT_BENCH_LONG_TURN_CASES     comma-separated subset of 16k-40x4k,32k-40x4k,200k-150x8k,32k-1000x4k,24k-12x1k-stop
  *   OPTCHAT_BENCH_LONG_TURN_VARIANTS  comma-separated subset of native,optchat
  *   OPTCHAT_BENCH_LONG_TURN_CAP_S     wall-time cap of one run in seconds (default 900)
  *   OPTCHAT_BENCH_LONG_TURN_DUMP      a path prefix: every request the model received to <prefix>.<case>.<variant>.jsonl
@@ -75,6 +77,8 @@ interface LongTurnCase {
   readonly window: number;
   readonly steps: number;
   readonly bytes: number;
+  /** One step whose output is larger than any request can hold beside the instructions: the turn stops there. */
+  readonly big?: { readonly step: number; readonly bytes: number };
 }
 
 const CASES: readonly LongTurnCase[] = [
@@ -82,6 +86,8 @@ const CASES: readonly LongTurnCase[] = [
   { name: "32k-40x4k", window: 32_000, steps: 40, bytes: 4096 },
   { name: "200k-150x8k", window: 200_000, steps: 150, bytes: 8192 },
   { name: "32k-1000x4k", window: 32_000, steps: 1000, bytes: 4096 },
+  // A stopped turn resumed by "continue" (issue 36 deliver 4): step 4 prints 45 KB (under OpenCode's truncation).
+  { name: "24k-12x1k-stop", window: 24_000, steps: 12, bytes: 1024, big: { step: 4, bytes: 45_000 } },
 ];
 const VARIANTS = ["native", "optchat"] as const;
 type Variant = (typeof VARIANTS)[number];
@@ -244,7 +250,7 @@ async function runOne(context: BenchContext, c: LongTurnCase, variant: Variant, 
       for (let turn = 1; turn <= MAX_TURNS; turn++) {
         if (context.signal.aborted) throw new Error("bench long-turn: aborted");
         turnStarts.push(nextIndex(model));
-        await server.prompt(session, turn === 1 ? longTaskPrompt(c.steps, c.bytes) : "continue");
+        await server.prompt(session, turn === 1 ? longTaskPrompt(c.steps, c.bytes, c.big) : "continue");
         capped = !(await idleBefore(server, session, model, deadline, `${c.name}/${variant} turn ${turn}`));
         if (capped) {
           await server.abort(session).catch(() => {});

@@ -21,7 +21,7 @@ import { assemblySettings, preparedFor } from "./prepared-context.js";
 import { actionableError } from "./request-checks.js";
 import type { SessionMemory } from "./session-memory.js";
 import type { SessionState } from "./session-state.js";
-import { applyCheckpoint, measuredOverhead, noteSent } from "./turn-checkpoint.js";
+import { applyCheckpoint, measuredOverhead, noteSent, rememberedOverhead } from "./turn-checkpoint.js";
 
 export interface RequestTransformDeps {
   readonly memory: Memory;
@@ -325,7 +325,8 @@ export class RequestTransform {
     // measured at system.transform (which runs after this hook: the previous step's size, at least 4,000 tokens) and
     // the configured charge for tools, which a plugin cannot see.
     const measured = measuredOverhead(state, messages);
-    const instructionsTokens = measured ?? Math.max(state.systemTokens ?? 0, 4_000) + plugin.toolsTokens;
+    const instructionsTokens =
+      measured ?? rememberedOverhead(messages) ?? Math.max(state.systemTokens ?? 0, 4_000) + plugin.toolsTokens;
     // A measured request leaves only the estimate of what changed since to chance: a thirty-second of the window.
     const reserveTokens =
       measured === undefined ? plugin.reserveTokens : Math.min(plugin.reserveTokens, Math.ceil(windowTokens / 32));

@@ -27,6 +27,32 @@ interface CheckpointMemo {
 
 const memos = new WeakMap<object, CheckpointMemo>();
 
+/**
+ * The latest measured instructions and tools per model and agent, across the process's sessions: a session's first
+ * request has no usage of its own yet, and the same agent on the same model sends the same instructions and tools.
+ */
+const lastMeasured = new Map<string, number>();
+
+function overheadKey(messages: readonly HostMessage[]): string | undefined {
+  for (let i = messages.length - 1; i >= 0; i--) {
+    const info = (messages[i] as HostMessage).info;
+    if (info.role !== "user") continue;
+    const providerID = info.model?.providerID ?? info.providerID;
+    const modelID = info.model?.modelID ?? info.modelID;
+    return providerID && modelID && info.agent ? `${providerID}/${modelID}/${info.agent}` : undefined;
+  }
+  return undefined;
+}
+
+/**
+ * What another session of this process measured for the same model and agent, for a session that has no measurement
+ * of its own yet (then it sizes its first request with it, as an estimate: an estimate alone never refuses).
+ */
+export function rememberedOverhead(messages: readonly HostMessage[]): number | undefined {
+  const key = overheadKey(messages);
+  return key ? lastMeasured.get(key) : undefined;
+}
+
 function memoOf(state: object): CheckpointMemo | undefined {
   return memos.get(state);
 }
@@ -54,6 +80,8 @@ export function measuredOverhead(state: object, messages: readonly HostMessage[]
     if (reported === undefined) continue;
     if ((messages[i - 1] as HostMessage).info.id !== sent.lastMessageId) break;
     memo.overhead = Math.max(0, reported - sent.messagesTokens);
+    const key = overheadKey(messages);
+    if (key) lastMeasured.set(key, memo.overhead);
     break;
   }
   return memo.overhead;

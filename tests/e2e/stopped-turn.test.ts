@@ -17,6 +17,8 @@ const BIG = { step: 4, bytes: 45_000 };
 
 let world: PluginWorld;
 let server: OpencodeServer;
+/** The OpenCode sessions the tests ran, in order. */
+const hostSessions: string[] = [];
 
 beforeAll(async () => {
   world = await startPluginWorld();
@@ -52,6 +54,7 @@ async function publishedTurns(session: string): Promise<number> {
 /** Runs the stopped turn, then "continue" (after its publication when asked); returns what the continue turn got. */
 async function stopThenContinue(title: string, afterPublication: boolean, steps: number) {
   const session = await server.createSession(title);
+  hostSessions.push(session);
   const prompt = longTaskPrompt(steps, 1024, BIG);
   await server.prompt(session, prompt);
   await server.waitIdle(session, 240_000);
@@ -109,4 +112,20 @@ describe("a turn stopped mid-way hands on its position (issue 36)", { timeout: 9
       for (const request of requests) expect(request.cache?.inputTokens ?? 0).toBeLessThanOrEqual(WINDOW);
     });
   }
+
+  it("a session's first request is sized with what an earlier session of the same agent and model measured", async () => {
+    expect(hostSessions).toHaveLength(2);
+    const budgets = async (host: string) =>
+      (
+        await world.db.query<{ b: { instructionsTokens: number } }>(
+          `SELECT i.detail->'budget' AS b FROM optchat.injections i JOIN optchat.sessions s USING (session_id)
+            WHERE s.host_session_id = $1::text AND i.status = 'injected' ORDER BY i.injection_id`,
+          [host],
+        )
+      ).rows.map((r) => r.b.instructionsTokens);
+    const [first, second] = [await budgets(hostSessions[0] as string), await budgets(hostSessions[1] as string)];
+    // The first session's own first request had only the estimate; the second starts from the first's measurement.
+    expect(first[0]).not.toBe(first.at(-1));
+    expect(second[0]).toBe(first.at(-1));
+  });
 });

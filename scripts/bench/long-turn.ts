@@ -348,6 +348,20 @@ export async function runLongTurnBench(context: BenchContext): Promise<void> {
           billedInputTokens: ratio(optchat.billedInputTokens, native.billedInputTokens),
           mainBilledInputTokens: ratio(optchat.mainBilledInputTokens, native.mainBilledInputTokens),
           dollars: ratio(optchat.dollars, native.dollars),
+          // A run stopped by its wall-time cap did less of the task: per completed step, the bills compare.
+          ...(optchat.capped || native.capped
+            ? {
+                capped: { optchat: optchat.capped, native: native.capped },
+                dollarsPerStep: ratio(
+                  optchat.dollars / Math.max(1, optchat.stepsCompleted),
+                  native.dollars / Math.max(1, native.stepsCompleted),
+                ),
+                mainBilledInputTokensPerStep: ratio(
+                  optchat.mainBilledInputTokens / Math.max(1, optchat.stepsCompleted),
+                  native.mainBilledInputTokens / Math.max(1, native.stepsCompleted),
+                ),
+              }
+            : {}),
           largestRequestTokens: ratio(optchat.largestRequestTokens, native.largestRequestTokens),
           turns: ratio(optchat.turns, native.turns),
           stepsRepeated: { optchat: optchat.stepsRepeated, native: native.stepsRepeated },

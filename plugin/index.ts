@@ -5,71 +5,65 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * `"plugin": [["/absolute/path/to/optchat/plugin/index.ts", { "databaseUrl": "postgres://…" }]]`
  * (or a plain path string, with settings from the environment). See README "Use it with OpenCode".
  *
- * Under OpenCode's Bun the plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports
- * only the bridge and the tools' declarations, and forwards the hooks. An `opencode run` forwards them to the optchat
- * local server instead when one answers (plugin/local-server-client.ts, setting `localServer`). OpenCode gets the
- * hooks before either is set up (plugin/deferred-hooks.ts). `thread: "off"` (OPTCHAT_PLUGIN_THREAD=off) runs
- * everything in OpenCode's thread, as before (plugin/hooks.ts); so does a runtime without Bun's workers.
+ * OpenCode gets the forwarding hooks at once (plugin/transport/remote-hooks.ts); they reach the plugin's side over a
+ * channel set up in the background (plugin/transport/channel.ts): the optchat local server's socket where this process
+ * uses one and it answers (an `opencode run`, setting `localServer`), else a thread of its own (the default under
+ * OpenCode's Bun), else the loopback in OpenCode's own thread (`thread: "off"`, OPTCHAT_PLUGIN_THREAD=off, or a runtime
+ * without Bun's workers). OpenCode's thread imports only the forwarding hooks and the tools' declarations.
  */
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   const load = { started: performance.now(), waitedMs: undefined as number | undefined };
-  if (!threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD)) return inProcessHooks(input, options);
-  // OpenCode gets the hooks at once; its calls wait for the side beside it (plugin/deferred-hooks.ts).
-  const { deferredHooks } = await import("./deferred-hooks.js");
-  const hooks = deferredHooks(besideHooks(input, options, load));
+  const { recordLoad, remoteHooks } = await import("./transport/remote-hooks.js");
+  const channel = setUpChannel(options, threadWanted(options?.thread ?? process.env.OPTCHAT_PLUGIN_THREAD));
+  void channel.then(
+    ({ init }) => init.runner !== "opencode" && recordLoad(options, init.runner, load),
+    () => undefined,
+  );
+  const hooks = remoteHooks(input, options, channel);
   load.waitedMs = performance.now() - load.started;
   return hooks;
 };
 
 /**
- * The hooks of the plugin's side beside OpenCode: the local server's where this process uses one and it answers
- * (plugin/local-server-client.ts), else the plugin's own thread's, else (a thread that cannot start: Bun resolves the
- * entry when the worker is made) the hooks of OpenCode's own thread.
+ * The channel to the plugin's side: the local server's where this process uses one and it answers
+ * (plugin/transport/local-server/client.ts), else the plugin's own thread, else (a thread that cannot start: Bun
+ * resolves the entry when the worker is made) the loopback.
  */
-async function besideHooks(
-  input: PluginInput,
+async function setUpChannel(
   options: Record<string, unknown> | undefined,
-  load: { readonly started: number; readonly waitedMs: number | undefined },
-): Promise<Hooks> {
-  try {
-    const { bridgedHooks, recordLoad, threadedHooks, workerClass } = await import("./thread-bridge.js");
-    const local = await import("./local-server-client.js")
-      .then(({ localServerChannel }) =>
-        localServerChannel(options, process.env, new URL("./local-server-entry.ts", import.meta.url)),
-      )
-      .catch((error: unknown) => {
-        process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
-        return undefined;
-      });
-    if (local?.served) {
-      const { channel, env } = local.served;
-      const hooks = bridgedHooks(input, options, channel, { env, flushOutlivesProcess: true });
-      recordLoad(options, "local server", load);
-      return hooks;
+  thread: boolean,
+): Promise<import("./transport/channel.js").Channel> {
+  if (thread) {
+    const { workerChannel, workerClass } = await import("./transport/channel.js");
+    try {
+      const local = await import("./transport/local-server/client.js")
+        .then(({ localServerChannel }) =>
+          localServerChannel(options, process.env, new URL("./transport/local-server/entry.ts", import.meta.url)),
+        )
+        .catch((error: unknown) => {
+          process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
+          return undefined;
+        });
+      if (local?.served) return local.served.channel;
+      const WorkerClass = workerClass();
+      if (WorkerClass)
+        return workerChannel(
+          new WorkerClass(new URL("./transport/thread-entry.ts", import.meta.url).href),
+          local?.handOffSocket,
+        );
+    } catch (error) {
+      process.stderr.write(
+        `optchat: neither the local server's connection nor the plugin's thread could be set up (${String(error)}); running in OpenCode's thread\n`,
+      );
     }
-    const WorkerClass = workerClass();
-    if (WorkerClass) {
-      const hooks = threadedHooks(input, options, new URL("./thread-entry.ts", import.meta.url), WorkerClass, {
-        handOffSocket: local?.handOffSocket,
-      });
-      recordLoad(options, "thread", load);
-      return hooks;
-    }
-  } catch (error) {
-    process.stderr.write(
-      `optchat: neither the local server's connection nor the plugin's thread could be set up (${String(error)}); running in OpenCode's thread\n`,
-    );
   }
-  return inProcessHooks(input, options);
-}
-
-async function inProcessHooks(input: PluginInput, options: Record<string, unknown> | undefined): Promise<Hooks> {
-  const { optchatHooks } = await import("./hooks.js");
-  return optchatHooks(input, options);
+  // OpenCode's own thread: the plugin's side over the loopback, its adapters closed on the process's signals.
+  const { inThreadChannel } = await import("./transport/in-thread.js");
+  return inThreadChannel();
 }
 
 /**
- * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/config.ts,
+ * On unless set off. An invalid value also runs in OpenCode's thread, where the configuration check (plugin/base/config.ts,
  * setting `thread`) refuses every prompt with the error, as for any other bad setting.
  */
 function threadWanted(setting: unknown): boolean {

@@ -19,13 +19,16 @@ import { tmpdir } from "node:os";
 import { dirname, join, parse } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
 import { fileURLToPath } from "node:url";
-import { stopLocalServers } from "../plugin/local-server-client.js";
+import { stopLocalServers } from "../plugin/transport/local-server/client.js";
 import { prepareOpencodeConfigDir } from "./opencode-setup.js";
 
 const REPO_ROOT = fileURLToPath(new URL("..", import.meta.url));
 
-/** Absolute path of the project's `node_modules/.bin/opencode` (opencode-ai 1.18.33). */
-export const OPENCODE_BIN: string = join(REPO_ROOT, "node_modules", ".bin", "opencode");
+/**
+ * Absolute path of opencode-ai 1.18.33's binary. Not `node_modules/.bin/opencode`: `@opencode/cli` (V2) declares the
+ * same bin name, and which package's link wins there is up to npm.
+ */
+export const OPENCODE_BIN: string = join(REPO_ROOT, "node_modules", "opencode-ai", "bin", "opencode.exe");
 
 /** Provider and model id of the scripted model in every environment. */
 export const FAKE_MODEL = { providerID: "fake", modelID: "fake" } as const;

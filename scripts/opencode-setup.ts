@@ -1,5 +1,6 @@
 // `npm run opencode-setup`: prepares OpenCode's global config directory so that OpenCode 1.18.33 fetches nothing
-// when it starts with the optchat plugin, and prints the opencode.json entry to add.
+// when it starts with the optchat plugin, and adds the plugin to that directory's opencode.json (the README's quick
+// start: nothing to edit by hand). `npm run opencode-setup -- --remove` takes the plugin out again (the off switch).
 //
 // Why: at every start with a plugin configured, OpenCode installs @opencode-ai/plugin into its config directory from
 // the npm registry unless the directory already has `node_modules/` and a package-lock.json listing it; with no
@@ -80,12 +81,58 @@ export function pluginLine(databaseUrl: string | null): { line: string; password
   return { line: `"plugin": ${JSON.stringify(entry)}`, passwordHidden: shown !== databaseUrl };
 }
 
+/** Whether an opencode.json plugin entry is this checkout's plugin (a path string, or [path, options]). */
+function isThisPlugin(entry: unknown): boolean {
+  const path = Array.isArray(entry) ? entry[0] : entry;
+  return typeof path === "string" && path === `${ROOT}/plugin/index.ts`;
+}
+
+/**
+ * Adds this checkout's plugin to `dir/opencode.json` (created if missing, merged otherwise) unless it is there. The
+ * entry is the plain path: the settings (DATABASE_URL among them) then come from the environment OpenCode starts
+ * with, so no password is ever written into the file. Returns whether the file changed.
+ */
+export function addPluginEntry(dir: string): { path: string; added: boolean } {
+  const path = join(dir, "opencode.json");
+  const config = readJson(path);
+  const plugins = Array.isArray(config.plugin) ? [...config.plugin] : [];
+  if (plugins.some(isThisPlugin)) return { path, added: false };
+  plugins.push(`${ROOT}/plugin/index.ts`);
+  const next = { $schema: "https://opencode.ai/config.json", ...config, plugin: plugins };
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path, `${JSON.stringify(next, null, 2)}\n`);
+  return { path, added: true };
+}
+
+/** Removes this checkout's plugin from `dir/opencode.json`; everything else in the file stays. */
+export function removePluginEntry(dir: string): { path: string; removed: boolean } {
+  const path = join(dir, "opencode.json");
+  if (!existsSync(path)) return { path, removed: false };
+  const config = readJson(path);
+  const plugins = Array.isArray(config.plugin) ? config.plugin : [];
+  const kept = plugins.filter((entry) => !isThisPlugin(entry));
+  if (kept.length === plugins.length) return { path, removed: false };
+  writeFileSync(path, `${JSON.stringify({ ...config, plugin: kept }, null, 2)}\n`);
+  return { path, removed: true };
+}
+
 function main(): void {
+  const args = process.argv.slice(2);
+  const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
+  const dir = args.find((arg) => !arg.startsWith("--")) ?? join(configHome, "opencode");
+  if (args.includes("--remove")) {
+    const { path, removed } = removePluginEntry(dir);
+    say(
+      removed
+        ? `optchat removed from ${path}: OpenCode runs without it from its next start.`
+        : `optchat is not in ${path}; nothing changed.`,
+    );
+    say('Its memory stays in the database (README "Turn it off, or remove it" says how to delete it).');
+    return;
+  }
   const config = resolveConfig({ env: process.env });
   // The embedded server needs no URL in the line: each process finds it from the same settings.
   const databaseUrl = config.embedded ? null : config.databaseUrl;
-  const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
-  const dir = process.argv[2] ?? join(configHome, "opencode");
   const { linked, source, others } = prepareOpencodeConfigDir(dir);
 
   say(`OpenCode config directory: ${dir}`);
@@ -94,18 +141,25 @@ function main(): void {
   if (others.length > 0) {
     say(`  Note: package.json also lists ${others.join(", ")}; OpenCode still installs those itself at start-up.`);
   }
+  const added = args.includes("--no-plugin") ? undefined : addPluginEntry(dir);
   say();
-  say("Add optchat to opencode.json (your project's, or the global one in that directory):");
+  if (added) {
+    say(added.added ? `optchat added to ${added.path}:` : `optchat is already in ${added.path}:`);
+    say(`  "plugin": ${JSON.stringify([`${ROOT}/plugin/index.ts`])}`);
+    say("  (settings from the environment OpenCode starts with; `npm run opencode-setup -- --remove` takes it out)");
+  } else {
+    say("Add optchat to opencode.json (your project's, or the global one in that directory):");
+  }
   say();
   const { line, passwordHidden } = pluginLine(databaseUrl);
-  say(`  ${line}`);
+  if (!added) say(`  ${line}`);
   say();
   say(
     config.embedded
       ? `The database is the embedded server (DATABASE_URL is not set here), data in ${config.embedded.dataDir}; set DATABASE_URL and run this again for another.`
       : "The database is DATABASE_URL's, as set here.",
   );
-  if (passwordHidden) {
+  if (passwordHidden && !added) {
     say("The password is shown as ***: write it into the line, or leave databaseUrl out of the line and set");
     say("DATABASE_URL in the environment OpenCode starts with.");
   }

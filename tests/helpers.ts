@@ -4,7 +4,7 @@ import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import pg from "pg";
 import { afterAll, beforeAll, expect, inject, it } from "vitest";
-import type { Clock, Timer } from "../plugin/clock.js";
+import type { Clock, Timer } from "../plugin/base/clock.js";
 import { withDatabase } from "../scripts/bench/common.js";
 import { type ModelServer, startModelServer } from "../scripts/model-server.js";
 import {
@@ -724,7 +724,7 @@ export async function databaseDigest(db: Pick<pg.Pool, "query">): Promise<Record
 }
 
 /**
- * A clock that moves only when the test says so (plugin/clock.ts): the adapter's idle grace, lease renewals and job
+ * A clock that moves only when the test says so (plugin/base/clock.ts): the adapter's idle grace, lease renewals and job
  * retry waits then run when `advance` reaches them, so a test proves "nothing before the grace, the outcome after it"
  * without sleeping through it.
  */

@@ -1,7 +1,7 @@
 /**
  * The `growth` case of `bench ingest` (issue 9 item 8): what a record leaves behind in every optchat table and in
  * pgboss.job once the compactor has done everything (leaves, parents, publications), before and after retention,
- * next to the documented bound per record (README "Growth and retention").
+ * next to the documented bound per record (docs/development.md "Growth and retention").
  *
  * Sessions run turns of user/assistant records through the real path (admitTurn, ingest, settle, finishTurn) with a
  * worker (fake summarizer) running; then the retention floor is applied: finished jobs kept 1 s
@@ -116,7 +116,7 @@ export async function runGrowthCase(bench: string, memory: Memory, config: Confi
     const revisionsDeleted = await deleteSupersededRevisions(memory.pool, { olderThanSeconds: 0 });
     const jobsSwept = await waitFor(async () => (await rowCounts(memory))["pgboss.job"] === 0, 30_000);
     const afterRetention = await rowCounts(memory);
-    // The documented bound (README "Growth and retention"), for this run's records, turns and trees.
+    // The documented bound (docs/development.md "Growth and retention"), for this run's records, turns and trees.
     const publications = afterRetention.publications;
     const bound: Record<string, number> = {
       records: 1,

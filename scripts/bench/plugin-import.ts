@@ -5,9 +5,9 @@
  * process's CPU time over the import (all threads: Bun's transpiler and the modules' own code). With
  * OPTCHAT_BENCH_PLUGIN_BASELINE the baseline's module is imported in the same rounds, alternating order.
  *
- * The plugin runs in a thread of its own (plugin/thread-bridge.ts): OpenCode's thread imports the entry module and the
+ * The plugin runs in a thread of its own (plugin/transport/remote-hooks.ts): OpenCode's thread imports the entry module and the
  * bridge (`importMs`, `importCpuMs`: what the run waits for), the plugin's thread the rest beside it (`threadImportMs`,
- * `threadImportCpuMs`: plugin/hooks.ts, which the thread's entry imports; CPU on another core). Each is measured in
+ * `threadImportCpuMs`: plugin/host/hooks.ts, which the thread's entry imports; CPU on another core). Each is measured in
  * its own process. The baseline entry is imported alone, as OpenCode imports any plugin.
  *
  * CPU time is the steadier figure on a busy machine: the wall time also counts waiting for a core. A bare Bun start

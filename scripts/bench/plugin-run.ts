@@ -72,7 +72,7 @@ export interface BenchVariant {
 const PROMPT = 'RUN-BENCH TOOLS=[{"name":"bash","args":{"command":"echo bench","description":"echo"}}] END';
 /** The hooks OpenCode waits for, by the names the figures use. */
 const AWAITED_OPS = new Set(["chat.message", "transform", "chat.params", "dispose"]);
-/** The plugin in its own thread times them from OpenCode's side (plugin/thread-bridge.ts, op "awaited"). */
+/** The plugin in its own thread times them from OpenCode's side (plugin/transport/remote-hooks.ts, op "awaited"). */
 const HOOK_OPS: Readonly<Record<string, string>> = {
   "chat.message": "chat.message",
   "experimental.chat.messages.transform": "transform",
@@ -83,7 +83,7 @@ const HOOK_OPS: Readonly<Record<string, string>> = {
 /**
  * Seconds OpenCode waited for each awaited hook in one run (summed over its calls), from the timings file: the
  * bridge's "awaited" lines when the plugin ran in its own thread (OpenCode's side, with the trips between the threads),
- * else the in-process plugin's own timings (plugin/hooks.ts, plugin/adapter.ts `recordTiming`; no chat.params).
+ * else the in-process plugin's own timings (plugin/host/hooks.ts, plugin/host/adapter.ts `recordTiming`; no chat.params).
  */
 function awaitedByOp(timings: string | undefined): Record<string, number> | null {
   if (!timings || !existsSync(timings)) return null;
@@ -101,7 +101,7 @@ function awaitedByOp(timings: string | undefined): Record<string, number> | null
   return Object.keys(byOp).length > 0 ? byOp : null;
 }
 
-/** The plugin's `load` line in the timings file (plugin/thread-bridge.ts `recordLoad`), or null. */
+/** The plugin's `load` line in the timings file (plugin/transport/remote-hooks.ts `recordLoad`), or null. */
 function loadOf(timings: string | undefined): RunFigures["load"] {
   if (!timings || !existsSync(timings)) return null;
   for (const line of readFileSync(timings, "utf8").split("\n")) {
@@ -332,7 +332,7 @@ export async function runPluginRunBench(
       ]),
     ),
     // Runs the local server served (the rest paid a thread's start), how long OpenCode waited for the plugin's
-    // function, and how long its side took to be ready (the hooks wait for it, plugin/deferred-hooks.ts).
+    // function, and how long its side took to be ready (the hooks wait for it, plugin/transport/deferred-hooks.ts).
     servedRuns: `${a.filter((run) => run.load?.side === "local server").length}/${a.length}`,
     pluginLoadMs: round(median(a.flatMap((run) => (run.load?.waitedMs != null ? [run.load.waitedMs] : []))) ?? 0),
     pluginSideReadyMs: round(median(a.flatMap((run) => (run.load ? [run.load.readyMs] : []))) ?? 0),

@@ -82,8 +82,8 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
   try {
     await runPluginImportBench(
       // What OpenCode's thread imports (the entry and the bridge), and what the plugin's thread imports.
-      [join(ROOT, "plugin", "index.ts"), join(ROOT, "plugin", "thread-bridge.ts")].join(","),
-      join(ROOT, "plugin", "hooks.ts"),
+      [join(ROOT, "plugin", "index.ts"), join(ROOT, "plugin", "transport", "remote-hooks.ts")].join(","),
+      join(ROOT, "plugin", "host", "hooks.ts"),
       context.signal,
       process.env.OPTCHAT_BENCH_PLUGIN_BASELINE,
     );
@@ -171,7 +171,7 @@ async function measurePlugin(context: BenchContext, url: string): Promise<void> 
               assembleContext: summarizeLatencies(
                 samples.flatMap((s) => (s.assembleMs === undefined || s.reused ? [] : [s.assembleMs])),
               ),
-              // Later steps of a turn reuse its assembly while it fits (plugin/adapter.ts).
+              // Later steps of a turn reuse its assembly while it fits (plugin/host/adapter.ts).
               assembled: summarizeLatencies(samples.filter((s) => !s.reused).map((s) => s.ms)),
               reused: summarizeLatencies(samples.filter((s) => s.reused).map((s) => s.ms)),
               reusedSteps: samples.filter((s) => s.reused).length,

@@ -50,7 +50,7 @@ try {
     const ctx = { sessionId: session.sessionId, turnId: `t${turn}` };
     await memory.admitTurn({ ...ctx, query: text(turn, 0, 80) });
     for (const [part, shape] of parts.entries()) {
-      // One message per call with free nodes built at once, as the OpenCode plugin ingests (plugin/adapter.ts).
+      // One message per call with free nodes built at once, as the OpenCode plugin ingests (plugin/host/adapter.ts).
       await memory.ingestMany(
         [
           {

@@ -4,7 +4,7 @@
  * own root commit, so their own scopes) under one of 2 configurations (their local servers differ: idle 8 s and 12 s);
  * between runs, at random, a configuration's local server is sent SIGTERM (5%) or SIGKILL (3%), or nothing runs for
  * 14 s (5%, so servers idle out). Every turn must be published: the local server's own worker publishes it between
- * runs (plugin/server-workers.ts).
+ * runs (plugin/transport/local-server/workers.ts).
  *
  * Reported: the publication lag of every turn (its publication's time minus the turn's end, or minus the next run's
  * start in its configuration when its server was killed in between: no process was running then), p50/p99 against

@@ -27,6 +27,8 @@ export interface Links {
   injections(sessionId: string): string;
   /** The search form's target and a result page; undefined where there is no server to search (the export). */
   search(scopeId: string, query?: string, cursor?: string): string | undefined;
+  /** The pages of the live server only (undefined in the export): health, cost, and search across every project. */
+  overview(page: "health" | "cost" | "search", query?: string): string | undefined;
 }
 
 const segment = encodeURIComponent;
@@ -58,6 +60,7 @@ export const serverLinks: Links = {
   message: (sessionId, seq, part) => `/session/${segment(sessionId)}/message/${seq}${query({ cursor: part?.cursor })}`,
   injections: (sessionId) => `/session/${segment(sessionId)}/injections`,
   search: (scopeId, q, cursor) => `/scope/${segment(scopeId)}/search${query({ q, cursor })}`,
+  overview: (page, q) => `/${page}${query({ q })}`,
 };
 
 /**
@@ -110,6 +113,7 @@ export function exportLinks(file: string): Links {
     message: (sessionId, seq, part) => at(exportFiles.message(sessionId, seq, part?.index)),
     injections: (sessionId) => at(exportFiles.injections(sessionId)),
     search: () => undefined,
+    overview: () => undefined,
   };
   return links;
 }

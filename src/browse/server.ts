@@ -16,6 +16,7 @@ import { isOptchatError, OptchatError } from "../core/errors.js";
 import type { BrowseModel, TreeOwner } from "../memory/browse.js";
 import { CONTENT_SECURITY_POLICY, crumbsOf, documentOf } from "./layout.js";
 import { serverLinks as links } from "./links.js";
+import { costPage, healthPage, searchAllPage } from "./pages/overview.js";
 import { homePage, publicationsPage, scopePage, searchPage, sharedPage } from "./pages/scopes.js";
 import { injectionsPage, messagePage, recordsPage, sessionPage } from "./pages/session.js";
 import { levelPage, zoomPage } from "./pages/tree.js";
@@ -43,10 +44,11 @@ function parse<S extends z.ZodTypeAny>(schema: S, value: unknown, what: string):
   return parsed.data;
 }
 
-const STATUS_OF_CODE: Record<string, 400 | 404> = {
+const STATUS_OF_CODE: Record<string, 400 | 404 | 410> = {
   INPUT_INVALID: 400,
   REF_NOT_FOUND: 404,
   SESSION_NOT_FOUND: 404,
+  SESSION_DELETED: 410,
   SCOPE_DENIED: 404,
 };
 
@@ -80,6 +82,19 @@ export function createBrowseApp(model: BrowseModel, token: string): Hono {
   const shared = (c: Context): TreeOwner => ({ kind: "shared", scopeId: c.req.param("scope") as string });
 
   app.get("/", async (c) => page(c, homePage(links, await model.scopes())));
+  app.get("/health", async (c) => page(c, healthPage(links, await model.health())));
+  app.get("/cost", async (c) => page(c, costPage(links, await model.cost())));
+  app.get("/search", async (c) => {
+    const query = (c.req.query("q") ?? "").trim();
+    if (query === "") return page(c, searchAllPage(links, { query, error: "Type a word to search for." }));
+    try {
+      return page(c, searchAllPage(links, await model.searchAll(query)));
+    } catch (error) {
+      if (isOptchatError(error) && error.code === "INPUT_INVALID")
+        return page(c, searchAllPage(links, { query, error: error.message }));
+      throw error;
+    }
+  });
   app.get("/scope/:scope", async (c) => {
     const { from } = parse(paging, c.req.query(), "from");
     return page(c, scopePage(links, await model.scope(c.req.param("scope"), from)));

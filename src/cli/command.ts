@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
 import { OptchatError } from "../core/errors.js";
+import { didYouMean } from "../core/suggest.js";
 import type { Config } from "../memory/config.js";
 import { type Memory, openMemory } from "../memory/service.js";
 
@@ -14,6 +15,8 @@ export interface Output {
 export interface CommandContext {
   readonly config: Config;
   readonly output: Output;
+  /** The directory the command runs in: commands that read a scope default to its project's (here.ts). */
+  readonly cwd: string;
 }
 
 /** One `optchat <name>` command, in a module of its own under src/cli/commands/. */
@@ -58,7 +61,7 @@ export function parseCommand<F extends FlagSpec>(
       allowPositionals: true,
     });
   } catch (error) {
-    throw new OptchatError("INPUT_INVALID", `${(error as Error).message}\nUsage: ${usage}`);
+    throw new OptchatError("INPUT_INVALID", `${flagProblem(error, ["json", ...Object.keys(flags)])}\nUsage: ${usage}`);
   }
   if (positionals !== "any" && parsed.positionals.length !== positionals) {
     throw new OptchatError(
@@ -67,6 +70,21 @@ export function parseCommand<F extends FlagSpec>(
     );
   }
   return { values: parsed.values as FlagValues<F>, positionals: parsed.positionals };
+}
+
+/** parseArgs' complaint in a person's words, with the nearest known flag for an unknown one. */
+function flagProblem(error: unknown, known: readonly string[]): string {
+  const { code, message } = error as { code?: string; message: string };
+  const named = /'(-{1,2}[^' ]+)/.exec(message)?.[1];
+  if (code === "ERR_PARSE_ARGS_UNKNOWN_OPTION" && named) {
+    const bare = named.replace(/^-+/, "").replace(/=.*$/, "");
+    return `unknown flag ${named}.${didYouMean(bare, known, (name) => `--${name}`)}`;
+  }
+  if (code === "ERR_PARSE_ARGS_INVALID_OPTION_VALUE" && named) {
+    return /argument missing/.test(message) ? `${named} needs a value` : `${named} takes no value`;
+  }
+  if (code === "ERR_PARSE_ARGS_UNEXPECTED_POSITIONAL") return `unexpected argument: ${message}`;
+  return message;
 }
 
 /** An integer flag within [min, max], or undefined when absent. */

@@ -1,14 +1,20 @@
 import { isOptchatError } from "../core/errors.js";
+import { didYouMean } from "../core/suggest.js";
 import { resolveConfig } from "../memory/config.js";
 import { prepareDatabase } from "../memory/database.js";
 import type { Output } from "./command.js";
+import { unknownVariables } from "./environment.js";
 import { processOutput } from "./output.js";
-import { commandHelp, findCommand, overview } from "./registry.js";
+import { COMMANDS, commandHelp, findCommand, overview } from "./registry.js";
 
 const HELP_FLAGS = new Set(["--help", "-h"]);
 
-/** Runs one command; returns the process exit code. Never throws. */
-export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
+/** Runs one command; returns the process exit code. Never throws. `cwd`: where a scope defaults to (here.ts). */
+export async function main(
+  argv: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+  options: { cwd?: string } = {},
+): Promise<number> {
   const [name, ...rest] = argv;
   const output = processOutput(rest.includes("--json"));
   if (name === undefined || name === "help" || HELP_FLAGS.has(name)) {
@@ -24,11 +30,12 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
     output.out(commandHelp(command));
     return 0;
   }
+  for (const line of unknownVariables(env)) output.err(line);
   try {
     const resolved = resolveConfig({ env });
     const config =
       command.database === "raw" ? resolved : await prepareDatabase(resolved, { notice: (line) => output.err(line) });
-    return await command.run(rest, { config, output });
+    return await command.run(rest, { config, output, cwd: options.cwd ?? whereTyped(env) });
   } catch (error) {
     reportError(error, output);
     return 1;
@@ -36,7 +43,10 @@ export async function main(argv: readonly string[], env: NodeJS.ProcessEnv = pro
 }
 
 function unknownCommand(name: string, output: Output): number {
-  output.err(`optchat: unknown command "${name}".\n\n${overview()}`);
+  const names = [...COMMANDS.map((command) => command.name), "help"];
+  output.err(
+    `optchat: unknown command "${name}".${didYouMean(name, names, (n) => `optchat ${n}`)}\nRun \`optchat help\` for every command.`,
+  );
   return 2;
 }
 
@@ -46,4 +56,9 @@ function reportError(error: unknown, output: Output): void {
     : { code: "INTERNAL", message: error instanceof Error ? error.message : String(error) };
   if (output.json) output.out(JSON.stringify({ ok: false, error: payload }));
   else output.err(`optchat: ${payload.code}: ${payload.message}`);
+}
+
+/** Where the person typed the command: `npm run optchat` runs in the package's directory and keeps theirs in INIT_CWD. */
+function whereTyped(env: NodeJS.ProcessEnv): string {
+  return env.npm_lifecycle_event === "optchat" && env.INIT_CWD ? env.INIT_CWD : process.cwd();
 }

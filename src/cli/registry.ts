@@ -62,7 +62,7 @@ export function overview(): string {
     "",
   );
   lines.push(
-    'Settings come from the environment; README "Configuration" lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).',
+    "Settings come from the environment; docs/configuration.md lists them all (DATABASE_URL, OPTCHAT_SUMMARIZER, ...).",
   );
   return lines.join("\n");
 }

@@ -4,6 +4,7 @@
 import type { Memory } from "../memory/service.js";
 import type { SearchAnswer, ServedSnapshot, ZoomAnswer } from "../memory/shared.js";
 import { lineAsText, type RenderedView } from "../memory/views.js";
+import { describeLabel, type SessionLabel } from "./labels.js";
 
 type SessionsAnswer = Awaited<ReturnType<Memory["sessions"]>>;
 
@@ -15,19 +16,33 @@ function footer(nextCursor: string | null, snapshot: ServedSnapshot): string[] {
   return out;
 }
 
-export function renderSearch(answer: SearchAnswer): string {
-  const out = answer.hits.map(
-    (hit) => `${hit.ref}  (${hit.source}${hit.occurredAt ? `, ${hit.occurredAt}` : ""})  ${hit.excerpt}`,
-  );
-  if (out.length === 0) out.push("no hits");
+/** Hits, each followed by the session it is in (ids, title, first prompt) when labels are given. */
+export function renderSearch(
+  answer: SearchAnswer,
+  labels: ReadonlyMap<string, SessionLabel> = new Map(),
+  emptyNote = "",
+): string {
+  const out = answer.hits.flatMap((hit) => {
+    const line = `${hit.ref}  (${hit.source}${hit.occurredAt ? `, ${hit.occurredAt}` : ""})  ${hit.excerpt}`;
+    const label = hit.sessionId ? labels.get(hit.sessionId) : undefined;
+    return label ? [line, `    in ${label.sessionId}  ${describeLabel(label)}`] : [line];
+  });
+  if (out.length === 0) out.push(`no hits${emptyNote}`);
   return [...out, ...footer(answer.nextCursor, answer.snapshot)].join("\n");
 }
 
-export function renderSessions(answer: SessionsAnswer): string {
-  const out = answer.sessions.map((raw) => {
+/** Each session on two lines: its ids, title and first prompt, then its published turns. */
+export function renderSessions(answer: SessionsAnswer, labels: ReadonlyMap<string, SessionLabel> = new Map()): string {
+  const out = answer.sessions.flatMap((raw) => {
     const s = raw as { sessionId: string; title: string | null; publishedTurns: number; lastAt: string | null };
-    return `${s.sessionId}  ${s.publishedTurns} published turn(s)${s.lastAt ? `, last ${s.lastAt}` : ""}${s.title ? `  ${s.title}` : ""}`;
+    const label = labels.get(s.sessionId);
+    const named = label ? describeLabel(label) : s.title ? `"${s.title}"` : "";
+    return [
+      `${s.sessionId}${named ? `  ${named}` : ""}`,
+      `    ${s.publishedTurns} published turn(s)${s.lastAt ? `, last ${s.lastAt}` : ""}`,
+    ];
   });
+  if (out.length === 0) out.push("no sessions with published turns");
   return [...out, ...footer(answer.nextCursor, answer.snapshot)].join("\n");
 }
 

@@ -4,7 +4,7 @@
  * the queues' statistics (pg-boss `supervise()`, the same pass its timer runs).
  *
  * Why ours (issue 9 item 2): pg-boss arms its timer at start and has no way to disarm it short of stopping, and a
- * worker that is paused (the local server's worker while OpenCode processes run, plugin/server-workers.ts) must
+ * worker that is paused (the local server's worker while OpenCode processes run, plugin/transport/local-server/workers.ts) must
  * not take the cores those processes are using. Measured (15 s windows, a worker paused on the database a dozen
  * served runs had left): 16-22 ms of the worker's CPU and 14-28 ms of PostgreSQL's per second with pg-boss's timer,
  * 6-8 and 4-9 ms with this loop (about what they use with no worker); a pass was ~9 ms of statement time in

@@ -90,7 +90,7 @@ export interface RunningCompactor {
   /**
    * Stops fetching jobs, letting the running ones finish, and runs no supervision pass; `resume` does both again. For
    * a worker kept beside processes whose cores it must not take while they run (the plugin's local server,
-   * plugin/local-server.ts). Idempotent.
+   * plugin/transport/local-server/server.ts). Idempotent.
    */
   pause(): Promise<void>;
   resume(): Promise<void>;

@@ -32,6 +32,12 @@ export interface ContextBlock {
   readonly text: string;
   readonly bytes: number;
   readonly lines: number;
+  /**
+   * Whether the block ended at a boundary. An open block (the last one, when its lines did not reach a boundary) gets
+   * more lines on the next call of the tree, so a cache entry ending with it is read only by a call with this very
+   * context (docs/compactor.md "Cache marks").
+   */
+  readonly closed: boolean;
 }
 
 /** FNV-1a over UTF-16 code units: cheap, and the same everywhere. */
@@ -45,20 +51,20 @@ function lineHash(line: string): number {
 }
 
 /** Groups flattened context lines into content-defined blocks (boundaries as described above). */
-export function groupLines(lines: readonly string[]): { lines: string[]; bytes: number }[] {
-  const groups: { lines: string[]; bytes: number }[] = [];
+export function groupLines(lines: readonly string[]): { lines: string[]; bytes: number; closed: boolean }[] {
+  const groups: { lines: string[]; bytes: number; closed: boolean }[] = [];
   let current: string[] = [];
   let bytes = 0;
   for (const line of lines) {
     current.push(line);
     bytes += utf8Bytes(line) + 1;
     if ((bytes >= BLOCK_MIN_BYTES && lineHash(line) % BOUNDARY_ONE_IN === 0) || bytes >= BLOCK_MAX_BYTES) {
-      groups.push({ lines: current, bytes });
+      groups.push({ lines: current, bytes, closed: true });
       current = [];
       bytes = 0;
     }
   }
-  if (current.length > 0) groups.push({ lines: current, bytes });
+  if (current.length > 0) groups.push({ lines: current, bytes, closed: false });
   return groups;
 }
 
@@ -89,6 +95,6 @@ export function contextBlocks(lines: readonly string[], budgetBytes: number): Co
   const kept = stableWindow(groupLines(lines), Math.max(0, budgetBytes));
   return kept.map((group, k) => {
     const text = `${k === 0 ? "<chat>\n" : ""}${group.lines.join("\n")}\n`;
-    return { text, bytes: utf8Bytes(text), lines: group.lines.length };
+    return { text, bytes: utf8Bytes(text), lines: group.lines.length, closed: group.closed };
   });
 }

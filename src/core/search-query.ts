@@ -17,7 +17,7 @@
  * unchanged (no stemming at write time), so the choice can be revisited without re-indexing. Measured on LoCoMo with
  * `npm run bench -- locomo` against whole words only (docs/shared-memory.md "Retrieval").
  */
-import { queryGroups, termsTsquery } from "./tokenize.js";
+import { queryGroups, segments, termsTsquery } from "./tokenize.js";
 
 /**
  * English stop words: the Snowball stop list (snowballstem.org/algorithms/english/stop.txt) in the form our tokenizer
@@ -233,4 +233,15 @@ export function preferredCandidates(
     return first.length < generating.length ? first.map(candidate).join(" | ") : undefined;
   }
   return ranked.length > 1 ? ranked.map(candidate).join(" & ") : undefined;
+}
+
+/**
+ * The CJK words of a query that are a single character. CJK text is indexed as character pairs, so such a word is
+ * found only where it stands alone: a search that finds nothing says so (issue 40 item 10).
+ */
+export function singleCjkCharacters(query: string): string[] {
+  const out: string[] = [];
+  for (const segment of segments(query))
+    if (segment.kind === "cjk" && segment.units.length === 1) out.push(segment.units[0] as string);
+  return out;
 }

@@ -54,6 +54,17 @@ export interface AssembledBlock {
   readonly lines: number;
 }
 
+/** A block an assembly left out (partial readiness, a budget too small for it, the previous exchange not fitting). */
+export interface Omitted {
+  readonly block: "session memory" | "shared memory" | "previous exchange";
+  readonly reason: string;
+}
+
+/** An omission as the memory block and the browser say it: `session memory: not summarized yet …`. */
+export function omittedText(omitted: Omitted): string {
+  return `${omitted.block}: ${omitted.reason}`;
+}
+
 export interface AssembledContext {
   readonly blocks: readonly AssembledBlock[];
   readonly tokens: {
@@ -65,9 +76,28 @@ export interface AssembledContext {
   };
   readonly snapshot: ServedSnapshot & { readonly ownViewRevision: number | null; readonly retentionEpoch: number };
   /** What could not be included, and why (partial mode, or the previous exchange not fitting). */
-  readonly omitted: readonly string[];
+  readonly omitted: readonly Omitted[];
+  /**
+   * The session's history before the turn is all in the session block (present, nothing of it left out): a host may
+   * then drop the native messages it stands for.
+   */
+  readonly historyComplete: boolean;
+  /** The `previous` assembly given was returned as it is (`AssembleFrom`). */
+  readonly reused: boolean;
   /** The shared view's publications that are this session's own turns (a host keeping native turns skips them). */
   readonly ownPublications: readonly number[];
+}
+
+/**
+ * What an assembly may start from: `prepared` (from `prepareContext` for the same turn, readiness and previous-exchange
+ * setting) spares the reads; `previous`, an earlier assembly of the same turn (an earlier model step), is returned as
+ * it is while it is complete, still fits the budget and its snapshot is still current (one retention-epoch check, the
+ * one every read of a turn makes): the blocks then stay byte-identical across the steps, which a provider's prompt
+ * cache rewards, and the step skips a dozen queries.
+ */
+export interface AssembleFrom {
+  readonly prepared?: PreparedContext | undefined;
+  readonly previous?: AssembledContext | undefined;
 }
 
 /**
@@ -80,7 +110,7 @@ export interface PreparedContext {
   readonly key: string;
   readonly turn: Turn;
   readonly strict: boolean;
-  readonly omitted: readonly string[];
+  readonly omitted: readonly Omitted[];
   readonly own: { readonly ready: boolean; readonly revision: number | null; readonly lines: TreeLines };
   readonly sharedLines: TreeLines | undefined;
   /** Records of the session the shared view already holds (its turns are not sent twice, docs/caching.md). */
@@ -124,7 +154,7 @@ export async function prepareContext(
   options: PrepareOptions,
 ): Promise<PreparedContext> {
   const strict = (options.readiness ?? "strict") === "strict";
-  const omitted: string[] = [];
+  const omitted: Omitted[] = [];
   const own = await readOwnView(deps, turn, strict, options.waitMs ?? deps.config.settleTimeoutMs, omitted);
   const sharedLines = await readSharedLines(deps, turn);
   const publishedOwn = sharedLines ? await publishedOwnPrefix(deps.pool, turn, sharedLines.leafCount) : 0;
@@ -156,15 +186,46 @@ export async function prepareContext(
 }
 
 /**
- * The memory blocks for one model request of `turn`, within `options`' budget. `prepared` (from `prepareContext` for
- * the same turn, readiness and previous-exchange setting) spares the reads: the result is the same as without it.
+ * The turn each assembly was made for, as read (a re-pinned turn's new snapshot): kept beside it, not in it, so that an
+ * assembly stays plain data (equal to another of the same memory, whichever way its turn was read).
+ */
+const assembledFor = new WeakMap<AssembledContext, Turn>();
+
+/** The turn `context` was assembled for (the caller holds it: only its retention epoch is read again). */
+export function assembledTurn(context: AssembledContext | undefined): Turn | undefined {
+  return context ? assembledFor.get(context) : undefined;
+}
+
+function remember(context: AssembledContext, turn: Turn): AssembledContext {
+  assembledFor.set(context, turn);
+  return context;
+}
+
+/** Whether `previous` may be served again for `turn` (read now, its retention epoch checked) within `options`. */
+export function reusable(previous: AssembledContext | undefined, turn: Turn, options: AssembleOptions): boolean {
+  const then = assembledTurn(previous);
+  if (!previous || !then || previous.omitted.length > 0) return false;
+  return (
+    then.sessionId === turn.sessionId &&
+    then.turnId === turn.turnId &&
+    then.generation === turn.generation &&
+    then.snapshot.scopeId === turn.snapshot.scopeId &&
+    then.snapshot.retentionEpoch === turn.snapshot.retentionEpoch &&
+    previous.tokens.used <= availableMemoryTokens(options)
+  );
+}
+
+/**
+ * The memory blocks for one model request of `turn`, within `options`' budget, from what `from` holds (the result is
+ * the same as without it; `reused` says when it is `from.previous` itself).
  */
 export async function assembleContext(
   deps: AssemblyDeps,
   turn: Turn,
   options: AssembleOptions,
-  prepared?: PreparedContext,
+  { prepared, previous }: AssembleFrom = {},
 ): Promise<AssembledContext> {
+  if (previous && reusable(previous, turn, options)) return remember({ ...previous, reused: true }, turn);
   const ready =
     prepared && prepared.key === preparedKey(turn, options) ? prepared : await prepareContext(deps, turn, options);
   const omitted = [...ready.omitted];
@@ -187,19 +248,19 @@ export async function assembleContext(
   let { ownTokens } = fitted;
   let previousTokens = 0;
   const left = available - sharedTokens - ownTokens;
-  const previous = withHandOn(ready.previous, ready.previousSource, left, options.windowTokens);
-  if (previous) {
-    if (previous.tokens <= left) {
+  const exchange = withHandOn(ready.previous, ready.previousSource, left, options.windowTokens);
+  if (exchange) {
+    if (exchange.tokens <= left) {
       // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget. Not
       // without a shared block: the session block then holds the session's whole history and leads the cache-stable
       // memory (docs/caching.md "Without a shared block"), where lines dropped at one turn and present at the next
       // would end the common prefix before them (bench cache, OPTCHAT_SCOPE=isolated: every epoch of s2 wrote its
       // whole memory again).
       if (sharedTokens > 0) ownTokens = dropRepeatedLines(blocks, new Set(ready.previousVerbatim));
-      blocks.push(previous);
-      previousTokens = previous.tokens;
+      blocks.push(exchange);
+      previousTokens = exchange.tokens;
     } else {
-      omitted.push(`previous exchange: needs ${previous.tokens} tokens, ${left} left`);
+      omitted.push({ block: "previous exchange", reason: `needs ${exchange.tokens} tokens, ${left} left` });
     }
   }
   const used = sharedTokens + ownTokens + previousTokens;
@@ -207,17 +268,23 @@ export async function assembleContext(
   const measured = blocks.reduce((sum, block) => sum + estimateTokens(block.text), 0);
   if (measured !== used || used > available)
     throw new Error(`context assembly exceeded its budget: ${measured} tokens for ${available}`);
-  return {
-    blocks,
-    tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
-    snapshot: {
-      ...served(turnReader(turn)),
-      ownViewRevision: ready.own.revision,
-      retentionEpoch: turn.snapshot.retentionEpoch,
+  return remember(
+    {
+      blocks,
+      tokens: { available, used, shared: sharedTokens, own: ownTokens, previous: previousTokens },
+      snapshot: {
+        ...served(turnReader(turn)),
+        ownViewRevision: ready.own.revision,
+        retentionEpoch: turn.snapshot.retentionEpoch,
+      },
+      omitted,
+      historyComplete:
+        blocks.some((block) => block.name === "session_memory") && !omitted.some((o) => o.block === "session memory"),
+      reused: false,
+      ownPublications: ready.ownPublications,
     },
-    omitted,
-    ownPublications: ready.ownPublications,
-  };
+    turn,
+  );
 }
 
 /** The shared view pinned by the turn's snapshot, as lines to fit (its node texts from the process-wide cache). */
@@ -303,7 +370,7 @@ async function readOwnView(
   turn: Turn,
   strict: boolean,
   waitMs: number,
-  omitted: string[],
+  omitted: Omitted[],
 ): Promise<{ ready: boolean; revision: number | null; lines: TreeLines }> {
   let ready = true;
   try {
@@ -311,7 +378,7 @@ async function readOwnView(
   } catch (error) {
     if (strict) throw error;
     ready = false;
-    omitted.push(`session memory: ${(error as Error).message}`);
+    omitted.push({ block: "session memory", reason: (error as Error).message });
   }
   const tree = await findSessionTree(deps.pool, turn.sessionId, turn.generation);
   if (!tree) throw new Error(`session ${turn.sessionId} has no tree`);
@@ -376,7 +443,7 @@ interface BlockFitting {
   readonly strict: boolean;
   readonly windowTokens: number;
   readonly blocks: AssembledBlock[];
-  readonly omitted: string[];
+  readonly omitted: Omitted[];
   /** Until when (ms since the epoch) a block that does not fit may wait for merges it asks for; absent: never. */
   readonly demandUntil?: number;
 }
@@ -404,7 +471,7 @@ async function fitBlock(
   if (!fitted.fits) {
     const message = `the ${what} needs at least ${fitted.tokens} tokens, ${reported} are available (window ${fitting.windowTokens})`;
     if (fitting.strict) throw budgetError(message, fitted.tokens, reported);
-    fitting.omitted.push(`${what}: ${message}`);
+    fitting.omitted.push({ block: what, reason: message });
     return 0;
   }
   fitting.blocks.push({ name, text: fitted.text, pieces: fitted.pieces, tokens: fitted.tokens, lines: fitted.lines });

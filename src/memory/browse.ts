@@ -15,9 +15,20 @@ import type { Pool } from "../store/db.js";
 import { listNodeFailures } from "../store/nodes.js";
 import { listPublicationFailures, listPublications, type PublicationFailure } from "../store/publications.js";
 import type { SourceRecord } from "../store/records.js";
-import { findScope, type Scope, type Session } from "../store/sessions.js";
+import { findScope, type Scope, type Session, type SessionLabel } from "../store/sessions.js";
 import { findSharedTreeOfScope, type Tree } from "../store/trees.js";
 import type { AssembledContext } from "./assembly.js";
+import {
+  type BrowseExtras,
+  type CostPage,
+  costPage,
+  type HealthPage,
+  healthPage,
+  labelsWithTitles,
+  type SearchAllPage,
+  searchAll,
+  sessionWindow,
+} from "./browse-overview.js";
 import {
   type BrowseLine,
   createTreeReader,
@@ -43,6 +54,7 @@ import type { SearchAnswer } from "./shared.js";
 export const RECORD_PREVIEW_BYTES = 64 * 1024;
 export const MESSAGE_PART_BYTES = 1024 * 1024;
 
+export type { BrowseExtras, CostPage, HealthPage, SearchAllPage };
 export type { BrowseLine, LevelPage, PublicationRow, TreeOwner, TreeView, ZoomPage };
 export { PAGE_SIZE };
 
@@ -62,6 +74,10 @@ export interface ScopePage {
   readonly scope: Scope;
   readonly sharedTree: Tree | undefined;
   readonly sessions: readonly SessionSummary[];
+  /** How a person knows each session: OpenCode's id and title, the first prompt (issue 40). */
+  readonly labels: ReadonlyMap<string, SessionLabel>;
+  /** The project's directory on disk and git remote, when the host knows them. */
+  readonly location?: { readonly directory: string; readonly gitRemote: string | null };
   readonly from: number;
   readonly next: number | null;
 }
@@ -85,6 +101,8 @@ export interface SessionPage {
   /** The memory blocks the session's next request would get, or why they could not be assembled. */
   readonly preview: { readonly context: AssembledContext } | { readonly error: string };
   readonly windowTokens: number;
+  /** Where windowTokens comes from: the model's own window from its last request, or the assumed default. */
+  readonly windowSource: string;
   readonly health: Record<string, unknown>;
   readonly nodeFailures: readonly { ref: string; failures: number; lastFailedAt: Date; lastError: string }[];
   readonly publicationFailures: readonly PublicationFailure[];
@@ -113,8 +131,10 @@ export interface SearchPage {
   readonly nextCursor: string | null;
 }
 
+export type ScopeRow = ScopeSummary & { readonly location?: { directory: string; gitRemote: string | null } };
+
 export interface BrowseModel {
-  scopes(): Promise<ScopeSummary[]>;
+  scopes(): Promise<ScopeRow[]>;
   scope(scopeId: string, from: number): Promise<ScopePage>;
   shared(scopeId: string): Promise<SharedPage>;
   publications(scopeId: string, from: number): Promise<PublicationsPage>;
@@ -125,6 +145,12 @@ export interface BrowseModel {
   message(sessionId: string, seq: number, cursor?: string): Promise<MessagePage>;
   injections(sessionId: string): Promise<{ session: Session; injections: readonly Injection[] }>;
   search(scopeId: string, query: string, cursor?: string): Promise<SearchPage>;
+  /** Across every project and profile scope. */
+  searchAll(query: string): Promise<SearchAllPage>;
+  /** `optchat status`'s verdict, backlog and failing jobs (undefined without a database URL, as in the export). */
+  health(): Promise<HealthPage | undefined>;
+  /** Today's compactor spend against the cap, and per session (undefined without budget settings). */
+  cost(): Promise<CostPage | undefined>;
 }
 
 /** "$0.0123 (…)" for the session and "$0.4567 (…) of $5 a day" for every session, today (UTC). */
@@ -142,13 +168,23 @@ async function spendOfSession(pool: Pool, budget: BudgetSettings, sessionId: str
 
 const refOfRecord = (r: SourceRecord) => ({ sessionId: r.sessionId, generation: r.generation, seq: r.seq });
 
-export function createBrowseModel(memory: Memory, budget?: BudgetSettings): BrowseModel {
+export function createBrowseModel(memory: Memory, budget?: BudgetSettings, extras: BrowseExtras = {}): BrowseModel {
   const pool = memory.pool;
   const trees = createTreeReader(memory);
   const { treeOf, sharedTreeOf, treeView } = trees;
+  const locations = once(() => extras.locations?.().catch(() => new Map()) ?? Promise.resolve(new Map()));
 
   return {
-    scopes: () => listScopes(memory, { includeIsolated: true }),
+    async scopes() {
+      const [scopes, where] = await Promise.all([listScopes(memory, { includeIsolated: true }), locations()]);
+      return scopes.map((scope) => {
+        const location = where.get(scope.scopeId);
+        return location ? { ...scope, location } : scope;
+      });
+    },
+    searchAll: (query) => searchAll(memory, query, extras),
+    health: async () => (extras.databaseUrl ? await healthPage(extras.databaseUrl, budget) : undefined),
+    cost: async () => (budget ? await costPage(pool, budget, extras) : undefined),
 
     async scope(scopeId, from) {
       const scope = await findScope(pool, scopeId);
@@ -157,10 +193,22 @@ export function createBrowseModel(memory: Memory, budget?: BudgetSettings): Brow
         listSessionsOfScope(pool, scopeId, from, PAGE_SIZE.sessions + 1),
         findSharedTreeOfScope(pool, scopeId),
       ]);
+      const shown = sessions.slice(0, PAGE_SIZE.sessions);
+      const [labels, where] = await Promise.all([
+        labelsWithTitles(
+          pool,
+          shown.map((s) => s.sessionId),
+          extras,
+        ),
+        locations(),
+      ]);
+      const location = where.get(scopeId);
       return {
         scope,
         sharedTree,
-        sessions: sessions.slice(0, PAGE_SIZE.sessions),
+        labels,
+        ...(location ? { location } : {}),
+        sessions: shown,
         from,
         next: sessions.length > PAGE_SIZE.sessions ? from + PAGE_SIZE.sessions : null,
       };
@@ -190,8 +238,17 @@ export function createBrowseModel(memory: Memory, budget?: BudgetSettings): Brow
     level: trees.level,
     zoom: trees.zoom,
 
-    async session(sessionId, windowTokens = PREVIEW_WINDOW.windowTokens) {
+    async session(sessionId, asked) {
       const session = await resolveSession(memory, sessionId);
+      // The model's own window when its requests were recorded (issue 40 item 8), else the assumed default.
+      const known = asked === undefined ? await sessionWindow(pool, session.sessionId) : undefined;
+      const windowTokens = asked ?? known?.windowTokens ?? PREVIEW_WINDOW.windowTokens;
+      const windowSource =
+        asked !== undefined
+          ? "the window asked for"
+          : known
+            ? `the window of ${known.model ?? "its model"}, from its last request`
+            : "an assumed window: no request of this session was recorded";
       const tree = await treeOf({ kind: "session", sessionId: session.sessionId });
       const [view, preview, health, nodeFailures, publicationFailures, problems] = await Promise.all([
         treeView(tree),
@@ -211,6 +268,7 @@ export function createBrowseModel(memory: Memory, budget?: BudgetSettings): Brow
         view,
         preview,
         windowTokens,
+        windowSource,
         health: health.health as Record<string, unknown>,
         nodeFailures: nodeFailures.map((f) => ({
           ref: refOf(f),
@@ -267,5 +325,14 @@ export function createBrowseModel(memory: Memory, budget?: BudgetSettings): Brow
         nextCursor: answer.nextCursor,
       };
     },
+  };
+}
+
+/** A lazy value computed at most once (the host's locations: OpenCode's storage is read once per browser run). */
+function once<T>(make: () => Promise<T>): () => Promise<T> {
+  let made: Promise<T> | undefined;
+  return () => {
+    made ??= make();
+    return made;
   };
 }

@@ -3,9 +3,16 @@ import { isAbsolute } from "node:path";
 import { z } from "zod";
 import type { BudgetSettings } from "../compactor/budget.js";
 import { type PriceTable, parsePriceOverrides, priceTable } from "../compactor/prices.js";
-import { AUTO, providerNamed, type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
+import {
+  AUTO,
+  providerNamed,
+  SUMMARIZER_NAMES,
+  type SummarizerSettings,
+  summarizerProblems,
+} from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
+import { nearest } from "../core/suggest.js";
 import {
   type EmbeddedSettings,
   embeddedSettings,
@@ -17,7 +24,7 @@ import {
 
 /**
  * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
- * explicitly; nothing else reads the environment. README "Configuration" lists the same table.
+ * explicitly; nothing else reads the environment. docs/configuration.md is generated from it (npm run docs:config).
  */
 export const SETTINGS = {
   databaseUrl: {
@@ -213,6 +220,12 @@ export const integerFrom = (min: number, max: number) =>
     .min(min, `below ${min}`)
     .max(max, `above ${max}`);
 
+/** " (did you mean anthropic?)" for a summarizer name one slip away from a known one, else "". */
+function suggested(name: string): string {
+  const near = nearest(name, SUMMARIZER_NAMES);
+  return near === undefined ? "" : ` (did you mean ${near}?)`;
+}
+
 const dollars = z.coerce
   .number({ invalid_type_error: "not a number" })
   .min(0, "below 0")
@@ -246,9 +259,13 @@ const configSchema = z.object({
   sharedViewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
   workerConcurrency: integerFrom(1, 64),
   failureRetrySeconds: integerFrom(1, 3600),
-  summarizer: z
-    .string()
-    .refine((value) => providerNamed(value) !== undefined || value === AUTO, "not a known summarizer"),
+  summarizer: z.string().superRefine((value, ctx) => {
+    if (providerNamed(value) !== undefined || value === AUTO) return;
+    ctx.addIssue({
+      code: z.ZodIssueCode.custom,
+      message: `not a known summarizer${suggested(value.split(":")[0] as string)}`,
+    });
+  }),
   summarizerUrl: z
     .string()
     .refine((value) => value === "" || isBaseUrl(value), "not an http(s) URL ending in /v1")

@@ -1,7 +1,7 @@
 /**
  * `optchat doctor`'s checks of what the memory service can see (issue 37 item 4): the database, whether a worker will
  * run, and the compactor model (resolves, answers one tiny real call within a timeout, has a price). The OpenCode side
- * (which config loads the plugin) is plugin/opencode-config-files.ts; the command puts them together.
+ * (which config loads the plugin) is plugin/opencode/config-files.ts; the command puts them together.
  */
 import { priceOf } from "../compactor/prices.js";
 import type { Summarizer } from "../compactor/summarizer.js";

@@ -146,9 +146,13 @@ function fileSessionIds(sessions: readonly ExportSession[]): Map<string, string>
 
 function sessionLine(session: ExportSession, fileIds: Map<string, string>): ImportSessionLine {
   const parent = session.parentSessionId ? fileIds.get(session.parentSessionId) : undefined;
+  const id = fileIds.get(session.sessionId) as string;
   return {
     type: "session",
-    id: fileIds.get(session.sessionId) as string,
+    id,
+    // OpenCode's sessions say so, so that an import registers them as OpenCode's and a later `import --opencode` (or
+    // the plugin) finds them instead of storing them twice (issue 40 item 6).
+    ...(session.host === "opencode" && id === session.hostSessionId ? { host: "opencode" as const } : {}),
     project: session.projectId ?? session.scopeId.replace(/^project:/, ""),
     ...(session.title !== null ? { title: session.title } : {}),
     ...(session.scopeKind === "isolated" ? { sharing: "isolated" as const } : {}),

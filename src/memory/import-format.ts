@@ -84,8 +84,14 @@ const importRecordSchema = z
 const sessionLineSchema = z
   .object({
     type: z.literal("session"),
-    /** The host session ID; the session is registered as (host "import", id). */
+    /** The host session ID; the session is registered as (host "import", id), or (host, id) with `host`. */
     id: hostId,
+    /**
+     * The host that recorded the session live (`optchat export --jsonl` writes it for OpenCode's sessions): it is then
+     * registered as that host's session and its record ids are read back as the host's finalization keys, so that the
+     * host's own records of it (the plugin, `optchat import --opencode`) are recognised and nothing is stored twice.
+     */
+    host: z.enum(["opencode"], { errorMap: () => ({ message: "must be opencode (or left out)" }) }).optional(),
     project: opaqueId,
     title: sessionTitle.optional(),
     sharing: z.enum(["shared", "isolated"], { errorMap: () => ({ message: "must be shared or isolated" }) }).optional(),

@@ -140,7 +140,7 @@ export async function importJsonl(
       if (line?.type === "session") {
         const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
         const session = await memory.openSession({
-          host: IMPORT_HOST,
+          host: line.host ?? IMPORT_HOST,
           hostSessionId: line.id,
           projectId: line.project,
           ...(line.title !== undefined ? { title: line.title } : {}),
@@ -241,7 +241,10 @@ async function importTurn(
     sessionId: session.sessionId,
     turnId: line.id,
     kind: record.kind,
-    finalization: { hostSessionId: session.hostSessionId, messageId: record.id },
+    finalization:
+      session.host === IMPORT_HOST
+        ? { hostSessionId: session.hostSessionId, messageId: record.id }
+        : hostFinalization(session.hostSessionId, record.id),
     occurredAt: record.at,
     content: record.text ?? payloadOf(record),
     ...(record.toolCallId !== undefined ? { toolCallId: record.toolCallId } : {}),
@@ -340,4 +343,23 @@ function truncateQuery(text: string): string {
   const cut = text.slice(0, MAX_QUERY_CHARS);
   // Do not end on half a surrogate pair.
   return /[\uD800-\uDBFF]$/.test(cut) ? cut.slice(0, -1) : cut;
+}
+
+/**
+ * A host's finalization key from an exported record id, `message[/part][#revision]` (src/memory/export.ts
+ * importRecord): the key the host itself recorded it under, so that its own later deliveries are duplicates.
+ */
+export function hostFinalization(
+  hostSessionId: string,
+  recordId: string,
+): { hostSessionId: string; messageId: string; partId?: string; revision?: number } {
+  const revisionMatch = /#(\d{1,9})$/.exec(recordId);
+  const rest = revisionMatch ? recordId.slice(0, revisionMatch.index) : recordId;
+  const slash = rest.indexOf("/");
+  return {
+    hostSessionId,
+    messageId: slash < 0 ? rest : rest.slice(0, slash),
+    ...(slash < 0 ? {} : { partId: rest.slice(slash + 1) }),
+    ...(revisionMatch ? { revision: Number(revisionMatch[1]) } : {}),
+  };
 }

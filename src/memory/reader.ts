@@ -119,7 +119,7 @@ async function latestScopeSnapshot(pool: Pool, scopeId: string): Promise<ScopeSn
   if (!scope)
     throw new OptchatError(
       "SCOPE_DENIED",
-      `No scope ${scopeId}. Scopes look like project:<project id>; \`optchat status\` counts them.`,
+      `No scope ${scopeId}. Scopes look like project:<project id>; \`optchat scopes\` lists those in memory.`,
       { scopeId },
     );
   const tree = scope.kind === "isolated" ? undefined : await findSharedTreeOfScope(pool, scopeId);

@@ -24,9 +24,12 @@ import {
   type TreePlan,
 } from "../compactor/rebuild.js";
 import type { Summarizer } from "../compactor/summarizer.js";
+import { InputInvalidError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
+import { didYouMean } from "../core/suggest.js";
 import { PROMPT_VERSION } from "../core/summary.js";
 import { type Pool, type Queryable, withTransaction } from "../store/db.js";
+import { promptVersionsInUse } from "../store/nodes.js";
 import {
   advanceRevisionClock,
   countCurrentNodes,
@@ -105,6 +108,7 @@ export async function rebuild(
   request: RebuildRequest,
   options: RebuildOptions = {},
 ): Promise<RebuildReport> {
+  if (request.promptVersion !== undefined) await checkPromptVersion(deps.pool, request.promptVersion);
   const memo = newRebuildMemo(
     {
       summarizer: deps.summarizer.identity,
@@ -226,4 +230,19 @@ async function planAll(base: Omit<PlanPass, "sessionPlans">, trees: readonly Tre
     plans.push(plan);
   }
   return plans;
+}
+
+/**
+ * A prompt version no summary was written with selects nothing; saying "every summary is current" then would hide the
+ * typo (issue 40 item 10).
+ */
+async function checkPromptVersion(pool: Pool, version: string): Promise<void> {
+  const versions = await promptVersionsInUse(pool);
+  if (versions.includes(version)) return;
+  throw new InputInvalidError("rebuild", [
+    {
+      field: "promptVersion",
+      problem: `names no prompt version of a summary in memory (${versions.length > 0 ? versions.join(", ") : "none yet"}; the current one is ${PROMPT_VERSION}).${didYouMean(version, versions)}`,
+    },
+  ]);
 }

@@ -1,5 +1,6 @@
 import { OptchatError } from "../core/errors.js";
 import type { Session } from "../store/sessions.js";
+import { sessionDeleted } from "./retention-epoch.js";
 import type { Memory } from "./service.js";
 
 /**
@@ -20,17 +21,23 @@ export async function resolveSession(memory: Memory, id: string): Promise<Sessio
     }
     throw error;
   });
-  if (own) return own;
+  if (own) return living(own);
   for (const host of HOSTS_BY_PREFERENCE) {
     const found = await memory.host.findSession(host, id).catch((error: unknown) => {
       if (error instanceof OptchatError && error.code === "INPUT_INVALID") return undefined;
       throw error;
     });
-    if (found) return found;
+    if (found) return living(found);
   }
   throw new OptchatError(
     "SESSION_NOT_FOUND",
-    `No session ${id}: give an optchat session id (from \`optchat sessions --scope …\`) or an OpenCode session id that the plugin has seen`,
+    `No session ${id}: give an optchat session id (from \`optchat sessions\`) or an OpenCode session id that the plugin has seen`,
     { sessionId: id },
   );
+}
+
+/** A forgotten session is SESSION_DELETED wherever a person names it (issue 40 item 5): its tombstone is no session. */
+function living(session: Session): Session {
+  if (session.deletedAt !== null) throw sessionDeleted(session.sessionId);
+  return session;
 }

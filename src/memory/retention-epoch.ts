@@ -7,7 +7,7 @@
  */
 import { OptchatError } from "../core/errors.js";
 import type { Pool } from "../store/db.js";
-import { readSnapshotStanding, readStanding, repinActiveTurn, type SnapshotStanding } from "../store/repin.js";
+import { readSnapshotStanding, repinActiveTurn, type SnapshotStanding } from "../store/repin.js";
 import { findTurn, type Turn } from "../store/turns.js";
 
 export async function currentTurn(pool: Pool, turn: Turn): Promise<Turn> {
@@ -29,21 +29,6 @@ export async function currentTurn(pool: Pool, turn: Turn): Promise<Turn> {
     );
   }
   return repinned;
-}
-
-/** Whether an assembly made under `snapshot` may still be served (see Memory.snapshotCurrent). */
-export async function snapshotCurrent(
-  pool: Pool,
-  sessionId: string,
-  snapshot: { scopeId: string; retentionEpoch: number },
-): Promise<boolean> {
-  const standing = await readStanding(pool, sessionId, snapshot.scopeId);
-  return (
-    standing !== undefined &&
-    !standing.sessionDeleted &&
-    standing.scopeId === snapshot.scopeId &&
-    standing.pinnedScopeEpoch === snapshot.retentionEpoch
-  );
 }
 
 function isStale(turn: Turn, standing: SnapshotStanding): boolean {

@@ -17,11 +17,40 @@ import { childLinesOf } from "./views.js";
 // Retrieval (seed 000 §8): every lookup under the reader's scope and pinned snapshot. A ref that is not visible fails
 // exactly like a ref that does not exist.
 
-function notFound(ref: string): OptchatError {
+/**
+ * REF_NOT_FOUND for a reader, saying which refs it can open (issue 40 item 4): the shared lines of its snapshot and,
+ * for a turn, its own history; a scope reader (the CLI's --scope) has no session of its own, so a bare `0+8` is never
+ * valid there. It names only what the reader may see: no existence oracle.
+ */
+function notFound(ref: string, reader?: Reader): OptchatError {
+  if (!reader) {
+    return new OptchatError(
+      "REF_NOT_FOUND",
+      `No line ${ref}. Refs look like pub:24+1, 0+8 or <session>:<generation>:0+8, as shown in the memory blocks.`,
+      { ref },
+    );
+  }
+  const count = reader.scope.publicationHighWater;
+  const shared =
+    count === 0
+      ? "it has no published turns yet"
+      : count === 1
+        ? "its shared lines are pub:0+1 (one published turn)"
+        : `its shared lines are pub:0+1 to pub:${count - 1}+1 (${count} published turns; a summary over them is pub:<start>+<count> with count a power of two, start a multiple of it)`;
+  if (reader.kind === "scope") {
+    const bare = /^\s*\d+\+\d+\s*$/.test(ref)
+      ? ` A bare ${ref.trim()} is a line of one session's own tree: \`optchat zoom <session> ${ref.trim()}\` opens it.`
+      : "";
+    return new OptchatError(
+      "REF_NOT_FOUND",
+      `No line ${ref} in scope ${reader.scope.scopeId} at its latest snapshot: ${shared}; a session's lines are <session>:<generation>:<start>+<count> inside its published turns.${bare}`,
+      { ref, publications: count },
+    );
+  }
   return new OptchatError(
     "REF_NOT_FOUND",
-    `No line ${ref} in this turn's memory. Refs look like pub:24+1, 0+8 or <session>:<generation>:0+8, as shown in the memory blocks.`,
-    { ref },
+    `No line ${ref} in this turn's memory: ${shared}; your own history is 0+1 to ${Math.max(0, reader.own.boundary - 1)}+1 and other sessions' lines are <session>:<generation>:<start>+<count>, as shown in the memory blocks.`,
+    { ref, publications: count },
   );
 }
 
@@ -155,18 +184,18 @@ export async function zoomFor(
     };
   }
   const ref = parseMemoryRef(refText);
-  if (!ref) throw notFound(refText);
+  if (!ref) throw notFound(refText, reader);
   if (ref.tree === "shared") return await zoomShared(deps.pool, reader, ref.node, refText);
 
   const resolved = await resolveSessionRef(deps.pool, reader, ref);
-  if (!resolved) throw notFound(refText);
+  if (!resolved) throw notFound(refText, reader);
   const name = (node: NodeAddress) =>
     resolved.own && ref.tree === "own"
       ? refOf(node)
       : sessionRef(resolved.session.sessionId, resolved.tree.generation ?? 0, node);
   if (resolved.node.level > 0) {
     const lines = await childLinesOf(deps.pool, resolved.tree.treeId, resolved.node, name, revisionsOf(reader));
-    if (!lines) throw notFound(refText);
+    if (!lines) throw notFound(refText, reader);
     return { kind: "lines", ref: name(resolved.node), lines: lines.map(refAndText), snapshot: served(reader) };
   }
   return await zoomMessage(deps.pool, reader, resolved, name(resolved.node), options, readPage);
@@ -176,14 +205,14 @@ export async function zoomFor(
 async function zoomShared(pool: Pool, reader: Reader, node: NodeAddress, refText: string): Promise<ZoomAnswer> {
   const snapshot = served(reader);
   const treeId = reader.scope.sharedTreeId;
-  if (treeId === null || endOf(node) > reader.scope.publicationHighWater) throw notFound(refText);
+  if (treeId === null || endOf(node) > reader.scope.publicationHighWater) throw notFound(refText, reader);
   if (node.level > 0) {
     const lines = await childLinesOf(pool, treeId, node, sharedRef, revisionsOf(reader));
-    if (!lines) throw notFound(refText);
+    if (!lines) throw notFound(refText, reader);
     return { kind: "lines", ref: sharedRef(node), lines: lines.map(refAndText), snapshot };
   }
   const publication = await findPublication(pool, reader.scope.scopeId, node.index, reader.scope.publicationHighWater);
-  if (!publication) throw notFound(refText);
+  if (!publication) throw notFound(refText, reader);
   if (publication.retired) {
     // A retired publication keeps its number and shows only its removed marker (its shared leaf's text): nothing of
     // its session is reachable from it (issue 15 item 4).
@@ -261,7 +290,7 @@ export async function dateFor(
 ): Promise<{ ref: string; first: string; last: string; snapshot: ServedSnapshot }> {
   const reader = await readerOf(deps.pool, ctx);
   const ref = parseMemoryRef(refText);
-  if (!ref) throw notFound(refText);
+  if (!ref) throw notFound(refText, reader);
   let span: { first: Date; last: Date } | undefined;
   if (ref.tree === "shared") {
     if (reader.scope.sharedTreeId !== null && endOf(ref.node) <= reader.scope.publicationHighWater) {
@@ -278,7 +307,7 @@ export async function dateFor(
         endOf(ref.node),
       );
   }
-  if (!span) throw notFound(refText);
+  if (!span) throw notFound(refText, reader);
   return {
     ref: refText.trim(),
     first: span.first.toISOString(),

@@ -11,8 +11,10 @@ import { findSession, type Session } from "../store/sessions.js";
 import type { Turn, TurnOutcome } from "../store/turns.js";
 import {
   type AssembledContext,
+  type AssembleFrom,
   type AssembleOptions,
   assembleContext,
+  assembledTurn,
   type PreparedContext,
   type PrepareOptions,
   prepareContext,
@@ -41,7 +43,6 @@ import {
   type TurnContext,
   turnOrThrow,
 } from "./reader.js";
-import { snapshotCurrent } from "./retention-epoch.js";
 import type { sessionsFor, ZoomAnswer, ZoomOptions } from "./retrieval.js";
 import type { IsolateReport } from "./revoke.js";
 import {
@@ -126,7 +127,7 @@ export interface Memory {
    * The memory blocks for one model request of the turn, within the budget (seed 000 §7); with `prepared` (from
    * `prepareContext` for the same turn and options), only the fitting to the budget is left to do.
    */
-  assembleContext(ctx: TurnContext, options: AssembleOptions, prepared?: PreparedContext): Promise<AssembledContext>;
+  assembleContext(ctx: TurnContext, options: AssembleOptions, from?: AssembleFrom): Promise<AssembledContext>;
   /** Everything an assembly reads before it knows its budget (see `PreparedContext`). */
   prepareContext(ctx: TurnContext, options: PrepareOptions): Promise<PreparedContext>;
   /**
@@ -146,12 +147,6 @@ export interface Memory {
   readScope(scopeId: string): Promise<ScopeReader>;
   /** Every audit (publication integrity, snapshot visibility, view coverage, reachability, derivation). */
   audit(): Promise<AuditReport>;
-  /**
-   * Whether what was assembled under `snapshot` may still be served to the session (no deletion or revocation since:
-   * the scope's retention epoch is unchanged, the session is in that scope and not forgotten). Hosts that reuse an
-   * earlier step's assembly check this first.
-   */
-  snapshotCurrent(sessionId: string, snapshot: { scopeId: string; retentionEpoch: number }): Promise<boolean>;
   /** What `forget` would remove now (a dry run; nothing changes). */
   planForget(request: ForgetRequest): Promise<ForgetSummary>;
   /** Forgets sessions, a scope, or what is older than a date, in one transaction (forget.ts, docs/deletion.md). */
@@ -320,18 +315,14 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         parseInput(outcomeSchema, outcome, "finishTurn", "outcome"),
       ),
     getTurn: (ctx) => storedTurnOrThrow(pool, parseInput(turnContextSchema, ctx, "getTurn")),
-    assembleContext: async (ctx, options, prepared) => {
+    assembleContext: async (ctx, options, from = {}) => {
       const valid = parseInput(turnContextSchema, ctx, "assembleContext");
       const validOptions = parseInput(assembleSchema, options, "assembleContext");
-      // A preparation of this turn holds the turn as stored (its snapshot pinned at admission): only the epoch check
-      // is read again, as for every read of a turn the caller holds (one round trip less in the request's transform).
-      const held = prepared?.turn.sessionId === valid.sessionId && prepared.turn.turnId === valid.turnId;
-      return await assembleContext(
-        shared,
-        await turnOrThrow(pool, held ? prepared.turn : valid),
-        validOptions,
-        prepared,
-      );
+      // A preparation or an earlier assembly of this turn holds the turn as read (its snapshot pinned at admission):
+      // only the retention epoch is read again, once, as for every read of a turn the caller holds.
+      const mine = (turn: Turn | undefined) => turn?.sessionId === valid.sessionId && turn.turnId === valid.turnId;
+      const held = [from.prepared?.turn, assembledTurn(from.previous)].find(mine);
+      return await assembleContext(shared, await turnOrThrow(pool, held ?? valid), validOptions, from);
     },
     prepareContext: async (ctx, options) => {
       const valid = parseInput(turnContextSchema, ctx, "prepareContext");
@@ -346,7 +337,6 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
       }),
     readScope: (scopeId) => scopeReader(pool, parseInput(opaqueId, scopeId, "readScope", "scope")),
     audit: async () => (await import("./audit.js")).auditAll(pool),
-    snapshotCurrent: (sessionId, snapshot) => snapshotCurrent(pool, sessionId, snapshot),
     planForget: async (request) =>
       (await import("./forget.js")).planForget(pool, parseInput(forgetRequestSchema, request, "planForget")),
     forget: async (request, options) =>

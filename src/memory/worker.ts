@@ -19,7 +19,7 @@ export interface WorkerOverrides {
   readonly concurrency?: number;
   /**
    * The summarizer to use instead of the one the settings name: the plugin resolves OPTCHAT_SUMMARIZER=auto from
-   * OpenCode's configuration (plugin/compactor-model.ts). Awaited before the worker starts taking jobs.
+   * OpenCode's configuration (plugin/opencode/compactor-model.ts). Awaited before the worker starts taking jobs.
    */
   readonly summarizer?: () => Promise<Summarizer>;
   /**

@@ -27,7 +27,8 @@ import { NODE_BYTES } from "../core/summary.js";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
 import { classifyRedeliveries, type ExistingRow, recordConflicts } from "./ingest-redeliveries.js";
-import { groupKey, INLINE_BLOB_BYTES, writeSealed } from "./ingest-write.js";
+import { type FreshRecord, groupKey, INLINE_BLOB_BYTES, type LockedTargets } from "./ingest-rows.js";
+import { writeSealed } from "./ingest-write.js";
 import type { RecordToSeal, SealOutcome } from "./records.js";
 import { type LeafSource, planTreeChanges, type TreeChangePlan } from "./tree-changes.js";
 import { type Tree, type TreeRow, toTree } from "./trees.js";
@@ -128,18 +129,6 @@ export async function sealAndAppend(
   // waited for fails the insert instead, see above): the caller runs the transaction again.
   if (!(await writeSeal(db, plan))) throw new GuardFailed();
   return await finishSeal(db, plan);
-}
-
-export interface LockedTargets {
-  /** Next free seq per (session, generation) group key; advanced as seqs are allocated. */
-  readonly nextSeq: Map<string, number>;
-  /** next_seq as the lookup read it, per group key (the guard's expected value). */
-  readonly readSeq: ReadonlyMap<string, number>;
-  readonly currentGeneration: ReadonlyMap<string, number>;
-  /** The session tree of each locked (session, generation), by group key. */
-  readonly trees: ReadonlyMap<string, Tree>;
-  /** The batch's keys that were already sealed (before the statement waited for its locks). */
-  readonly sealed: ReadonlyMap<string, ExistingRow>;
 }
 
 interface SealedJson {
@@ -253,13 +242,6 @@ async function lookUpTargets(db: Queryable, items: readonly RecordToSeal[], lock
     }
   }
   return { nextSeq, readSeq: new Map(nextSeq), currentGeneration, trees, sealed };
-}
-
-export interface FreshRecord {
-  readonly index: number;
-  readonly item: RecordToSeal;
-  readonly generation: number;
-  readonly seq: number;
 }
 
 /** Consecutive seqs for the batch's keys that are not sealed yet (the first of a key repeated in the batch). */

@@ -13,8 +13,7 @@
  * nothing does not name view_parts' update at all: 1,380 -> 1,800 records/s on that cluster, the same six rows.
  */
 import type { Queryable } from "./db.js";
-import type { FreshRecord, LockedTargets } from "./ingest-commit.js";
-import { groupKey, RECORD_INSERT_COLUMNS } from "./ingest-write.js";
+import { type FreshRecord, groupKey, type LockedTargets, RECORD_INSERT_COLUMNS } from "./ingest-rows.js";
 import { TREE_CHANNEL } from "./notifications.js";
 import type { TreeChangePlan } from "./tree-changes.js";
 import { TREE_COLUMNS, type Tree, type TreeRow, toTree } from "./trees.js";

@@ -15,7 +15,13 @@
  */
 
 import type { Queryable } from "./db.js";
-import type { FreshRecord, LockedTargets } from "./ingest-commit.js";
+import {
+  type FreshRecord,
+  groupKey,
+  INLINE_BLOB_BYTES,
+  type LockedTargets,
+  RECORD_INSERT_COLUMNS,
+} from "./ingest-rows.js";
 import { writeOneSealed } from "./ingest-write-one.js";
 import type { RecordToSeal } from "./records.js";
 import {
@@ -26,22 +32,6 @@ import {
   treeWriteValues,
 } from "./tree-changes.js";
 import type { Tree, TreeRow } from "./trees.js";
-
-/** A (session, generation)'s key in the maps of a batch's lookup. */
-export function groupKey(sessionId: string, generation: number): string {
-  return `${sessionId}\u0000${generation}`;
-}
-
-/**
- * The columns a sealed record is inserted with, in the order both ingest statements (this one and ingest-write-one.ts)
- * give them: scope_id last, the session's (migrations/011; a session never changes scope), for the search index.
- */
-export const RECORD_INSERT_COLUMNS = `(session_id, generation, seq, event_key, stage_key, turn_id, kind, occurred_at,
-  payload_hash, payload_bytes, tool_call_id, tool_name, host_truncated, host_original_bytes, project_id, worktree_id,
-  commit_id, attributes, search, scope_id)`;
-
-/** Payloads up to this size are written in the batch's one statement; larger ones in their own (see writeSealed). */
-export const INLINE_BLOB_BYTES = 256 * 1024;
 
 /** The number of parameters of the sealing CTEs in writeSealed; the trees' write and the guard follow them. */
 const SEAL_PARAMS = 26;

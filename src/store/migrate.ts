@@ -3,7 +3,7 @@ import pg from "pg";
 import { OptchatError } from "../core/errors.js";
 import { connectClient, databaseUnavailable, type Queryable, sqlStateOf } from "./db.js";
 
-export const MIGRATIONS_DIRECTORY = fileURLToPath(new URL("../../migrations/", import.meta.url));
+export const MIGRATIONS_DIRECTORY = fileURLToPath(new URL("../../migrations", import.meta.url));
 
 /**
  * The schema version this code needs: the number of the newest file in migrations/ (they are numbered 1, 2, ...

@@ -235,3 +235,11 @@ export async function findReadyUnbuiltNodes(
     node: { level: row.level, index: Number(row.idx) },
   }));
 }
+
+/** The prompt versions summaries in memory were written with (an index-less scan of nodes: rebuild's input check). */
+export async function promptVersionsInUse(db: Queryable): Promise<string[]> {
+  const result = await db.query<{ prompt_version: string }>(
+    "SELECT DISTINCT prompt_version FROM optchat.nodes WHERE prompt_version IS NOT NULL ORDER BY 1",
+  );
+  return result.rows.map((row) => row.prompt_version);
+}

@@ -11,7 +11,7 @@ export interface ScopeSummary {
   /** The project ids its sessions were opened with (one for a project scope, several for a profile). */
   readonly projectIds: readonly string[];
   readonly publications: number;
-  /** When its latest turn was admitted; null when none was. */
+  /** The host's time of its latest message (an imported one's own time, not the import's); null when none. */
   readonly lastTurnAt: Date | null;
 }
 
@@ -36,13 +36,17 @@ export async function listScopeSummaries(
             (SELECT count(*) FROM optchat.sessions se WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL) AS sessions,
             (SELECT jsonb_object_agg(h.host, h.n)
                FROM (SELECT se.host, count(*) AS n FROM optchat.sessions se
-                      WHERE se.scope_id = s.scope_id GROUP BY se.host) h) AS hosts,
+                      WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL GROUP BY se.host) h) AS hosts,
             ARRAY(SELECT DISTINCT se.project_id FROM optchat.sessions se
                    WHERE se.scope_id = s.scope_id AND se.project_id IS NOT NULL ORDER BY 1) AS project_ids,
             (SELECT count(*) FROM optchat.publications p WHERE p.scope_id = s.scope_id) AS publications,
-            (SELECT max(t.admitted_at) FROM optchat.turns t
-               JOIN optchat.sessions se ON se.session_id = t.session_id
-              WHERE se.scope_id = s.scope_id) AS last_turn_at
+            -- The host's time of each session's last message (one primary-key lookup per session), not when a
+            -- turn was admitted here: an import admits every turn at import time (issue 40 item 6).
+            (SELECT max((SELECT r.occurred_at FROM optchat.records r
+                          WHERE r.session_id = se.session_id AND r.generation = se.current_generation
+                          ORDER BY r.seq DESC LIMIT 1))
+               FROM optchat.sessions se
+              WHERE se.scope_id = s.scope_id AND se.deleted_at IS NULL) AS last_turn_at
        FROM optchat.scopes s
       WHERE $1::boolean OR s.kind <> 'isolated'
       ORDER BY last_turn_at DESC NULLS LAST, s.scope_id`,

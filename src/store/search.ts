@@ -167,6 +167,13 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
 }
 
 /**
+ * The memory tools' own calls and results are memory read back, not new evidence: found again, a search would answer
+ * with the excerpts of an earlier search (issue 40 item 10). A row filter on the record already fetched. The names
+ * are the plugin's tools (plugin/tools.ts: memory_zoom, memory_search, memory_date, memory_sessions, memory_inspect).
+ */
+const NOT_MEMORY_TOOL = String.raw`(r.tool_name IS NULL OR r.tool_name NOT LIKE 'memory\_%')`;
+
+/**
  * The visible records of the caller's scope matching tsquery parameter `match` and the condition `and`, through the
  * (scope, terms) index (migrations/011), which intersects exact terms with the scope's postings inside the index: the
  * caller's own records before its tail, and other sessions' records in their visible turns: a record of one is
@@ -182,7 +189,7 @@ function scoreExpression(alias: string, units: number, averageParam: string): st
 function indexedRecords(match: string, and: string): string {
   return `SELECT r.session_id, r.generation, r.seq, r.kind, r.occurred_at, r.payload_hash, r.search || ''::tsvector AS search
           FROM optchat.records r
-         WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and}
+         WHERE r.scope_id = $1::text AND r.search @@ ${match}::tsquery AND ${and} AND ${NOT_MEMORY_TOOL}
            AND ((r.session_id = $4::text AND r.generation = $5::int AND r.seq < (SELECT start_seq FROM own_tail)
                  AND ($8::text IS NULL OR $8::text = $4::text))
                 OR EXISTS (SELECT 1 FROM optchat.publications p
@@ -268,7 +275,7 @@ export async function searchRanked(
           FROM optchat.records r
          WHERE r.session_id = $4::text AND r.generation = $5::int AND r.scope_id = $1::text
            AND r.seq >= (SELECT start_seq FROM own_tail) AND r.seq < $6::bigint
-           AND ts_match_vq(r.search, $17::tsquery)
+           AND ts_match_vq(r.search, $17::tsquery) AND ${NOT_MEMORY_TOOL}
            AND ($8::text IS NULL OR $8::text = $4::text)
            AND ($9::timestamptz IS NULL OR r.occurred_at < $9::timestamptz)
            AND ($10::timestamptz IS NULL OR r.occurred_at > $10::timestamptz)

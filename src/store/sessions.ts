@@ -224,3 +224,61 @@ export async function findSession(db: Queryable, sessionId: string): Promise<Ses
   const row = result.rows[0];
   return row ? toSession(row) : undefined;
 }
+
+/** How a person recognises a session: the host's id, its title, the beginning of its first prompt. */
+export interface SessionLabel {
+  readonly sessionId: string;
+  readonly host: string;
+  readonly hostSessionId: string;
+  readonly title: string | null;
+  /** The first user message's first 200 characters (current generation), or null when there is none (or not text). */
+  readonly firstPrompt: string | null;
+  readonly deleted: boolean;
+}
+
+/** Labels of the given sessions, one statement; the first prompt is read as a 600-byte head of its payload. */
+export async function sessionLabels(db: Queryable, sessionIds: readonly string[]): Promise<Map<string, SessionLabel>> {
+  if (sessionIds.length === 0) return new Map();
+  const result = await db.query<{
+    session_id: string;
+    host: string;
+    host_session_id: string;
+    title: string | null;
+    deleted: boolean;
+    head: Buffer | null;
+  }>(
+    `SELECT s.session_id, s.host, s.host_session_id, s.title, s.deleted_at IS NOT NULL AS deleted,
+            (SELECT substring(b.content FROM 1 FOR 600) FROM optchat.records r
+               JOIN optchat.blobs b ON b.hash = r.payload_hash AND b.valid_utf8
+              WHERE r.session_id = s.session_id AND r.generation = s.current_generation AND r.kind = 'user'
+              ORDER BY r.seq LIMIT 1) AS head
+       FROM optchat.sessions s
+      WHERE s.session_id = ANY($1::text[])`,
+    [sessionIds],
+  );
+  return new Map(
+    result.rows.map((row) => [
+      row.session_id,
+      {
+        sessionId: row.session_id,
+        host: row.host,
+        hostSessionId: row.host_session_id,
+        title: row.title,
+        firstPrompt: row.head ? promptHead(row.head) : null,
+        deleted: row.deleted,
+      },
+    ]),
+  );
+}
+
+/** A payload's head as one line of at most 200 characters (a character cut at the byte limit is dropped). */
+function promptHead(head: Buffer): string | null {
+  const text = head
+    .toString("utf8")
+    .replace(/\uFFFD+$/, "")
+    .replace(/\s+/g, " ")
+    .trim();
+  if (!text) return null;
+  const chars = [...text];
+  return chars.length > 200 ? `${chars.slice(0, 199).join("")}…` : text;
+}

@@ -56,6 +56,17 @@ async function startBrowse(databaseUrl: string): Promise<typeof browse> {
 
 beforeAll(async () => {
   ({ a, b, texts } = await seedBrowseMemory(db.memory, db.config));
+  // A request the plugin recorded for B, with the budget it assembled for: the model's own window (issue 40).
+  await db.memory.host.recordInjection({
+    sessionId: b.sessionId,
+    turnId: "b1",
+    holder: "test-holder",
+    status: "injected",
+    mode: "replace",
+    query: "What did session A decide about the queue?",
+    detail: { budget: { windowTokens: 24_000 }, model: { providerID: "anthropic", modelID: "claude-small" } },
+    error: null,
+  });
   digestBefore = await databaseDigest(db.memory.pool);
   browse = await startBrowse(db.url);
   if (haveChromium) browser = await chromium.launch({ executablePath: CHROMIUM });
@@ -99,7 +110,7 @@ describe.skipIf(!haveChromium)("the memory browser in chromium", () => {
     expect(page.url()).toBe(`${browse.origin}/`);
     await page.getByRole("link", { name: SCOPE }).click();
     expect(await page.locator("h1").textContent()).toBe(`Scope ${SCOPE}`);
-    await page.getByRole("link", { name: a.sessionId }).click();
+    await page.getByRole("link", { name: "queue design" }).click();
     expect(await page.locator("h1").textContent()).toBe(`Session ${a.sessionId}: queue design`);
     // The memory as the next request gets it, byte for byte.
     const preview = await db.memory.previewContext(a.sessionId, PREVIEW_WINDOW);
@@ -176,6 +187,58 @@ describe.skipIf(!haveChromium)("the memory browser in chromium", () => {
     expect(await page.locator("ol.hits mark").first().textContent()).toBe("Careful");
     expect(await page.locator("script").count()).toBe(0);
     expect(dialogs).toEqual([]);
+  });
+});
+
+describe.skipIf(!haveChromium)("what a person needs first (issue 40)", () => {
+  it("lists sessions by title and first prompt, without the store's jargon", async () => {
+    const { page } = await openPage();
+    await page.goto(browse.url);
+    await page.getByRole("link", { name: SCOPE }).click();
+    const row = page.locator("#sessions tr", { hasText: "queue design" });
+    expect(await row.locator(".first-prompt").textContent()).toBe(
+      "Where should the importer keep its queue? Not in Redis, please.",
+    );
+    expect(await row.textContent()).toContain("browse-A");
+    expect(await page.locator("main, body").first().textContent()).not.toMatch(/policy revision|retention epoch/);
+  });
+
+  it("has a health page with the status verdict and backlog, and a cost page against the cap", async () => {
+    const { page } = await openPage();
+    await page.goto(browse.url);
+    await page.getByRole("link", { name: "Health" }).click();
+    const health = (await text(page, "#health")) ?? "";
+    expect(health).toMatch(/^verdict\s+(working|stalled|not set up)/);
+    expect(health).toContain("backlog");
+    expect(health).toContain("failing");
+    await page.goto(browse.url);
+    await page.getByRole("link", { name: "Cost" }).click();
+    expect(await text(page, "#spend-today")).toMatch(
+      /The compactor today \(\d{4}-\d{2}-\d{2} UTC\): \$\d+\.\d{4} .* of \$5 a day/,
+    );
+  });
+
+  it("searches every project from the home page", async () => {
+    const { page } = await openPage();
+    await page.goto(browse.url);
+    await page.getByRole("searchbox", { name: "search every project" }).fill("broker");
+    await page.getByRole("button", { name: "Search" }).click();
+    expect(page.url()).toBe(`${browse.origin}/search?q=broker`);
+    expect(await page.locator("h2").first().textContent()).toBe(SCOPE);
+    expect(await page.locator("ol.hits mark").first().textContent()).toBe("broker");
+  });
+
+  it("assembles 'as a model reads it' for the session's real window when its requests were recorded", async () => {
+    const { page } = await openPage();
+    await page.goto(browse.url);
+    await page.goto(`${browse.origin}/session/${b.sessionId}`);
+    expect(await page.locator("body").textContent()).toContain(
+      "24000-token window (the window of anthropic/claude-small, from its last request)",
+    );
+    await page.goto(`${browse.origin}/session/${a.sessionId}`);
+    expect(await page.locator("body").textContent()).toContain(
+      "200000-token window (an assumed window: no request of this session was recorded)",
+    );
   });
 });
 
@@ -278,7 +341,7 @@ describe("optchat export --html", () => {
     const { page, dialogs } = await openPage();
     await page.goto(`file://${exportDir}/index.html`);
     await page.getByRole("link", { name: SCOPE }).click();
-    await page.getByRole("link", { name: a.sessionId }).click();
+    await page.getByRole("link", { name: "queue design" }).click();
     await page.getByRole("link", { name: "messages" }).click();
     expect(await text(page, "#payload-5")).toBe(HOSTILE_TEXT);
     expect(dialogs).toEqual([]);

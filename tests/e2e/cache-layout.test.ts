@@ -168,7 +168,7 @@ describe("the injected memory's cache layout under OpenCode's Anthropic provider
     const five = layoutOf(fifth as CapturedRequest, "CL-5");
     expect(five.stable.slice(0, one.stable.length).map(strip)).toEqual(one.stable.map(strip));
     expect(five.stable[1].text).toMatch(/^<shared_memory scope="[^"]+">\n/);
-    // The shared lines, oldest first, in parts that end where an earlier rendering ended (plugin/shared-parts.ts):
+    // The shared lines, oldest first, in parts that end where an earlier rendering ended (plugin/request/shared-parts.ts):
     // fewer parts than lines, each part whole lines.
     const parts = five.stable.slice(2).map((b: Block) => b.text);
     const lines = parts.join("").split("\n").slice(0, -1);

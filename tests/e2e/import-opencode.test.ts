@@ -178,6 +178,9 @@ describe("optchat import --opencode", { timeout: 180_000 }, () => {
     expect(again.records.sealed).toBe(0);
     expect(again.records.duplicates).toBe(again.records.total);
     expect(again.turns).toMatchObject({ finished: 0, alreadyFinished: 6, outcomeDiffers: 0, publicationsScheduled: 0 });
+    // Said as such, not as "imported 4 of 4 session(s)" (issue 40 item 10).
+    const text = await runCli(["import", "--opencode", "--data-dir", dataDir], { DATABASE_URL: world.database.url });
+    expect(text.stdout).toMatch(/^nothing new to import from \S+: its 4 session\(s\) .* are already in memory/);
     expect(await counts()).toEqual(before);
   });
 

@@ -121,7 +121,7 @@ describe("closing OpenCode right after a reply", { timeout: 400_000 }, () => {
     const next = await runOpencode(env, "KILL-2 where do we deploy? REPLY=fly", { session, timeoutMs: WAIT });
     expect(next.code, next.stderr.slice(-2000)).toBe(0);
     // The run's own turn is completed; its publication may wait for a worker: an `opencode run` that ends before its
-    // embedded worker is needed never starts one (plugin/embedded-worker.ts), and its jobs stay in the queue.
+    // embedded worker is needed never starts one (plugin/host/embedded-worker.ts), and its jobs stay in the queue.
     const worker = await startWorkerProcess(world.database.url);
     try {
       await retrying(

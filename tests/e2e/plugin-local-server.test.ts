@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stopLocalServers } from "../../plugin/local-server-client.js";
+import { stopLocalServers } from "../../plugin/transport/local-server/client.js";
 import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
@@ -10,7 +10,7 @@ import { finishTurnNeedingSummary, type PluginWorld, retrying, startPluginWorld 
 import { requestsFor, toolResults } from "./requests.js";
 
 /**
- * The optchat local server (plugin/local-server.ts) with real OpenCode 1.18.33 `opencode run` processes: the first run
+ * The optchat local server (plugin/transport/local-server/server.ts) with real OpenCode 1.18.33 `opencode run` processes: the first run
  * finds none, runs its own thread and starts one; the next runs are served by it; a run killed in the middle of its
  * turn is closed by the server and its session taken over at once by the next process; the server stops with its
  * SIGTERM (as the harness stops it with its environment) and removes its socket.
@@ -76,7 +76,9 @@ describe("the local server", { timeout: 240_000 }, () => {
     expect(second.code, second.stderr.slice(-2000)).toBe(0);
     const report = inspectReport("LS-2");
     // On Node.js, found on PATH (setting localServerRuntime, default auto), as every machine running optchat has it.
-    expect(report.process.runsIn).toMatch(/^the optchat local server \(plugin\/local-server\.ts, on Node\.js \d+\./);
+    expect(report.process.runsIn).toMatch(
+      /^the optchat local server \(plugin\/transport\/local-server\/server\.ts, on Node\.js \d+\./,
+    );
     // The lease holder is the OpenCode process served, not the server.
     expect(report.process.holder).toContain(`:${second.pid}@`);
     const third = await runOpencode(env, "LS-3 where do we deploy? REPLY=fly", { timeoutMs: WAIT });
@@ -224,7 +226,7 @@ describe("the local server", { timeout: 240_000 }, () => {
     const second = await runOpencode(bunEnv, `LS-BUN-2 ${inspect}`, { timeoutMs: WAIT });
     expect(second.code, second.stderr.slice(-2000)).toBe(0);
     expect(inspectReport("LS-BUN-2").process.runsIn).toMatch(
-      /^the optchat local server \(plugin\/local-server\.ts, on Bun \d+\./,
+      /^the optchat local server \(plugin\/transport\/local-server\/server\.ts, on Bun \d+\./,
     );
     expect(await turnsOf(second.sessionId as string)).toEqual([{ state: "completed", records: 4 }]);
     expect(await stopLocalServers(bunServers)).toHaveLength(1);

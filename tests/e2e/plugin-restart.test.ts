@@ -1,8 +1,9 @@
 import type pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { memoryLayout } from "../../plugin/memory-message.js";
+import { memoryLayout } from "../../plugin/request/memory-message.js";
 import type { ModelServer } from "../../scripts/model-server.js";
 import { type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
+import { omittedText } from "../../src/memory/assembly.js";
 import { resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
 import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
@@ -132,7 +133,8 @@ describe("restarts with real OpenCode processes", { timeout: 180_000 }, () => {
       // The cache layout (docs/caching.md): the stable memory opens the capture byte for byte; the shared block's
       // closing tag and the other blocks follow in the volatile part.
       const { publicationHighWater, ownBoundary } = again.snapshot;
-      const layout = memoryLayout(again.blocks, again.omitted, { replaced: 0, publicationHighWater, ownBoundary });
+      const omitted = again.omitted.map(omittedText);
+      const layout = memoryLayout(again.blocks, omitted, { replaced: 0, publicationHighWater, ownBoundary });
       expect(captured.startsWith(layout.stable.join(""))).toBe(true);
       const leading = again.blocks.find((b) => b.name === "shared_memory") ?? again.blocks[0];
       for (const b of again.blocks) if (b !== leading) expect(captured).toContain(b.text);

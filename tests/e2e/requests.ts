@@ -27,7 +27,7 @@ export function textOf(message: ChatMessage): string {
   return textPartsOf(message).join("");
 }
 
-/** optchat's volatile memory part (plugin/memory-message.ts): it leads the first kept user message. */
+/** optchat's volatile memory part (plugin/request/memory-message.ts): it leads the first kept user message. */
 const CONTINUED = "optchat memory, continued:";
 
 function isMemory(message: ChatMessage): boolean {

@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { stopLocalServers } from "../../plugin/local-server-client.js";
+import { stopLocalServers } from "../../plugin/transport/local-server/client.js";
 import { localServerPids, type OpencodeEnv, runOpencode } from "../../scripts/opencode-harness.js";
 import { migrateAll } from "../../src/memory/migrate.js";
 import { type PluginWorld, retrying, startPluginWorld } from "../helpers.js";
@@ -12,7 +12,7 @@ import { requestsFor, stableMemoryParts, volatileMemoryText } from "./requests.j
 /**
  * Issue 37: a workflow of `opencode run`s only (no `optchat worker`, no long-lived OpenCode), as the README's quick start
  * has it. Each run's first request must carry the previous run's decision: the local server's own compactor worker
- * (plugin/server-workers.ts) publishes every turn between runs, across a SIGTERM of the server, its idle-out, and a
+ * (plugin/transport/local-server/workers.ts) publishes every turn between runs, across a SIGTERM of the server, its idle-out, and a
  * restart of the database (a private cluster, so the machine's server is never touched). Real OpenCode 1.18.33.
  */
 

@@ -9,7 +9,7 @@ import { startWorker } from "../../src/memory/worker.js";
 import { collect, freshDatabaseName, ROOT, runCli, useTestMemory } from "../helpers.js";
 
 /**
- * README "Backup and restore": the whole memory dumped with pg_dump and restored with pg_restore into an empty
+ * docs/backup.md (moved from the README): the whole memory dumped with pg_dump and restored with pg_restore into an empty
  * database is the same memory (the same export, audits passing, nothing left to migrate).
  */
 

@@ -4,7 +4,7 @@ import { eventually, finishTurnNeedingSummary, useTestMemory } from "../helpers.
 
 /**
  * A compactor worker paused and resumed (src/compactor/worker.ts `pause`/`resume`; the local server pauses the worker
- * it runs while served processes run, plugin/server-workers.ts): paused, it takes no job and runs no supervision pass
+ * it runs while served processes run, plugin/transport/local-server/workers.ts): paused, it takes no job and runs no supervision pass
  * (src/compactor/supervision.ts); resumed, it does both again. Real Postgres and pg-boss, the deterministic summarizer.
  */
 

@@ -1,5 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { estimateTokens } from "../../src/core/context.js";
+import { omittedText } from "../../src/memory/assembly.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
 import { MEDIUM_WINDOW, messageWriter, retrying, useTestMemory } from "../helpers.js";
@@ -31,7 +32,20 @@ describe("context assembly", () => {
     const strict = db.memory.assembleContext(ctx, { ...WINDOW, waitMs: 300 });
     await expect(strict).rejects.toMatchObject({ code: "MEMORY_NOT_READY", details: { pending: 2, firstPending: 0 } });
     const partial = await db.memory.assembleContext(ctx, { ...WINDOW, waitMs: 300, readiness: "partial" });
-    expect(partial.omitted.join(" ")).toMatch(/session memory: .*not summarized yet/);
+    expect(partial.omitted.map(omittedText).join(" ")).toMatch(/session memory: .*not summarized yet/);
+    // Typed: the session's history is not complete, so a host keeps the native messages it would stand for; and an
+    // incomplete assembly is never handed back as an earlier step's.
+    expect(partial.omitted).toContainEqual({
+      block: "session memory",
+      reason: expect.stringMatching(/not summarized/),
+    });
+    expect(partial.historyComplete).toBe(false);
+    const again = await db.memory.assembleContext(
+      ctx,
+      { ...WINDOW, waitMs: 0, readiness: "partial" },
+      { previous: partial },
+    );
+    expect(again.reused).toBe(false);
     // The session block says what is missing and shows no placeholder or cut text; the sources are intact. (The
     // previous exchange, verbatim by design, is a separate block.)
     const own = partial.blocks.find((b) => b.name === "session_memory")?.text ?? "";
@@ -76,7 +90,7 @@ describe("context assembly", () => {
       expect((await db.memory.assembleContext(ctx, WINDOW)).blocks).toEqual(context.blocks);
       // Prepared before the budget was known (the plugin does at admission), then fitted: the very same memory.
       const prepared = await db.memory.prepareContext(ctx, {});
-      expect(await db.memory.assembleContext(ctx, WINDOW, prepared)).toEqual(context);
+      expect(await db.memory.assembleContext(ctx, WINDOW, { prepared })).toEqual(context);
     } finally {
       await worker.stop();
     }
@@ -152,10 +166,16 @@ describe("context assembly", () => {
       // One preparation serves any budget, the projected one included, exactly as a fresh assembly does; one made
       // with another previous-exchange setting is not used for this one.
       const prepared = await db.memory.prepareContext(ctx, { previousExchange: false });
-      expect(await db.memory.assembleContext(ctx, small, prepared)).toEqual(fitted);
-      expect(await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false }, prepared)).toEqual(roomy);
+      expect(await db.memory.assembleContext(ctx, small, { prepared })).toEqual(fitted);
+      expect(await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false }, { prepared })).toEqual(roomy);
+      // An earlier step's complete assembly is handed back as it is while it fits, and assembled afresh once it does
+      // not (the later steps of a turn have a shrinking budget).
+      expect(roomy.historyComplete).toBe(true);
+      const reused = await db.memory.assembleContext(ctx, { ...WINDOW, previousExchange: false }, { previous: roomy });
+      expect(reused).toEqual({ ...roomy, reused: true });
+      expect(await db.memory.assembleContext(ctx, small, { previous: roomy })).toEqual(fitted);
       const other = await db.memory.prepareContext(ctx, { previousExchange: true });
-      expect(await db.memory.assembleContext(ctx, small, other)).toEqual(fitted);
+      expect(await db.memory.assembleContext(ctx, small, { prepared: other })).toEqual(fitted);
       expect(fitted.tokens.used).toBeLessThanOrEqual(fitted.tokens.available);
       expect(fitted.tokens.own).toBeLessThan(ownTokens);
       const ownBlock = fitted.blocks.find((b) => b.name === "session_memory")?.text ?? "";

@@ -4,14 +4,14 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
 import { afterAll, describe, expect, it } from "vitest";
-import { STOP_DEADLINE_MS } from "../../plugin/local-server.js";
-import { handOffToLocalServer } from "../../plugin/local-server-client.js";
+import { handOffToLocalServer } from "../../plugin/transport/local-server/client.js";
+import { STOP_DEADLINE_MS } from "../../plugin/transport/local-server/server.js";
 import { type Config, resolveConfig } from "../../src/memory/config.js";
 import { openMemory } from "../../src/memory/service.js";
 import { createTestDatabase, finishTurnNeedingSummary, ROOT, retrying } from "../helpers.js";
 
 /**
- * Issue 37 item 2: the optchat local server, a real process (plugin/local-server-node.mjs), exits by itself however it
+ * Issue 37 item 2: the optchat local server, a real process (plugin/transport/local-server/node.mjs), exits by itself however it
  * is left: a stop stuck on a database that never answers is forced after STOP_DEADLINE_MS; the databases it served
  * dropped; its socket directory removed. Its work comes from a hand-off, as from a run of its own thread.
  */
@@ -35,10 +35,14 @@ async function startServer(): Promise<{
   directories.push(directory);
   const socket = join(directory, "s.sock");
   const log = join(directory, "server.log");
-  const child = spawn(process.execPath, [join(ROOT, "plugin", "local-server-node.mjs"), socket, "600"], {
-    stdio: ["ignore", "ignore", "pipe"],
-    env: { ...process.env, OPTCHAT_SUMMARIZER: "fake" },
-  });
+  const child = spawn(
+    process.execPath,
+    [join(ROOT, "plugin", "transport", "local-server", "node.mjs"), socket, "600"],
+    {
+      stdio: ["ignore", "ignore", "pipe"],
+      env: { ...process.env, OPTCHAT_SUMMARIZER: "fake" },
+    },
+  );
   started.push(child);
   let text = "";
   child.stderr?.on("data", (chunk: Buffer) => {
@@ -145,7 +149,7 @@ describe("the local server process exits by itself", { timeout: 120_000 }, () =>
     directories.push(directory);
     const child = spawn(
       process.execPath,
-      [join(ROOT, "plugin", "local-server-node.mjs"), join(directory, "gone", "s.sock"), "600"],
+      [join(ROOT, "plugin", "transport", "local-server", "node.mjs"), join(directory, "gone", "s.sock"), "600"],
       { stdio: ["ignore", "ignore", "pipe"] },
     );
     started.push(child);

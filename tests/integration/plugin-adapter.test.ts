@@ -1,10 +1,11 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { OpencodeAdapter } from "../../plugin/adapter.js";
-import { resolvePluginConfig } from "../../plugin/config.js";
-import { HOST, projectScopeId } from "../../plugin/identity.js";
-import { leaseHolderName } from "../../plugin/lease.js";
-import type { HostMessageInfo, HostPart } from "../../plugin/messages.js";
-import { IDLE_GRACE_MS } from "../../plugin/turn-tracking.js";
+import { resolvePluginConfig } from "../../plugin/base/config.js";
+import { HOST, projectScopeId } from "../../plugin/base/identity.js";
+import { OpencodeAdapter } from "../../plugin/host/adapter.js";
+import type { HostMessageInfo, HostPart } from "../../plugin/opencode/messages.js";
+import { checkRequestParams, type RequestChecks } from "../../plugin/request/checks.js";
+import { leaseHolderName } from "../../plugin/turns/lease.js";
+import { IDLE_GRACE_MS } from "../../plugin/turns/tracking.js";
 import { type Memory, openMemory } from "../../src/memory/index.js";
 import { createTestDatabase, eventually, ManualClock, refuseConnections, retrying } from "../helpers.js";
 
@@ -20,6 +21,7 @@ let database: Awaited<ReturnType<typeof createTestDatabase>>;
 let adapter: OpencodeAdapter;
 let memory: Memory;
 const time = new ManualClock(Date.now());
+const PARAMS_MODEL = { id: "m", providerID: "p", limit: { context: 100_000 } };
 const logged: string[] = [];
 
 beforeAll(async () => {
@@ -287,9 +289,10 @@ describe("OpenCode adapter turn bookkeeping", () => {
     time.advance(1_000);
     await expect(prompt(fresh, "msg_801", "CLAIM-LATER-1")).resolves.toBeUndefined();
     await request(fresh, "msg_801");
-    const refusal = adapter.checkParams(fresh, { id: "m", providerID: "p", limit: { context: 100_000 } });
+    // What OpenCode's side decides from the checks sent back with the request (plugin/transport/remote-hooks.ts).
+    const refusal = checkRequestParams(adapter.requestChecks(fresh) as RequestChecks, PARAMS_MODEL);
     expect(refusal?.replace(/\u2060/g, "")).toMatch(/is being driven by another OpenCode process/);
-    // What the plugin's thread sends back with the request, for OpenCode's thread to raise (plugin/request-checks.ts).
+    // What the plugin's thread sends back with the request, for OpenCode's thread to raise (plugin/request/checks.ts).
     expect(adapter.requestChecks(fresh)?.pendingError).toMatch(/being driven by another OpenCode process/);
     expect(await turnStates(fresh, ["msg_801"])).toEqual({});
     // Its next prompt claims before chat.message returns, as for any session, and is refused there.
@@ -307,7 +310,7 @@ describe("OpenCode adapter turn bookkeeping", () => {
     adapter.onEvent({ type: "session.created", properties: { info: { id: free } } });
     await prompt(free, "msg_821", "CLAIM-FREE-1");
     await request(free, "msg_821");
-    expect(adapter.checkParams(free, { id: "m", providerID: "p", limit: { context: 100_000 } })).toBeUndefined();
+    expect(checkRequestParams(adapter.requestChecks(free) as RequestChecks, PARAMS_MODEL)).toBeUndefined();
     expect(await leaseHeld(free)).toBe(true);
     stepFinished(free, "msg_822", "msg_821", { finish: "stop" });
     status(free, "idle");

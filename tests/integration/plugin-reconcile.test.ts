@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type HostLookups, OpencodeAdapter } from "../../plugin/adapter.js";
-import { resolvePluginConfig } from "../../plugin/config.js";
-import type { HostMessage } from "../../plugin/messages.js";
+import { resolvePluginConfig } from "../../plugin/base/config.js";
+import { type HostLookups, OpencodeAdapter } from "../../plugin/host/adapter.js";
+import type { HostMessage } from "../../plugin/opencode/messages.js";
 import { inspectStoredSession, type Memory, openMemory } from "../../src/memory/index.js";
 import { createTestDatabase, retrying } from "../helpers.js";
 
@@ -119,7 +119,7 @@ describe("a turn left active by a stopped OpenCode process", () => {
     expect(await state(s, "msg_r01")).toBe("completed");
     expect(await rows(s)).toEqual([
       { kind: "user", message: "msg_r01", key: "msg_r01:user" },
-      // The live path's key for the text part (plugin/messages.ts): a later re-delivery is a duplicate.
+      // The live path's key for the text part (plugin/opencode/messages.ts): a later re-delivery is a duplicate.
       { kind: "assistant", message: "msg_r02", key: "prt_msg_r02" },
       { kind: "user", message: "msg_r03", key: "msg_r03:user" },
     ]);

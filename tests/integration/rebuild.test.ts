@@ -278,11 +278,13 @@ describe("optchat rebuild", () => {
   });
 
   it("moves to another compactor model: --prompt-version selects what was written with that version", async () => {
-    const none = await rebuild(rebuildDepsOf(db.memory.pool, db.config, betterModel()), {
-      scopeId: a.scopeId,
-      promptVersion: "optchat-compact-0",
-    });
-    expect(none.revisions).toBe(0);
+    // A version no summary was written with is refused, not reported as "every summary is current" (issue 40).
+    await expect(
+      rebuild(rebuildDepsOf(db.memory.pool, db.config, betterModel()), {
+        scopeId: a.scopeId,
+        promptVersion: "optchat-compact-0",
+      }),
+    ).rejects.toMatchObject({ code: "INPUT_INVALID", message: expect.stringContaining(PROMPT_VERSION) });
     const before = await summarizersOf(a.sessionId);
     expect(before["fake-extractive/1"]).toBeGreaterThan(0);
     const moved = await rebuild(rebuildDepsOf(db.memory.pool, db.config, betterModel()), {

@@ -145,7 +145,7 @@ describe("the statements of one run", () => {
     const options = { previousExchange: true, readiness: "partial", waitMs: 0 } as const;
     const prepared = await db.memory.prepareContext(ctx, options);
     const { result, statements } = await statementsOf(() =>
-      db.memory.assembleContext(ctx, { ...LARGE_WINDOW, ...options }, prepared),
+      db.memory.assembleContext(ctx, { ...LARGE_WINDOW, ...options }, { prepared }),
     );
     expect(statements, statements.join("\n")).toHaveLength(1);
     // The same memory as an assembly that reads everything itself.

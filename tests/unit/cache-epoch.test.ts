@@ -1,10 +1,16 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { EPOCH_LIMITS, epochDecision, sharedLineRange, sharedThrough, sharedUpdate } from "../../plugin/cache-epoch.js";
+import {
+  EPOCH_LIMITS,
+  epochDecision,
+  sharedLineRange,
+  sharedThrough,
+  sharedUpdate,
+} from "../../plugin/request/cache-epoch.js";
 
 const line = (start: number, count: number, text = "x") => `pub:${start}+${count}|${text}`;
 
-describe("cache epochs (plugin/cache-epoch.ts)", () => {
+describe("cache epochs (plugin/request/cache-epoch.ts)", () => {
   const fresh = { turns: 1, keptTokens: 0, sharedLines: 5, sharedLinesAtStart: 5 };
 
   it("continues an epoch within its limits and names the limit that ends it", () => {

@@ -96,11 +96,27 @@ describe("cache-stable context blocks (issue 13 item 3)", () => {
 });
 
 describe("Anthropic breakpoints", () => {
-  it("mark the last block, the one before it, then every 20 back, at most 4", () => {
-    expect([...breakpointBlocks(0)]).toEqual([]);
-    expect([...breakpointBlocks(1)]).toEqual([0]);
-    expect([...breakpointBlocks(2)].sort((a, b) => a - b)).toEqual([0, 1]);
-    expect([...breakpointBlocks(100)].sort((a, b) => a - b)).toEqual([58, 78, 98, 99]);
-    for (let n = 0; n < 200; n++) expect(breakpointBlocks(n).size).toBeLessThanOrEqual(4);
+  const blocks = (n: number, lastClosed: boolean) =>
+    Array.from({ length: n }, (_, k) => ({ closed: k < n - 1 || lastClosed }));
+  const sorted = (marks: Set<number>) => [...marks].sort((a, b) => a - b);
+
+  it("mark the last closed block, then every 20 back, at most 3 (the system prompt has the fourth)", () => {
+    expect(sorted(breakpointBlocks(blocks(0, false)))).toEqual([]);
+    expect(sorted(breakpointBlocks(blocks(1, false)))).toEqual([]);
+    expect(sorted(breakpointBlocks(blocks(1, true)))).toEqual([0]);
+    expect(sorted(breakpointBlocks(blocks(2, false)))).toEqual([0]);
+    expect(sorted(breakpointBlocks(blocks(100, false)))).toEqual([58, 78, 98]);
+    expect(sorted(breakpointBlocks(blocks(100, true)))).toEqual([59, 79, 99]);
+    for (let n = 0; n < 200; n++) expect(breakpointBlocks(blocks(n, n % 2 === 0)).size).toBeLessThanOrEqual(3);
+  });
+
+  it("never mark a block that the next call of the tree sees with more lines", () => {
+    fc.assert(
+      fc.property(view, fc.array(line, { minLength: 1, maxLength: 40 }), (lines, more) => {
+        const before = contextBlocks(lines, Number.POSITIVE_INFINITY);
+        const after = contextBlocks([...lines, ...more], Number.POSITIVE_INFINITY);
+        for (const k of breakpointBlocks(before)) expect(after[k]?.text).toBe(before[k]?.text);
+      }),
+    );
   });
 });

@@ -1,12 +1,12 @@
 import { describe, expect, it } from "vitest";
-import { EPOCH_LIMITS } from "../../plugin/cache-epoch.js";
-import { applyEpoch, type EpochRequest, startEpoch } from "../../plugin/epoch-layout.js";
-import { memoryMessage, withLeadingText } from "../../plugin/memory-message.js";
-import type { HostMessage } from "../../plugin/messages.js";
+import type { HostMessage } from "../../plugin/opencode/messages.js";
+import { EPOCH_LIMITS } from "../../plugin/request/cache-epoch.js";
+import { applyEpoch, type EpochRequest, startEpoch } from "../../plugin/request/epoch-layout.js";
+import { memoryMessage, withLeadingText } from "../../plugin/request/memory-message.js";
 import { estimateTokens } from "../../src/core/context.js";
 import type { AssembledContext } from "../../src/memory/index.js";
 
-/** A session's cache epoch over OpenCode's messages (plugin/epoch-layout.ts, docs/caching.md). */
+/** A session's cache epoch over OpenCode's messages (plugin/request/epoch-layout.ts, docs/caching.md). */
 
 const text = (id: string, role: string, body: string): HostMessage => ({
   info: { id, sessionID: "ses", role },
@@ -18,6 +18,8 @@ const sharedLine = (k: number, who: string) => `pub:${k}+1|[turn completed] user
 function contextWith(lines: readonly string[], own: readonly number[], highWater = lines.length): AssembledContext {
   const pieces = ['<shared_memory scope="project:p">\nintro', ...lines, "</shared_memory>"];
   return {
+    historyComplete: false,
+    reused: false,
     blocks: [{ name: "shared_memory", text: pieces.join("\n"), pieces, tokens: 0, lines: lines.length }],
     tokens: { available: 0, used: 0, shared: 0, own: 0, previous: 0 },
     snapshot: { publicationHighWater: highWater } as never,
@@ -53,12 +55,18 @@ const wire = (messages: readonly HostMessage[]) =>
 
 describe("cache epochs over OpenCode's messages", () => {
   const older = [text("u0", "user", "an old prompt"), text("a0", "assistant", "an old reply")];
-  const memory = memoryMessage("ses", "t1", ["HEAD\n\n", "<shared_memory>\n", `${sharedLine(0, "other")}\n`], {
-    id: "u1",
-    sessionID: "ses",
-    role: "user",
-    time: { created: 1 },
-  });
+  const memory = memoryMessage(
+    "ses",
+    "t1",
+    ["HEAD\n\n", "<shared_memory>\n", `${sharedLine(0, "other")}\n`],
+    {
+      id: "u1",
+      sessionID: "ses",
+      role: "user",
+      time: { created: 1 },
+    },
+    1,
+  );
 
   function begin() {
     // Turn 1's request as the adapter built it: the memory, then its prompt led by the volatile part.

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { sessionHistory } from "../../plugin/history.js";
-import type { HostMessage, HostMessageInfo, HostPart } from "../../plugin/messages.js";
+import { sessionHistory } from "../../plugin/opencode/history.js";
+import type { HostMessage, HostMessageInfo, HostPart } from "../../plugin/opencode/messages.js";
 
-/** Stored OpenCode sessions read back as the plugin's turns (plugin/history.ts), on the shapes of facts §1-2 and §8. */
+/** Stored OpenCode sessions read back as the plugin's turns (plugin/opencode/history.ts), on the shapes of facts §1-2 and §8. */
 
 let clock = 1_000;
 const S = "ses_h";

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { MEMORY_CONTINUED, MEMORY_HEAD, memoryLayout, withLeadingText } from "../../plugin/memory-message.js";
-import { SharedParts } from "../../plugin/shared-parts.js";
+import { MEMORY_CONTINUED, MEMORY_HEAD, memoryLayout, withLeadingText } from "../../plugin/request/memory-message.js";
+import { SharedParts } from "../../plugin/request/shared-parts.js";
 import {
   coveredPrefixEnd,
   renderPreviousExchange,

@@ -9,7 +9,7 @@ import {
   PLUGIN_ENTRY,
   readOpencodeConfigs,
   stripJsonc,
-} from "../../plugin/opencode-config-files.js";
+} from "../../plugin/opencode/config-files.js";
 
 /** The opencode.json files `optchat doctor` reads as OpenCode does: which ones, in what order, and what they say. */
 

@@ -1,4 +1,4 @@
-import { mkdtemp, rm } from "node:fs/promises";
+import { mkdir, mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
@@ -11,11 +11,33 @@ describe("npm run opencode-setup", () => {
     try {
       const url = "postgres://me@db.example:6543/team_memory";
       const run = await collect(
-        startScript("scripts/opencode-setup.ts", [join(dir, "opencode")], { DATABASE_URL: url }),
+        startScript("scripts/opencode-setup.ts", [join(dir, "opencode"), "--no-plugin"], { DATABASE_URL: url }),
       );
       expect(run.code, run.stderr).toBe(0);
       expect(run.stdout).toContain(`{"databaseUrl":"${url}"}`);
       expect(run.stdout).not.toContain("127.0.0.1:5432/optchat");
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it("adds the plugin to opencode.json once, keeps what the file holds, and --remove takes it out (issue 40)", async () => {
+    const dir = await mkdtemp(join(tmpdir(), "optchat-setup-"));
+    try {
+      const configDir = join(dir, "opencode");
+      await mkdir(configDir, { recursive: true });
+      await writeFile(join(configDir, "opencode.json"), JSON.stringify({ model: "anthropic/x", plugin: ["other"] }));
+      for (let n = 0; n < 2; n++) {
+        const run = await collect(startScript("scripts/opencode-setup.ts", [configDir], {}));
+        expect(run.code, run.stderr).toBe(0);
+        expect(run.stdout).toContain(n === 0 ? "optchat added to" : "optchat is already in");
+      }
+      const written = JSON.parse(await readFile(join(configDir, "opencode.json"), "utf8"));
+      expect(written.model).toBe("anthropic/x");
+      expect(written.plugin).toEqual(["other", expect.stringMatching(/\/plugin\/index\.ts$/)]);
+      const removed = await collect(startScript("scripts/opencode-setup.ts", [configDir, "--remove"], {}));
+      expect(removed.stdout).toContain("optchat removed from");
+      expect(JSON.parse(await readFile(join(configDir, "opencode.json"), "utf8")).plugin).toEqual(["other"]);
     } finally {
       await rm(dir, { recursive: true, force: true });
     }

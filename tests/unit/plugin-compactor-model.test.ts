@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { compactorModel, resolveFromOpencode } from "../../plugin/compactor-model.js";
+import { compactorModel, resolveFromOpencode } from "../../plugin/opencode/compactor-model.js";
 import { resolveConfig } from "../../src/memory/config.js";
 
 /** Shaped like what OpenCode 1.18.33 answered in the harness (docs/opencode-notes.md). */

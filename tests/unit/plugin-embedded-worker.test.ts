@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import { EmbeddedWorker } from "../../plugin/embedded-worker.js";
+import { EmbeddedWorker } from "../../plugin/host/embedded-worker.js";
 import type { RunningCompactor } from "../../src/memory/index.js";
 
 /** A worker start the test finishes by hand, and the stops it received. */

@@ -1,8 +1,8 @@
 import { describe, expect, it } from "vitest";
-import { copiedHistoryEvents, looksLikeFork } from "../../plugin/fork-inherit.js";
-import type { HostMessage } from "../../plugin/messages.js";
+import type { HostMessage } from "../../plugin/opencode/messages.js";
+import { copiedHistoryEvents, looksLikeFork } from "../../plugin/turns/fork-inherit.js";
 
-/** A fork's copies as the plugin maps them (plugin/fork-inherit.ts); the matching itself is tests/integration. */
+/** A fork's copies as the plugin maps them (plugin/turns/fork-inherit.ts); the matching itself is tests/integration. */
 
 const S = "ses_fork";
 const where = { sessionId: "mem_child", hostSessionId: S, projectId: "prj", fallbackAt: 5 };

@@ -1,11 +1,18 @@
 import { describe, expect, it } from "vitest";
-import { applyRewind, type RewoundState } from "../../plugin/history-rewind.js";
+import { RequestSlice } from "../../plugin/request/slice.js";
+import { applyRewind, type RewoundState } from "../../plugin/turns/history-rewind.js";
 
-/** A committed revert applied to the adapter's per-session state (plugin/history-rewind.ts). */
+/** A committed revert applied to the adapter's per-session state (plugin/turns/history-rewind.ts). */
 
 type FakeSession = { readonly sessionId: string; readonly currentGeneration: number };
 
-function stateWith(turns: { turnId: string; admitted: boolean; finished: boolean }[]): RewoundState<FakeSession> {
+function stateWith(
+  turns: { turnId: string; admitted: boolean; finished: boolean }[],
+): RewoundState<FakeSession> & { request: RequestSlice } {
+  const request = new RequestSlice();
+  request.assembled = { turnId: "msg_2" } as never;
+  request.prepared = { turnId: "msg_2" } as never;
+  request.epoch = { turnId: "msg_1" } as never;
   return {
     session: { sessionId: "mem_s", currentGeneration: 0 },
     turns: new Map(turns.map((t) => [t.turnId, { ...t }])),
@@ -17,9 +24,7 @@ function stateWith(turns: { turnId: string; admitted: boolean; finished: boolean
       ["msg_2", 2],
     ]),
     seqsLoaded: true,
-    assembled: { turnId: "msg_2" },
-    prepared: { turnId: "msg_2" },
-    epoch: { turnId: "msg_1" },
+    request,
   };
 }
 
@@ -40,9 +45,9 @@ describe("applyRewind", () => {
     expect([...state.ingested]).toEqual(["msg_1"]);
     expect(state.seqs.size).toBe(0);
     expect(state.seqsLoaded).toBe(false);
-    expect(state.assembled).toBeUndefined();
-    expect(state.prepared).toBeUndefined();
-    expect(state.epoch).toBeUndefined();
+    expect(state.request.assembled).toBeUndefined();
+    expect(state.request.prepared).toBeUndefined();
+    expect(state.request.epoch).toBeUndefined();
   });
 
   it("switches memory off when a prompt was admitted in the generation the rewind ended", () => {

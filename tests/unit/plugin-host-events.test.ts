@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
-import { readHostEvent } from "../../plugin/host-events.js";
+import { readHostEvent } from "../../plugin/opencode/events.js";
 
-/** OpenCode's bus events as the adapter reads them (plugin/host-events.ts); the shapes are OpenCode 1.18.33's. */
+/** OpenCode's bus events as the adapter reads them (plugin/opencode/events.ts); the shapes are OpenCode 1.18.33's. */
 describe("readHostEvent", () => {
   it("reads the events the adapter acts on", () => {
     const part = { id: "prt_1", messageID: "msg_1", sessionID: "ses_1", type: "text", text: "x" };

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { repairPlan } from "../../plugin/host-reconcile.js";
-import type { HostMessage } from "../../plugin/messages.js";
+import type { HostMessage } from "../../plugin/opencode/messages.js";
+import { repairPlan } from "../../plugin/turns/reconcile.js";
 
 /** The pure repair plan of a turn another process left active, from OpenCode 1.18.33's stored transcript. */
 

@@ -1,7 +1,7 @@
 import { spawn } from "node:child_process";
 import { hostname } from "node:os";
 import { describe, expect, it } from "vitest";
-import { holderIsDead, leaseHolderName } from "../../plugin/lease.js";
+import { holderIsDead, leaseHolderName } from "../../plugin/turns/lease.js";
 
 /** Lease holders of this machine: a dead one is taken over at once, a live one never (its pid may be reused). */
 

@@ -2,11 +2,16 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, statSync, writeFileSync } fr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { LineReader } from "../../plugin/json-lines.js";
-import { localServerWanted, serverPaths, serversDirectory, settingsEnv } from "../../plugin/local-server-client.js";
-import { findExecutable, nodeSupported, serverCommand } from "../../plugin/local-server-runtime.js";
+import {
+  localServerWanted,
+  serverPaths,
+  serversDirectory,
+  settingsEnv,
+} from "../../plugin/transport/local-server/client.js";
+import { LineReader } from "../../plugin/transport/local-server/json-lines.js";
+import { findExecutable, nodeSupported, serverCommand } from "../../plugin/transport/local-server/runtime.js";
 
-/** Which OpenCode processes use the local server, and what makes two processes share one (plugin/local-server-client.ts). */
+/** Which OpenCode processes use the local server, and what makes two processes share one (plugin/transport/local-server/client.ts). */
 describe("the local server's client", () => {
   const run = ["bun", "/$bunfs/root/src/index.js", "run", "hi"];
   const tui = ["bun", "/$bunfs/root/src/index.js"];
@@ -90,7 +95,7 @@ describe("the local server's lines", () => {
 });
 
 describe("the local server's runtime", () => {
-  const entry = new URL("file:///opt/optchat/plugin/local-server-entry.ts");
+  const entry = new URL("file:///opt/optchat/plugin/transport/local-server/entry.ts");
   const opencode = { execPath: "/usr/bin/opencode", platform: "linux" as const };
   let scratch: string;
 
@@ -117,7 +122,7 @@ describe("the local server's runtime", () => {
     expect(command).toEqual({
       runtime: "node",
       command: join(modern, "node"),
-      args: ["/opt/optchat/plugin/local-server-node.mjs"],
+      args: ["/opt/optchat/plugin/transport/local-server/node.mjs"],
       env,
     });
   });
@@ -126,7 +131,7 @@ describe("the local server's runtime", () => {
     const bun = {
       runtime: "bun",
       command: "/usr/bin/opencode",
-      args: ["/opt/optchat/plugin/local-server-entry.ts"],
+      args: ["/opt/optchat/plugin/transport/local-server/entry.ts"],
       env: { PATH: expect.any(String), BUN_BE_BUN: "1" },
     };
     expect(await serverCommand("auto", { PATH: fakeNode("old", "v20.5.1") }, entry, opencode)).toEqual(bun);

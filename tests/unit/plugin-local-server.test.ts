@@ -4,18 +4,18 @@ import { createConnection } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterEach, describe, expect, it, vi } from "vitest";
+import { handOffToLocalServer } from "../../plugin/transport/local-server/client.js";
 import {
   codeStamp,
   type RunningLocalServer,
   recordServerPid,
   startLocalServer,
   waitForPredecessor,
-} from "../../plugin/local-server.js";
-import { handOffToLocalServer } from "../../plugin/local-server-client.js";
+} from "../../plugin/transport/local-server/server.js";
 import { resolveConfig } from "../../src/memory/config.js";
 
 /**
- * The local server's own life (plugin/local-server.ts) on real Unix sockets, without OpenCode or a database: its
+ * The local server's own life (plugin/transport/local-server/server.ts) on real Unix sockets, without OpenCode or a database: its
  * `ready` line, one server per socket, a socket left by a dead server replaced, and the three ways it stops (idle, its
  * code changed on disk, asked to). The hooks it serves are the plugin thread's (tests/e2e/plugin-local-server.test.ts
  * runs them with real `opencode run` processes).

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { resolvePluginConfig } from "../../plugin/config.js";
-import { projectScopeId } from "../../plugin/identity.js";
+import { resolvePluginConfig } from "../../plugin/base/config.js";
+import { projectScopeId } from "../../plugin/base/identity.js";
 import {
   assistantRecordDrafts,
   type HostMessage,
@@ -10,7 +10,7 @@ import {
   stepOutcome,
   withoutRetryTriggers,
   wouldBeRetried,
-} from "../../plugin/messages.js";
+} from "../../plugin/opencode/messages.js";
 
 const part = (fields: Record<string, unknown>) =>
   ({ id: "prt_1", messageID: "msg_a", sessionID: "ses_x", type: "text", ...fields }) as never;

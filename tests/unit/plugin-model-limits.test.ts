@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { type Limits, ModelLimits, type RememberedLimits } from "../../plugin/model-limits.js";
+import { type Limits, ModelLimits, type RememberedLimits } from "../../plugin/request/model-limits.js";
 
 /** A lookup through OpenCode's client that answers `answer` and counts its calls. */
 function countingLookup(answer: Limits | undefined) {

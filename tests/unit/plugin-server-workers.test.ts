@@ -6,11 +6,11 @@ import {
   STARVATION_CHECK_MS,
   STOP_WITHIN_MS,
   WORK_AFTER_DISCONNECT_MS,
-} from "../../plugin/server-workers.js";
+} from "../../plugin/transport/local-server/workers.js";
 import type { Config, RunningCompactor, SummarizerSettings } from "../../src/memory/index.js";
 
 /**
- * The local server's own compactor workers (plugin/server-workers.ts), on fake timers: started only once they should
+ * The local server's own compactor workers (plugin/transport/local-server/workers.ts), on fake timers: started only once they should
  * work, working while no process is connected, paused while processes run unless jobs starve or a request waits for
  * summaries, one per database, restarted after a failed start, and stopped within a bound however stuck.
  */

@@ -1,12 +1,13 @@
 import { describe, expect, it } from "vitest";
-import type { Diagnostics } from "../../plugin/diagnostics.js";
-import { JOB_RETRY_DELAYS_MS, SessionJobs } from "../../plugin/session-jobs.js";
-import { newSessionState } from "../../plugin/session-state.js";
+import type { Diagnostics } from "../../plugin/base/diagnostics.js";
+import { RequestSlice } from "../../plugin/request/slice.js";
+import { JOB_RETRY_DELAYS_MS, SessionJobs } from "../../plugin/turns/session-jobs.js";
+import { newSessionState } from "../../plugin/turns/session-state.js";
 import { OptchatError } from "../../src/core/errors.js";
 import type { Session } from "../../src/memory/index.js";
 import { ManualClock } from "../helpers.js";
 
-/** The per-session ordered queue (plugin/session-jobs.ts) with a manual clock: retries wait on it, never on real time. */
+/** The per-session ordered queue (plugin/turns/session-jobs.ts) with a manual clock: retries wait on it, never on real time. */
 
 function setup() {
   const clock = new ManualClock();
@@ -19,7 +20,7 @@ function setup() {
   } as unknown as Diagnostics;
   const session = { sessionId: "00000000-0000-4000-8000-000000000001" } as Session;
   const jobs = new SessionJobs(async () => session, clock, diagnostics);
-  const state = newSessionState("ses_jobs");
+  const state = newSessionState("ses_jobs", new RequestSlice());
   return { clock, problems, jobs, state };
 }
 

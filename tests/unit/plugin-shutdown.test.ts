@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { collect, startScript, waitForLine } from "../helpers.js";
 
 /**
- * plugin/shutdown.ts in a real process: SIGTERM (which OpenCode 1.18.33 does not handle: the process died before the
+ * plugin/transport/shutdown.ts in a real process: SIGTERM (which OpenCode 1.18.33 does not handle: the process died before the
  * plugin flushed, issue 9 item 1) runs the close first and still ends the process by SIGTERM; a close that outlives
  * its budget does not keep the process alive; SIGINT (which does not stop 1.18.33) flushes and leaves it running.
  */

@@ -1,8 +1,8 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { jsonSchemaArgs, parseToolArgs } from "../../plugin/tool-args.js";
-import { memoryTools } from "../../plugin/tools.js";
+import { jsonSchemaArgs, parseToolArgs } from "../../plugin/tools/args.js";
+import { memoryTools } from "../../plugin/tools/tools.js";
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 
@@ -12,7 +12,7 @@ const SPECS = {
   limit: { type: "integer", minimum: 1, maximum: 50, optional: true, description: "hits" },
 } as const;
 
-describe("memory tool arguments as JSON Schema (plugin/tool-args.ts)", () => {
+describe("memory tool arguments as JSON Schema (plugin/tools/args.ts)", () => {
   it("describes every argument as JSON Schema, an optional one as nullable, its bounds checked but not sent", () => {
     expect(jsonSchemaArgs(SPECS)).toEqual({
       query: { type: "string", description: "words" },
@@ -45,7 +45,7 @@ describe("memory tool arguments as JSON Schema (plugin/tool-args.ts)", () => {
     const tools = memoryTools(async () => {
       asked += 1;
       throw new Error("not reached");
-    });
+    }, "thread");
     expect(Object.keys(tools).sort()).toEqual([
       "memory_date",
       "memory_inspect",

@@ -1,6 +1,7 @@
 import { describe, expect, it } from "vitest";
-import type { HostMessageInfo } from "../../plugin/messages.js";
-import { newOpenTurn, newSessionState, type OpenTurn, type SessionState } from "../../plugin/session-state.js";
+import type { HostMessageInfo } from "../../plugin/opencode/messages.js";
+import { RequestSlice, requestSlice } from "../../plugin/request/slice.js";
+import { newOpenTurn, newSessionState, type OpenTurn, type SessionState } from "../../plugin/turns/session-state.js";
 import {
   decideIdle,
   IDLE_GRACE_MS,
@@ -9,12 +10,12 @@ import {
   turnForAssistant,
   turnOfToolCall,
   turnsEndedBy,
-} from "../../plugin/turn-tracking.js";
+} from "../../plugin/turns/tracking.js";
 
-/** The turn state machine alone (plugin/turn-tracking.ts): decisions over a session's state, no database, no clock. */
+/** The turn state machine alone (plugin/turns/tracking.ts): decisions over a session's state, no database, no clock. */
 
 function sessionWith(...turns: Array<[string, Partial<OpenTurn>?]>): SessionState {
-  const state = newSessionState("ses_unit");
+  const state = newSessionState("ses_unit", new RequestSlice());
   for (const [id, fields] of turns) {
     state.turns.set(id, Object.assign(newOpenTurn(id), fields ?? {}));
     state.turnOfMessage.set(id, id);
@@ -74,7 +75,7 @@ describe("decideIdle", () => {
       undecided: [state.turns.get("msg_2")],
       ending: { turnIds: ["msg_1"], outcome: "interrupted" },
     });
-    state.pendingError = "optchat: refused";
+    requestSlice(state).pendingError = "optchat: refused";
     expect(decideIdle(state).ending?.outcome).toBe("failed");
   });
 
@@ -115,6 +116,6 @@ describe("stoppedBeforePrompt and turnOfToolCall", () => {
     expect(turnOfToolCall(state, "msg_a")?.turnId).toBe("msg_1");
     expect(turnOfToolCall(state, "msg_unknown")?.turnId).toBe("msg_2");
     expect(turnOfToolCall(state, undefined)?.turnId).toBe("msg_2");
-    expect(turnOfToolCall(newSessionState("ses_empty"), "msg_a")).toBeUndefined();
+    expect(turnOfToolCall(newSessionState("ses_empty", new RequestSlice()), "msg_a")).toBeUndefined();
   });
 });

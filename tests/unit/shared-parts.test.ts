@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { SharedParts } from "../../plugin/shared-parts.js";
+import { SharedParts } from "../../plugin/request/shared-parts.js";
 
 /** The shared block's lines in parts whose boundaries every later rendering keeps (docs/caching.md). */
 

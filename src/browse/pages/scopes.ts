@@ -1,15 +1,39 @@
 /** Pages of the memory as a whole and of one scope: scopes, a scope's sessions, its shared tree, publications, search. */
 import { html } from "hono/html";
 import { parseMemoryRef } from "../../core/refs.js";
-import type { PublicationsPage, ScopePage, SearchPage, SharedPage, TreeOwner, TreeView } from "../../memory/browse.js";
-import type { ScopeSummary } from "../../memory/scopes.js";
+import type {
+  PublicationsPage,
+  ScopePage,
+  ScopeRow,
+  SearchPage,
+  SharedPage,
+  TreeOwner,
+  TreeView,
+} from "../../memory/browse.js";
+import type { SessionLabel } from "../../store/sessions.js";
 import { crumbsOf, documentOf, type Html, linesOf, literal, pager, tag, timeOf } from "../layout.js";
 import type { Links } from "../links.js";
 
-export function homePage(links: Links, scopes: readonly ScopeSummary[]): Promise<string> {
+/** The live server's pages beside the scopes: health, cost, search everywhere (none in the static export). */
+function overviewLinks(links: Links): Html | string {
+  const health = links.overview("health");
+  const cost = links.overview("cost");
+  const search = links.overview("search");
+  if (!health || !cost || !search) return "";
+  return html`<p><a href="${health}">Health</a> (is it working?) · <a href="${cost}">Cost</a> (the compactor today)</p>
+<form class="search" method="get" action="${search}">
+<input type="search" name="q" placeholder="search every project" aria-label="search every project">
+<button type="submit">Search</button></form>`;
+}
+
+export function homePage(links: Links, scopes: readonly ScopeRow[]): Promise<string> {
   const rows = scopes.map(
     (s) => html`<tr>
-<td><a href="${links.scope(s.scopeId)}">${s.scopeId}</a></td><td>${s.kind}</td><td>${s.projectIds.join(", ") || "—"}</td>
+<td>${
+      s.location
+        ? html`<a href="${links.scope(s.scopeId)}">${s.location.directory}</a>${s.location.gitRemote ? html`<div class="meta">${s.location.gitRemote}</div>` : ""}<div class="meta">${s.scopeId}</div>`
+        : html`<a href="${links.scope(s.scopeId)}">${s.scopeId}</a>`
+    }</td><td>${s.kind}</td>
 <td>${s.sessions}${
       Object.keys(s.hosts).length > 0
         ? html` <span class="meta">(${Object.entries(s.hosts)
@@ -19,15 +43,16 @@ export function homePage(links: Links, scopes: readonly ScopeSummary[]): Promise
     }</td><td>${s.publications}</td><td>${timeOf(s.lastTurnAt)}</td></tr>`,
   );
   return documentOf(
-    "Scopes",
+    "Projects",
     crumbsOf(links),
-    html`<p>Every scope of this memory: a project's sessions share one (<code>project:&lt;id&gt;</code>), a profile
-shares several projects, an isolated session has its own. Read-only.</p>
+    html`<p>Every project whose sessions share memory here, by its directory and git remote where OpenCode's storage
+knows them (a profile shares several projects; an isolated session has its own scope). Read-only.</p>
+${overviewLinks(links)}
 ${
   scopes.length === 0
     ? html`<p class="note">No scopes yet: nothing has been stored.</p>`
-    : html`<table><thead><tr><th>scope</th><th>kind</th><th>projects</th><th>sessions</th><th>publications</th>
-<th>last turn</th></tr></thead><tbody>${rows}</tbody></table>`
+    : html`<table id="projects"><thead><tr><th>project</th><th>kind</th><th>sessions</th><th>published turns</th>
+<th>last message</th></tr></thead><tbody>${rows}</tbody></table>`
 }`,
   );
 }
@@ -40,24 +65,36 @@ function searchForm(links: Links, scopeId: string, query = ""): Html | string {
 <button type="submit">Search</button></form>`;
 }
 
+/** A session as a person knows it: its title (or first prompt), OpenCode's id, then optchat's. */
+function sessionCell(links: Links, s: ScopePage["sessions"][number], label: SessionLabel | undefined): Html {
+  const title = label?.title ?? s.title;
+  const prompt = label?.firstPrompt;
+  return html`<a href="${links.session(s.sessionId)}">${title ?? prompt ?? s.sessionId}</a>${
+    title && prompt ? html`<div class="meta first-prompt">${prompt}</div>` : ""
+  }<div class="meta">${s.hostSessionId !== s.sessionId ? `${s.hostSessionId} · ` : ""}${s.sessionId}</div>`;
+}
+
 export function scopePage(links: Links, page: ScopePage): Promise<string> {
   const { scope } = page;
   const rows = page.sessions.map(
     (s) => html`<tr>
-<td><a href="${links.session(s.sessionId)}">${s.sessionId}</a>${s.title ? html`<div class="meta">${s.title}</div>` : ""}</td>
-<td>${s.host} <span class="meta">${s.hostSessionId}</span></td>
+<td>${sessionCell(links, s, page.labels.get(s.sessionId))}</td>
+<td>${s.host}</td>
 <td>${s.parentSessionId ? html`<a href="${links.session(s.parentSessionId)}">${s.parentSessionId}</a>` : "—"}</td>
 <td>${s.records}</td><td>${s.turns}</td><td>${s.publications}</td><td>${timeOf(s.firstAt)}</td><td>${timeOf(s.lastAt)}</td></tr>`,
   );
   const shared = page.sharedTree;
+  const where = page.location;
   return documentOf(
-    `Scope ${scope.scopeId}`,
+    where ? `Project ${where.directory}` : `Scope ${scope.scopeId}`,
     crumbsOf(links),
-    html`<p>${scope.kind} scope · policy revision ${scope.policyRevision} · retention epoch ${scope.retentionEpoch}</p>
+    html`<p>${
+      where ? html`${where.directory}${where.gitRemote ? ` (${where.gitRemote})` : ""} · ` : ""
+    }${scope.kind === "project" ? "a project's" : scope.kind === "profile" ? "a profile's" : "an isolated session's"} memory, scope <code>${scope.scopeId}</code></p>
 ${
   shared
-    ? html`<p><a href="${links.shared(scope.scopeId)}">Shared memory</a>: ${shared.leafCount} published turn(s), view
-revision ${shared.viewRevision} · <a href="${links.publications(scope.scopeId)}">publications</a></p>
+    ? html`<p><a href="${links.shared(scope.scopeId)}">Shared memory</a>: ${shared.leafCount} published turn(s) ·
+<a href="${links.publications(scope.scopeId)}">publications</a></p>
 ${searchForm(links, scope.scopeId)}`
     : html`<p class="note">An isolated scope: its session neither publishes nor reads shared memory.</p>`
 }
@@ -65,7 +102,7 @@ ${searchForm(links, scope.scopeId)}`
 ${
   page.sessions.length === 0
     ? html`<p class="note">No sessions.</p>`
-    : html`<table><thead><tr><th>session</th><th>host</th><th>parent</th><th>messages</th><th>turns</th>
+    : html`<table id="sessions"><thead><tr><th>session</th><th>host</th><th>parent</th><th>messages</th><th>turns</th>
 <th>published</th><th>first message</th><th>last message</th></tr></thead><tbody>${rows}</tbody></table>`
 }
 ${pager(page.from > 0 ? links.scope(scope.scopeId, Math.max(0, page.from - 100)) : undefined, page.next !== null ? links.scope(scope.scopeId, page.next) : undefined)}`,
@@ -135,6 +172,8 @@ ${
 ${pager(page.from > 0 ? links.publications(page.scopeId, Math.max(0, page.from - 100)) : undefined, page.next !== null ? links.publications(page.scopeId, page.next) : undefined)}`,
   );
 }
+
+export { hitLink };
 
 export function searchPage(
   links: Links,

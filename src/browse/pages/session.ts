@@ -1,5 +1,6 @@
 /** Pages of one session: its memory as a model reads it, its messages, one message, and its recorded injections. */
 import { html } from "hono/html";
+import { omittedText } from "../../memory/assembly.js";
 import type { MessagePage, RecordsPage, SessionPage, TreeOwner } from "../../memory/browse.js";
 import { PAGE_SIZE } from "../../memory/browse.js";
 import type { Injection } from "../../memory/host.js";
@@ -19,10 +20,10 @@ function previewOf(page: SessionPage): Html {
   const { context } = page.preview;
   return html`<p class="meta">The memory blocks the next request of this session would get, assembled as for a real turn
 (snapshot: publication ${context.snapshot.publicationHighWater}, own view revision ${context.snapshot.ownViewRevision ?? "none"})
-for a ${page.windowTokens}-token window with the plugin's default reservations: ${context.tokens.used} of
+for a ${page.windowTokens}-token window (${page.windowSource}) with the plugin's default reservations: ${context.tokens.used} of
 ${context.tokens.available} tokens (shared ${context.tokens.shared}, session ${context.tokens.own}, previous exchange
 ${context.tokens.previous}). The plugin puts its fixed head and a status line around them.</p>
-${context.omitted.length > 0 ? html`<p class="note">Not included: ${context.omitted.join("; ")}</p>` : ""}
+${context.omitted.length > 0 ? html`<p class="note">Not included: ${context.omitted.map(omittedText).join("; ")}</p>` : ""}
 ${
   context.blocks.length === 0
     ? html`<p class="note">No memory yet: the session's first request gets no blocks.</p>`

@@ -3,6 +3,17 @@ import { OptchatError } from "../../core/errors.js";
 import { createBrowseModel } from "../../memory/browse.js";
 import { budgetSettingsOf } from "../../memory/config.js";
 import { type Command, integerFlag, parseCommand, withMemory } from "../command.js";
+import { opencodeTitles } from "../labels.js";
+import { openOpencodeStorage, scopeLocations } from "../opencode.js";
+
+/** Each project scope's directory and git remote from OpenCode's storage; none when it is not at the default place. */
+async function projectLocations() {
+  try {
+    return await scopeLocations(openOpencodeStorage());
+  } catch {
+    return new Map();
+  }
+}
 
 const usage = "optchat browse [--port N] [--host 127.0.0.1] [--json]";
 
@@ -24,7 +35,12 @@ nowhere else.
       config,
       "optchat-browse",
       async (memory) => {
-        const server = await startBrowseServer(createBrowseModel(memory, budgetSettingsOf(config)), { host, port });
+        const model = createBrowseModel(memory, budgetSettingsOf(config), {
+          databaseUrl: config.databaseUrl,
+          locations: () => projectLocations(),
+          titles: () => opencodeTitles(),
+        });
+        const server = await startBrowseServer(model, { host, port });
         if (output.json)
           output.out(JSON.stringify({ ok: true, url: server.url, host: server.host, port: server.port }));
         else {

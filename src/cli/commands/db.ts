@@ -121,7 +121,7 @@ async function dbMoveIn(args: readonly string[], ctx: CommandContext): Promise<n
   const dir = mkdtempSync(join(tmpdir(), "optchat-move-"));
   const file = join(dir, "memory.jsonl");
   try {
-    const exported = await exportJsonlCommand(["--jsonl", "--out", file], { config: source, output: ctx.output });
+    const exported = await exportJsonlCommand(["--jsonl", "--out", file], { ...ctx, config: source });
     if (exported !== 0) return exported;
     const target = await startEmbedded(ctx.config);
     const imported = await importCommand([file], target, ctx.output, { isTTY: false, write: () => true });

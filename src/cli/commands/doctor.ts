@@ -1,15 +1,15 @@
-import { resolveFromOpencode } from "../../../plugin/compactor-model.js";
-import { resolvePluginConfig } from "../../../plugin/config.js";
+import { AUTO, createSummarizer, MODEL_SETTINGS_HINT } from "../../compactor/registry.js";
+import { type Config, redactUrl, summarizerSettingsOf } from "../../memory/config.js";
+import { type Check, checkDatabase, checkModel, checkWorker, DOCTOR_CALL_TIMEOUT_MS } from "../../memory/doctor.js";
+import { type Command, integerFlag, parseCommand } from "../command.js";
 import {
   configSourceFromFiles,
   findOptchatPlugin,
   PLUGIN_ENTRY,
   readOpencodeConfigs,
-} from "../../../plugin/opencode-config-files.js";
-import { AUTO, createSummarizer, MODEL_SETTINGS_HINT } from "../../compactor/registry.js";
-import { type Config, redactUrl, summarizerSettingsOf } from "../../memory/config.js";
-import { type Check, checkDatabase, checkModel, checkWorker, DOCTOR_CALL_TIMEOUT_MS } from "../../memory/doctor.js";
-import { type Command, integerFlag, parseCommand } from "../command.js";
+  resolveFromOpencode,
+  resolvePluginConfig,
+} from "../opencode.js";
 
 const usage = "optchat doctor [--project DIR] [--timeout-ms N] [--json]";
 

@@ -16,7 +16,7 @@ export const JSONL_DETAILS = `--jsonl           the import format, one JSON obje
 --progress        a progress line on stderr even when it is not a terminal
 Sessions come parents first, each session's turns in the order they were admitted. Running turns are left out (an
 import needs a turn's outcome): export again once they end. For a full backup of everything (summaries, publications,
-jobs), use pg_dump: README "Backup and restore".`;
+jobs), use pg_dump: docs/backup.md.`;
 
 /** \`optchat export --jsonl …\`: memory in the import format (docs/import.md, "Export"). */
 export async function exportJsonlCommand(args: readonly string[], { config, output }: CommandContext): Promise<number> {

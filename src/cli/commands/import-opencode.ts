@@ -1,7 +1,13 @@
-import { resolvePluginConfig } from "../../../plugin/config.js";
-import { importOpencodeSessions, type OpencodeImportSummary } from "../../../plugin/import-opencode.js";
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
+import { existsSync } from "node:fs";
 import { type CommandContext, type Output, parseCommand, withMemory } from "../command.js";
+import { interruptible } from "../interrupt.js";
+import {
+  importOpencodeSessions,
+  type OpencodeImportSummary,
+  opencodeDatabasePath,
+  openOpencodeStorage,
+  resolvePluginConfig,
+} from "../opencode.js";
 import { progressBar } from "../progress.js";
 
 export const OPENCODE_USAGE =
@@ -30,6 +36,16 @@ export async function importOpencodeCommand(args: readonly string[], { config, o
     progress: { type: "boolean" },
   } as const;
   const { values } = parseCommand(args, flags, 0, OPENCODE_USAGE);
+  if (values["data-dir"] === undefined && !existsSync(opencodeDatabasePath().databasePath)) {
+    // No OpenCode history where OpenCode keeps it: nothing to do, which is no failure (issue 40 item 10).
+    const path = opencodeDatabasePath().databasePath;
+    if (output.json) output.out(JSON.stringify({ ok: true, nothingToImport: true, databasePath: path }));
+    else
+      output.out(
+        `nothing to import: no OpenCode history at ${path} (OpenCode keeps its sessions there once it has run; --data-dir DIR for another place)`,
+      );
+    return 0;
+  }
   const storage = openOpencodeStorage(values["data-dir"] === undefined ? {} : { dataDir: values["data-dir"] });
   const { scope } = resolvePluginConfig(undefined, process.env).plugin;
   const bar = progressBar({
@@ -47,11 +63,13 @@ export async function importOpencodeCommand(args: readonly string[], { config, o
     },
   };
   let summary: OpencodeImportSummary;
+  const interrupt = interruptible("import", () => bar.stop());
   try {
     summary = values["dry-run"]
       ? await importOpencodeSessions(undefined, storage, { ...options, dryRun: true })
       : await withMemory(config, "optchat-import", (memory) => importOpencodeSessions(memory, storage, options));
   } finally {
+    interrupt.release();
     bar.stop();
   }
   printSummary(summary, output);
@@ -65,14 +83,19 @@ function printSummary(summary: OpencodeImportSummary, output: Output): void {
   }
   const { sessions, turns, records, messagesNotStored: not } = summary;
   const skipped = Object.entries(sessions.skipped).filter(([, n]) => n > 0);
-  output.out(
-    `${summary.dryRun ? "would import" : "imported"} from ${summary.databasePath}: ${sessions.imported} of ${sessions.found} session(s) (${sessions.subagents} subagent, not published), ` +
-      `${turns.total} turn(s) (${turns.completed} completed, ${turns.interrupted} interrupted, ${turns.failed} failed), ` +
-      (summary.dryRun
-        ? `${records.total} record(s)`
-        : `${records.total} record(s) (${records.sealed} new, ${records.duplicates} already stored, ${records.conflicts} conflicts)`) +
-      ` in ${summary.seconds.toFixed(1)} s`,
-  );
+  if (!summary.dryRun && sessions.imported > 0 && records.sealed === 0 && turns.finished === 0) {
+    output.out(
+      `nothing new to import from ${summary.databasePath}: its ${sessions.imported} session(s) (${turns.total} turn(s), ${records.total} record(s)) are already in memory`,
+    );
+  } else
+    output.out(
+      `${summary.dryRun ? "would import" : "imported"} from ${summary.databasePath}: ${sessions.imported} of ${sessions.found} session(s) (${sessions.subagents} subagent, not published), ` +
+        `${turns.total} turn(s) (${turns.completed} completed, ${turns.interrupted} interrupted, ${turns.failed} failed), ` +
+        (summary.dryRun
+          ? `${records.total} record(s)`
+          : `${records.total} record(s) (${records.sealed} new, ${records.duplicates} already stored, ${records.conflicts} conflicts)`) +
+        ` in ${summary.seconds.toFixed(1)} s`,
+    );
   if (skipped.length > 0) output.out(`skipped: ${skipped.map(([reason, n]) => `${n} ${reason}`).join(", ")}`);
   for (const s of sessions.skippedSessions) output.err(`  ${s.id}: ${s.reason}${s.detail ? ` (${s.detail})` : ""}`);
   const unstored = [

@@ -5,6 +5,7 @@ import { OptchatError } from "../../core/errors.js";
 import type { Config } from "../../memory/config.js";
 import { checkJsonl, type ImportProgress, type ImportSummary, importJsonl } from "../../memory/import.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
+import { interruptible } from "../interrupt.js";
 import { importOpencodeCommand, OPENCODE_DETAILS, OPENCODE_USAGE } from "./import-opencode.js";
 
 const USAGE = "optchat import <file.jsonl> [--progress] [--json]";
@@ -67,11 +68,13 @@ export async function importCommand(
   }
 
   let summary: ImportSummary;
+  const interrupt = interruptible("import", () => progress.end());
   try {
     summary = await withMemory(config, "optchat-import", (memory) =>
       importJsonl(memory, readLines(file), { onProgress: (p) => progress.update(p, check.lines) }),
     );
   } finally {
+    interrupt.release();
     progress.clear();
   }
 
@@ -150,6 +153,11 @@ function progressLine(terminal: ProgressTerminal, forced: boolean) {
     },
     clear(): void {
       if (shown) terminal.write("\r\u001b[K");
+    },
+    /** Ends a line being redrawn with a newline, keeping what it said (an interruption prints below it). */
+    end(): void {
+      if (shown) terminal.write("\n");
+      shown = false;
     },
   };
 }

@@ -1,7 +1,6 @@
-import { openOpencodeStorage } from "../../../plugin/opencode-storage.js";
-import { type ScopeLocation, scopeLocations } from "../../../plugin/project-directories.js";
 import { listScopes, type ScopeSummary } from "../../memory/scopes.js";
 import { type Command, type Output, parseCommand, withMemory } from "../command.js";
+import { openOpencodeStorage, type ScopeLocation, scopeLocations } from "../opencode.js";
 
 const usage = "optchat scopes [--all] [--data-dir DIR] [--json]";
 
@@ -57,7 +56,7 @@ function printScope(scope: ScopeSummary, location: ScopeLocation | undefined, ou
     .map(([host, n]) => `${host} ${n}`)
     .join(", ");
   output.out(
-    `${scope.scopeId}  ${scope.sessions} session(s)${hosts ? ` (${hosts})` : ""}, ${scope.publications} publication(s)${scope.lastTurnAt ? `, last turn ${scope.lastTurnAt.toISOString()}` : ""}`,
+    `${scope.scopeId}  ${scope.sessions} session(s)${hosts ? ` (${hosts})` : ""}, ${scope.publications} publication(s)${scope.lastTurnAt ? `, last message ${scope.lastTurnAt.toISOString()}` : ""}`,
   );
   if (location) {
     output.out(`    ${location.directory}${location.gitRemote ? `  (${location.gitRemote})` : ""}`);

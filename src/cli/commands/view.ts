@@ -9,6 +9,8 @@ export const viewCommand: Command = {
   name: "view",
   usage: [usage],
   summary: "the session's view as a model sees it: start+count|text lines",
+  details: `--budget BYTES   the view projected to fit BYTES, as a request with that much room would read it.
+Exit code 0, or 3 when the view cannot fit --budget (the smallest cover is larger; stderr says how large).`,
   async run(args, { config, output }) {
     const { values, positionals } = parseCommand(args, { budget: { type: "string" } }, 1, usage);
     const budget = integerFlag(values.budget, "budget", 1, 100_000_000);

@@ -5,7 +5,7 @@ import { openMemory } from "../../memory/service.js";
 import { startWorker, WORKER_RUNS_IN } from "../../memory/worker.js";
 import { type Command, integerFlag, type Output, parseCommand } from "../command.js";
 
-const usage = "optchat worker [--concurrency N] [--summarizer NAME] [--model NAME] [--url URL] [--json]";
+const usage = "optchat worker [--concurrency N] [--summarizer NAME] [--model NAME] [--url URL] [--quiet] [--json]";
 
 export const workerCommand: Command = {
   name: "worker",
@@ -14,7 +14,9 @@ export const workerCommand: Command = {
   details:
     "--summarizer, --model and --url override OPTCHAT_SUMMARIZER, OPTCHAT_SUMMARIZER_MODEL and OPTCHAT_SUMMARIZER_URL. " +
     "With the default (auto) the worker uses Anthropic when ANTHROPIC_API_KEY is set, else OpenAI when OPENAI_API_KEY " +
-    "is set, each with its cheap default model; otherwise it refuses to start and says what to set.",
+    "is set, each with its cheap default model; otherwise it refuses to start and says what to set. " +
+    "Each finished job is one line on stderr (built=<ref> tree=<id>, with its model calls); --quiet prints only " +
+    "the start, failures, the budget and the stop.",
   async run(args, ctx) {
     const { values } = parseCommand(
       args,
@@ -23,6 +25,7 @@ export const workerCommand: Command = {
         summarizer: { type: "string" },
         model: { type: "string" },
         url: { type: "string" },
+        quiet: { type: "boolean" },
       },
       0,
       usage,
@@ -37,8 +40,11 @@ export const workerCommand: Command = {
       memory,
       config,
       (event) => {
-        // Built and started nodes are routine: printed only in --json mode, where a program reads them.
-        if ((event.type !== "built" && event.type !== "summarizing") || output.json) print({ ...event });
+        // One line per finished job is the sign of progress a person watches for (issue 40 item 10); the start of each
+        // is noise in text. --quiet keeps only what needs attention.
+        if (output.json) print({ ...event });
+        else if (event.type === "summarizing") return;
+        else if (event.type !== "built" || values.quiet !== true) print({ ...event });
       },
       { concurrency, runsIn: WORKER_RUNS_IN.cli },
     );

@@ -3,21 +3,24 @@ import { resolveSession } from "../../memory/resolve-session.js";
 import type { Memory, PayloadPage } from "../../memory/service.js";
 import { lineAsText } from "../../memory/views.js";
 import { type Command, type CommandContext, parseCommand, withMemory } from "../command.js";
+import { readScopeOrHere } from "../here.js";
 import { renderRecord, renderZoom } from "../render.js";
 
 const sessionUsage = "optchat zoom <session> <start+count> [--json]";
-const scopeUsage = "optchat zoom --scope <scope> <ref> [--cursor C] [--json]";
+const scopeUsage = "optchat zoom [--scope <scope>] <ref> [--cursor C] [--json]";
 
 export const zoomCommand: Command = {
   name: "zoom",
   usage: [sessionUsage, scopeUsage],
   summary:
-    "open a line of a session's tree (start+1 prints the whole message), or with --scope a ref (pub:0+8,\n" +
-    "<session>:<generation>:0+4) at the scope's latest snapshot, exactly as a new turn would see it",
+    "open a line of a session's tree (start+1 prints the whole message), or a ref of this directory's project\n" +
+    "(or --scope S: pub:0+1, <session>:<generation>:0+4) at its latest snapshot, as a new turn would see it",
   async run(args, ctx) {
     const flags = { scope: { type: "string" }, cursor: { type: "string" } } as const;
     const { values, positionals } = parseCommand(args, flags, "any", `${sessionUsage}\n       ${scopeUsage}`);
-    if (values.scope !== undefined) return await zoomScope(values.scope, positionals, values.cursor, ctx);
+    if (values.scope !== undefined || positionals.length === 1) {
+      return await zoomScope(values.scope, positionals, values.cursor, ctx);
+    }
     if (values.cursor !== undefined) {
       throw new OptchatError("INPUT_INVALID", `--cursor needs --scope\nUsage: ${scopeUsage}`);
     }
@@ -32,14 +35,14 @@ export const zoomCommand: Command = {
 };
 
 async function zoomScope(
-  scope: string,
+  scope: string | undefined,
   positionals: readonly string[],
   cursor: string | undefined,
-  { config, output }: CommandContext,
+  { config, output, cwd }: CommandContext,
 ): Promise<number> {
   if (positionals.length !== 1) throw new OptchatError("INPUT_INVALID", `expected one ref\nUsage: ${scopeUsage}`);
   const answer = await withMemory(config, "optchat-cli", async (memory) =>
-    memory.zoom(await memory.readScope(scope), positionals[0] as string, cursor ? { cursor } : {}),
+    memory.zoom(await readScopeOrHere(memory, scope, cwd), positionals[0] as string, cursor ? { cursor } : {}),
   );
   output.out(output.json ? JSON.stringify({ ok: true, ...answer }) : renderZoom(answer));
   return 0;

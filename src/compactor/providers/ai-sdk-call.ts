@@ -1,4 +1,4 @@
-import type { LanguageModel, ModelMessage, TextPart } from "ai";
+import type { LanguageModel, ModelMessage, SystemModelMessage, TextPart } from "ai";
 import type { SummaryPrompt } from "../../core/summary.js";
 import { type CallUsage, type FailureKind, SummarizerError, type SummaryAnswer } from "../summarizer.js";
 
@@ -13,6 +13,8 @@ export interface AiSdkCall {
   readonly identity: string;
   /** The first user message's parts: the context blocks (with any provider marks) and the step. */
   readonly userParts: readonly TextPart[];
+  /** Provider options of the system prompt (Anthropic: its cache mark); without them it is sent as `system`. */
+  readonly systemOptions?: Record<string, Record<string, unknown>>;
   readonly prompt: SummaryPrompt;
   readonly providerOptions?: Record<string, Record<string, string | number | boolean | null>>;
   readonly timeoutMs: number;
@@ -46,7 +48,9 @@ export async function callAiSdk(call: AiSdkCall): Promise<SummaryAnswer> {
   try {
     const result = streamText({
       model: call.model,
-      system: call.prompt.system,
+      system: call.systemOptions
+        ? ({ role: "system", content: call.prompt.system, providerOptions: call.systemOptions } as SystemModelMessage)
+        : call.prompt.system,
       messages,
       temperature: 0,
       maxOutputTokens: MAX_OUTPUT_TOKENS,

@@ -37,6 +37,7 @@ export const anthropicProvider: SummarizerProvider = {
           identity,
           prompt,
           userParts: markedParts(prompt),
+          systemOptions: SYSTEM_MARKED,
           timeoutMs: settings.timeoutMs,
           signal: options?.signal,
           onResponse: options?.onResponse,
@@ -49,30 +50,37 @@ export const anthropicProvider: SummarizerProvider = {
 
 /**
  * The context blocks with cache_control marks, then the step (unmarked: it differs on every call). Marks go on the
- * last block (this call's whole context: a merge after a leaf often has the same one), the one before it (the last
- * block boundary that stays put while lines are appended: the next call finds it), and then every LOOKBACK_BLOCKS
- * further back, so that after a change deep in the view the lookback still reaches an earlier entry.
+ * last closed block (the last boundary that stays put while lines are appended: the next call of the tree finds it),
+ * then every LOOKBACK_BLOCKS further back, so that after a change deep in the view the lookback still reaches an earlier
+ * entry. An open last block is not marked: the next call sees it with more lines, so its entry (written at 1.25×) would
+ * be read only by a call with this very context. The system prompt carries its own mark ({@link SYSTEM_MARKED}).
  */
 export function markedParts(prompt: SummaryPrompt): TextPart[] {
-  const marks = breakpointBlocks(prompt.context.length);
-  const ephemeral = { anthropic: { cacheControl: { type: "ephemeral" } } };
+  const marks = breakpointBlocks(prompt.context);
   return [
     ...prompt.context.map(
       (block, k): TextPart => ({
         type: "text",
         text: block.text,
-        ...(marks.has(k) ? { providerOptions: ephemeral } : {}),
+        ...(marks.has(k) ? { providerOptions: EPHEMERAL } : {}),
       }),
     ),
     { type: "text", text: prompt.step },
   ];
 }
 
-/** Indices of the context blocks that carry a breakpoint (at most MAX_BREAKPOINTS). */
-export function breakpointBlocks(blocks: number): Set<number> {
+const EPHEMERAL = { anthropic: { cacheControl: { type: "ephemeral" } } };
+
+/**
+ * The system prompt is the same in every call of every tree: one mark on it makes every call read it from the cache,
+ * whatever its context (a new session's first leaf, a publication's changed shared view). It takes one of the 4 marks.
+ */
+export const SYSTEM_MARKED = EPHEMERAL;
+
+/** Indices of the context blocks that carry a breakpoint (at most MAX_BREAKPOINTS - 1: the system prompt has one). */
+export function breakpointBlocks(blocks: readonly { readonly closed: boolean }[]): Set<number> {
   const marks = new Set<number>();
-  if (blocks === 0) return marks;
-  marks.add(blocks - 1);
-  for (let k = blocks - 2; k >= 0 && marks.size < MAX_BREAKPOINTS; k -= LOOKBACK_BLOCKS) marks.add(k);
+  const last = blocks.length > 0 && blocks[blocks.length - 1]?.closed ? blocks.length - 1 : blocks.length - 2;
+  for (let k = last; k >= 0 && marks.size < MAX_BREAKPOINTS - 1; k -= LOOKBACK_BLOCKS) marks.add(k);
   return marks;
 }

@@ -1,0 +1,78 @@
+import { isOptchatError, type Memory, type Session } from "../../src/memory/index.js";
+import { type Diagnostics, describe } from "../base/diagnostics.js";
+import { HOST } from "../base/identity.js";
+import { applyRewind } from "./history-rewind.js";
+import type { SessionJobs } from "./session-jobs.js";
+import type { SessionState } from "./session-state.js";
+
+/**
+ * Reverts as the session's jobs (issue 15 item 2): OpenCode removed messages (a revert committed at the next prompt,
+ * from the revert point to the end), so the session's history in memory is rewound to before them, as a new generation
+ * (memory.rewindSession), in the session's order of work; what changes in this process is decided by the pure
+ * plugin/turns/history-rewind.ts. Only what cannot be rewound switches memory off, with the reason.
+ */
+export class SessionRewinds {
+  constructor(
+    private readonly memory: Memory,
+    private readonly jobs: SessionJobs,
+    private readonly holder: string,
+    private readonly diagnostics: Diagnostics,
+  ) {}
+
+  /** `message.removed`: the next prompt's admission and requests wait for the rewind it queues. */
+  onMessageRemoved(state: SessionState, messageId: string | undefined): void {
+    if (state.disabled) return;
+    if (!messageId) {
+      this.disable(state, "OpenCode removed a message without naming it");
+      return;
+    }
+    state.removed.add(messageId);
+    this.jobs.enqueue(state, "rewind", (session) => this.rewind(state, session));
+    state.rewinding = state.queue;
+  }
+
+  /** Rewinds the session past every removed message not yet taken into account; idempotent. */
+  async rewind(state: SessionState, session: Session): Promise<void> {
+    if (state.removed.size === 0 || state.disabled) return;
+    const removed = [...state.removed];
+    let result: Awaited<ReturnType<Memory["rewindSession"]>>;
+    try {
+      result = await this.memory.rewindSession(session.sessionId, removed);
+    } catch (error) {
+      // An outage or a dropped connection: the session's work queue tries again. Anything else cannot be repaired by
+      // trying again, and stale history must not be served.
+      if (!isOptchatError(error) || isOptchatError(error, "DATABASE_UNAVAILABLE")) throw error;
+      this.disable(
+        state,
+        `OpenCode removed message ${removed[0]} (a revert was committed) and optchat could not rewind the session's history: ${describe(error)}`,
+      );
+      return;
+    }
+    for (const id of removed) state.removed.delete(id);
+    if (result.status !== "rewound") return;
+    const decision = applyRewind(state, session, removed, result.generation);
+    if (decision.type === "disable") {
+      this.disable(state, decision.reason);
+      return;
+    }
+    this.diagnostics.log(
+      "info",
+      `optchat: ${state.hostSessionId} rewound (a revert): generation ${result.generation} keeps ${result.kept} records, ${result.superseded} superseded`,
+    );
+  }
+
+  /** Switches memory off for the session (its native history is sent as it is) and records why for inspect. */
+  private disable(state: SessionState, why: string): void {
+    state.disabled = `${why}; memory is off for this session and its native history is sent as it is`;
+    this.jobs.enqueue(state, "lifecycle", async () => {
+      await this.memory.host.reportProblem({
+        host: HOST,
+        hostSessionId: state.hostSessionId,
+        holder: this.holder,
+        operation: "lifecycle",
+        code: "HISTORY_REWRITTEN",
+        message: state.disabled ?? "",
+      });
+    });
+  }
+}

@@ -1,0 +1,145 @@
+import type pg from "pg";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
+import {
+  cleanupOpencode2Env,
+  createOpencode2Env,
+  OPTCHAT_V2_PLUGIN_DIR,
+  type Opencode2Env,
+  processesOf,
+  runOpencode2,
+} from "../../scripts/opencode2-harness.js";
+import { createTestDatabase, retrying } from "../helpers.js";
+import { PgPool } from "./v2-pool.js";
+
+/**
+ * The V2 host (plugin/v2) with real `@opencode/cli` 2.1.2 processes (`opencode run --standalone`), the scripted model
+ * and a fresh database: two "terminals" (one V2 database, one project). Assertions are on what the model received and
+ * on what optchat stored.
+ */
+
+const DECISION = "We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY";
+let database: Awaited<ReturnType<typeof createTestDatabase>>;
+let db: pg.Pool;
+let model: ModelServer;
+let envA: Opencode2Env;
+let envB: Opencode2Env;
+
+const mainRequests = () => model.requests().filter((request) => request.kind === "main");
+
+beforeAll(async () => {
+  database = await createTestDatabase();
+  db = PgPool(database.url);
+  model = await startModelServer();
+  const extraEnv = { DATABASE_URL: database.url, OPTCHAT_READINESS_WAIT_MS: "30000" };
+  envA = await createOpencode2Env({ modelUrl: model.url, plugins: [OPTCHAT_V2_PLUGIN_DIR], extraEnv });
+  envB = await createOpencode2Env({
+    modelUrl: model.url,
+    plugins: [OPTCHAT_V2_PLUGIN_DIR],
+    extraEnv,
+    shareDataWith: envA,
+  });
+}, 60_000);
+
+afterAll(async () => {
+  for (const env of [envB, envA]) if (env) await cleanupOpencode2Env(env);
+  for (const env of [envB, envA]) if (env) expect(processesOf(env)).toEqual([]);
+  await model?.close();
+  await db?.end();
+  await database?.drop();
+});
+
+describe("optchat on OpenCode V2 (real @opencode/cli 2.1.2 processes)", () => {
+  it("A's turn is stored whole; B's first request holds A's decision, injected through `context`", async () => {
+    const a = await runOpencode2(envA, `${DECISION}\nREPLY=Noted: Postgres LISTEN/NOTIFY, no Redis.`);
+    expect(a.code, a.stderr).toBe(0);
+    const stored = await retrying(
+      async () => {
+        const rows = await db.query(
+          `SELECT t.state, count(r.*)::int AS records FROM optchat.turns t
+             JOIN optchat.sessions s ON s.session_id = t.session_id
+             LEFT JOIN optchat.records r ON r.session_id = t.session_id AND r.turn_id = t.turn_id
+            WHERE s.host = 'opencode-v2' AND s.host_session_id = $1::text GROUP BY t.state`,
+          [a.sessionId],
+        );
+        if (rows.rows[0]?.state !== "completed") throw new Error(`A's turn: ${JSON.stringify(rows.rows)}`);
+        return rows.rows[0];
+      },
+      30_000,
+      "A's turn completed",
+    );
+    expect(stored.records).toBe(2);
+
+    model.clear();
+    const b = await runOpencode2(envB, "What did we decide about the importer's queue?");
+    expect(b.code, b.stderr).toBe(0);
+    const first = mainRequests()[0];
+    expect(first).toBeDefined();
+    const messages = JSON.stringify(first?.body.messages);
+    expect(messages).toContain("optchat memory.");
+    expect(messages).toContain("no Redis; use Postgres LISTEN/NOTIFY");
+  }, 180_000);
+
+  it("B zooms from the injected line down to A's exact words with memory_zoom", async () => {
+    model.clear();
+    const b = await runOpencode2(envB, "Where was the queue decided?");
+    expect(b.code, b.stderr).toBe(0);
+    const memory = JSON.stringify(mainRequests()[0]?.body.messages);
+    expect(JSON.stringify(mainRequests()[0]?.body.tools ?? [])).toContain("memory_zoom");
+    let ref = /([\w:+-]+)\|user: We need a persistent queue/.exec(
+      JSON.parse(memory)
+        .map((m: { content: unknown }) => JSON.stringify(m.content))
+        .join("\n")
+        .replaceAll("\\n", "\n"),
+    )?.[1];
+    expect(ref, memory.slice(0, 2000)).toBeDefined();
+    const seen: string[] = [];
+    for (let zoom = 0; zoom < 3 && ref; zoom++) {
+      model.clear();
+      const call = [{ name: "memory_zoom", args: { ref } }];
+      const run = await runOpencode2(envB, `zoom TOOLS=${JSON.stringify(call)} END`, { session: b.sessionId });
+      expect(run.code, run.stderr).toBe(0);
+      // What the model received as the tool's result (the request after the call).
+      const result = JSON.stringify(mainRequests().at(-1)?.body.messages.at(-1)?.content ?? "")
+        .replaceAll("\\n", "\n")
+        .replaceAll('\\"', '"');
+      seen.push(`${ref} -> ${result.slice(0, 300)}`);
+      if (result.includes(`<original_message`) && result.includes("no Redis; use Postgres LISTEN/NOTIFY")) return;
+      const visited = new Set(seen.map((line) => line.split(" -> ")[0]));
+      ref = [...result.matchAll(/(mem_\w+:\d+:\d+(?:\+\d+)?)/g)].map((m) => m[1]).find((r) => r && !visited.has(r));
+    }
+    throw new Error(`A's exact words not reached in 3 zooms:\n${seen.join("\n")}`);
+  }, 240_000);
+
+  it("a tool loop is ingested completely: every call and result, then the reply", async () => {
+    model.clear();
+    const calls = [1, 2, 3].map((n) => ({ name: "shell", args: { command: `echo loop-step-${n}` } }));
+    const run = await runOpencode2(envA, `loop TOOLS=${JSON.stringify(calls)} END`);
+    expect(run.code, run.stderr).toBe(0);
+    const kinds = await retrying(
+      async () => {
+        const rows = await db.query(
+          `SELECT r.kind, t.state FROM optchat.records r
+             JOIN optchat.sessions s ON s.session_id = r.session_id
+             JOIN optchat.turns t ON t.session_id = r.session_id AND t.turn_id = r.turn_id
+            WHERE s.host_session_id = $1::text ORDER BY r.seq`,
+          [run.sessionId],
+        );
+        if (rows.rows.at(-1)?.state !== "completed") throw new Error("turn not completed yet");
+        return rows.rows.map((row) => row.kind);
+      },
+      30_000,
+      "the tool loop's records",
+    );
+    expect(kinds).toEqual([
+      "user",
+      "tool_call",
+      "tool_result",
+      "tool_call",
+      "tool_result",
+      "tool_call",
+      "tool_result",
+      "assistant",
+    ]);
+  }, 180_000);
+});

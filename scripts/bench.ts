@@ -24,6 +24,7 @@ import { runEmbeddedBench } from "./bench/embedded.js";
 import { runIngestBench } from "./bench/ingest.js";
 import { runLargeRecordsBench } from "./bench/large.js";
 import { runLocomoBench } from "./bench/locomo.js";
+import { runLongTurnBench } from "./bench/long-turn.js";
 import { runPluginBench } from "./bench/plugin.js";
 import { runPublicationBench } from "./bench/publication.js";
 import { runRunOnlyBench } from "./bench/run-only.js";
@@ -75,6 +76,11 @@ const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
     description:
       "LoCoMo-10 through the real path: search evidence recall@5/@10 and oracle zoom walks from the shared view",
     run: runLocomoBench,
+  },
+  "long-turn": {
+    description:
+      "one prompt of many tool calls past the model's window (16k-200k), native OpenCode vs optchat in real OpenCode: steps done and repeated, turns, errors, largest request, billed input, prefix reuse",
+    run: runLongTurnBench,
   },
   plugin: {
     description:

@@ -35,6 +35,7 @@ import { fakeAnswer } from "../src/compactor/providers/fake.js";
 import { SummarizerError } from "../src/compactor/summarizer.js";
 import { type ChatMessage, COMPACT_SYSTEM_PROMPT, STEP_MARKERS } from "../src/core/summary.js";
 import { anthropicJson, fromAnthropic, streamAnthropic } from "./anthropic-wire.js";
+import { diligentMove, progressSummary } from "./diligent-agent.js";
 import { AnthropicCache, CacheRuleError, type CacheUsage, OpenAiPrefixCache } from "./prompt-cache.js";
 
 export type RequestKind = "title" | "summary" | "compactor" | "main";
@@ -84,6 +85,11 @@ export interface ModelServerOptions {
   readonly logFile?: string;
   /** The prompt caches' clock (tests move it to expire entries); default Date.now. */
   readonly now?: () => number;
+  /**
+   * The model's context window: a main or summary request the simulator counts above it is refused as a provider
+   * refuses it (Anthropic's 400 "prompt is too long", OpenAI's context_length_exceeded). Default: no limit.
+   */
+  readonly windowTokens?: number;
 }
 
 export const TITLE_REPLY = "Scripted session";
@@ -232,15 +238,25 @@ export async function startModelServer(options: ModelServerOptions = {}): Promis
           throw error;
         }
       }
-      plan = fault
-        ? {
-            type: "error",
-            status: fault.status,
-            error: apiError(`scripted HTTP ${fault.status}`, fault.status >= 500 ? "server_error" : "rate_limit_error"),
-            slowMs: 0,
-            ...(fault.headers ? { headers: fault.headers } : {}),
-          }
-        : planReply(entry.kind, request, entry.index, raw.length);
+      const over =
+        options.windowTokens !== undefined && entry.kind !== "compactor" && entry.cache
+          ? entry.cache.inputTokens - options.windowTokens
+          : 0;
+      plan =
+        over > 0
+          ? overflowPlan(api, (entry.cache as CacheUsage).inputTokens, options.windowTokens as number)
+          : fault
+            ? {
+                type: "error",
+                status: fault.status,
+                error: apiError(
+                  `scripted HTTP ${fault.status}`,
+                  fault.status >= 500 ? "server_error" : "rate_limit_error",
+                ),
+                slowMs: 0,
+                ...(fault.headers ? { headers: fault.headers } : {}),
+              }
+            : planReply(entry.kind, request, entry.index, raw.length);
       // A compactor call is measured by the simulator alone, so its usage adds up (nothing steers it with USAGE=n).
       if (entry.kind === "compactor" && plan.type === "answer" && entry.cache)
         plan = { ...plan, promptTokens: entry.cache.inputTokens };
@@ -454,6 +470,13 @@ function planReply(kind: RequestKind, body: Body, index: number, bodyBytes: numb
   }
   const reply = /REPLY=(.*)$/m.exec(text)?.[1];
   if (reply !== undefined) return answer(reply, [], promptTokens, slowMs);
+  // The diligent agent of a long task (scripts/diligent-agent.ts): it reads the whole request, not only the last words.
+  const move = diligentMove(body.messages.map((m) => (isRecord(m) ? contentText(m.content) : "")).join("\n"));
+  if (move?.type === "done") return answer(move.text, [], promptTokens, slowMs);
+  if (move?.type === "call") {
+    const args = JSON.stringify({ command: move.command, description: `step ${move.step}` });
+    return answer("", [{ id: `call_${index}_0`, name: "bash", arguments: args }], promptTokens, slowMs);
+  }
   return answer(`ACK: ${excerpt(text)}`, [], promptTokens, slowMs);
 }
 
@@ -489,7 +512,9 @@ function nativeSummary(messages: readonly unknown[]): string {
     .join("\n");
   const userLines = dump.split("\n").filter((line) => line.startsWith("[User]: "));
   const last = userLines.at(-1)?.slice("[User]: ".length) ?? "";
+  const progress = progressSummary(dump);
   return [
+    ...(progress ? [progress] : []),
     NATIVE_SUMMARY_PREFIX,
     "## Objective",
     "Scripted conversation summarised by the model server.",
@@ -603,6 +628,16 @@ function usageOf(plan: Extract<Plan, { type: "answer" }>, cache: CacheUsage): Re
     // simulator counts bytes / 3.5, so its cached figure is capped to stay a part of it.
     prompt_tokens_details: { cached_tokens: Math.min(cache.cacheReadTokens, plan.promptTokens) },
   };
+}
+
+/** A provider's refusal of a request over the model's window, in its own words. */
+function overflowPlan(api: WireApi, tokens: number, window: number): Plan {
+  const message =
+    api === "anthropic"
+      ? `prompt is too long: ${tokens} tokens > ${window} maximum`
+      : `This model's maximum context length is ${window} tokens. However, your messages resulted in ${tokens} tokens.`;
+  const code = api === "anthropic" ? null : "context_length_exceeded";
+  return { type: "error", status: 400, error: apiError(message, "invalid_request_error", code, null), slowMs: 0 };
 }
 
 function describePlan(plan: Plan): string {

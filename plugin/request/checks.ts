@@ -31,7 +31,10 @@ export function actionableError(code: string, message: string): string {
   if (code === "MEMORY_NOT_READY") {
     return `optchat: memory is not ready for this request (${message}). The compactor may be stopped or failing: check \`optchat status\` or the memory_inspect tool. To continue without waiting, set OPTCHAT_READINESS=partial (the request then says what is missing), or raise OPTCHAT_READINESS_WAIT_MS.`;
   }
-  return `optchat: this request does not fit the model's context window (${message}). The current turn alone is too large: start a new turn, use a model with a larger context, or lower OPTCHAT_RESERVE_TOKENS / OPTCHAT_TOOLS_TOKENS if they are set too high.`;
+  if (code === "CHECKPOINT_TOO_LARGE") {
+    return `optchat: this request does not fit the model's context window (${message}). Nothing was lost: every message and tool output of this turn is stored, and the next turn is shown where this one stopped. To go on, send "continue" and ask for a smaller piece of that output (fewer lines, a filter), or use a model with a larger context window.`;
+  }
+  return `optchat: this request does not fit the model's context window (${message}). Nothing was lost: every message of this session is stored. Use a model with a larger context window, or lower OPTCHAT_RESERVE_TOKENS / OPTCHAT_TOOLS_TOKENS if they are set too high.`;
 }
 
 /**

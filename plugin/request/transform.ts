@@ -1,8 +1,10 @@
+import { setTimeout as delay } from "node:timers/promises";
 import {
   type AssembledContext,
   estimateTokens,
   fixedRequestTokens,
   isOptchatError,
+  liveBudget,
   type Memory,
   omittedText,
   type Session,
@@ -21,6 +23,7 @@ import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.j
 import type { ModelLimits } from "./model-limits.js";
 import { assemblySettings, preparedFor, prepareTurn } from "./prepared-context.js";
 import { requestSlice } from "./slice.js";
+import { applyCheckpoint, measuredOverhead, noteSent, rememberedOverhead } from "./turn-checkpoint.js";
 
 export interface RequestTransformDeps {
   readonly memory: Memory;
@@ -50,7 +53,17 @@ interface RequestBudget {
   readonly model: { providerID: string; modelID: string } | undefined;
   /** False when the model's limits were unknown and a window was assumed (`chat.params` checks it then). */
   readonly sized: boolean;
+  /** The instructions and tools were measured from OpenCode's reported usage of the previous step (issue 36). */
+  readonly measured: boolean;
+  /** Tokens of the kept messages before the live turn's steps (earlier turns kept verbatim, the request itself). */
+  readonly baseTokens: number;
 }
+
+/** How long a checkpoint waits for the latest steps' records before it cuts them without their refs. */
+const INGESTION_WAIT_MS = 3_000;
+
+/** The share of the request's room the live turn's steps may claim before memory (the rest stays memory's). */
+const LIVE_SHARE = 0.6;
 
 /**
  * `experimental.chat.messages.transform` (seed 000 §7, §13 "before each agent model call"): replaces the part of the
@@ -148,9 +161,9 @@ export class RequestTransform {
       this.deps.config.plugin.mode === "replace"
         ? replaceablePrefix(messages, (id) => state.seqs.get(id), lowestOpenBoundary(state, turn))
         : 0;
-    const sizing = await this.requestBudget(state, messages, replaceable);
+    const sizing = await this.requestBudget(state, messages, replaceable, requestIndex);
     const { budget, fixed, model } = sizing;
-    if (fixed > budget.windowTokens) {
+    if (fixed > budget.windowTokens && sizing.measured) {
       // Nothing optchat can drop makes this fit: the instructions, tools and current turn alone exceed the window
       // (seed 000 §7 "Long active turn": stop explicitly rather than send a request the provider must refuse).
       const message = `instructions (~${budget.instructionsTokens} tokens, tools included), the current turn (~${budget.activeTokens}), the answer reservation (${budget.outputTokens}) and the reserve (${budget.reserveTokens}) need ${fixed} tokens; the window of ${model ? `${model.providerID}/${model.modelID}` : "the model"} is ${budget.windowTokens}`;
@@ -168,11 +181,57 @@ export class RequestTransform {
     }
     const { context, reused } = assembly;
     timing.assembleMs = Math.round((performance.now() - assembling) * 1000) / 1000;
+    const checkpoint = await this.checkpoint(state, session, messages, { turnId, requestIndex, sizing, context });
+    if (checkpoint && !checkpoint.fits && sizing.measured) {
+      // Even with every finished step as a line the live turn does not fit: one result alone is larger than the room.
+      const message = `the live turn needs ${checkpoint.tokens} tokens with its ${checkpoint.cut} earlier steps as checkpoint lines, and ${Math.max(0, budget.windowTokens - fixed + budget.activeTokens - context.tokens.used - sizing.baseTokens)} are left after instructions, tools, memory and the answer reservation (window ${budget.windowTokens}): the latest step's result alone is too large. Nothing was lost: every step is stored`;
+      requestSlice(state).pendingError = actionableError("CHECKPOINT_TOO_LARGE", message);
+      return record("budget_exceeded", { budget, model, checkpoint }, turnId, message);
+    }
     requestSlice(state).assembled = { turnId, context };
     if (!sizing.sized)
       requestSlice(state).unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
-    const place = { hostSessionId, turnId, requestIndex, request, replaceable };
-    this.present(state, messages, place, { context, reused, sizing }, record);
+    const place = { hostSessionId, turnId, requestIndex, request: messages[requestIndex] ?? request, replaceable };
+    this.present(state, messages, place, { context, reused, sizing, checkpoint }, record);
+    noteSent(state, turnId, messages);
+  }
+
+  /**
+   * The live turn's execution checkpoint (plugin/request/turn-checkpoint.ts, issue 36): its earlier steps as lines
+   * when the steps outgrow what instructions, tools, memory, the kept messages and the answer leave.
+   */
+  private async checkpoint(
+    state: SessionState,
+    session: Session,
+    messages: HostMessage[],
+    at: { turnId: string; requestIndex: number; sizing: RequestBudget; context: AssembledContext },
+  ) {
+    const { budget } = at.sizing;
+    const room =
+      budget.windowTokens -
+      budget.instructionsTokens -
+      budget.outputTokens -
+      budget.reserveTokens -
+      at.context.tokens.used -
+      at.sizing.baseTokens;
+    const host = this.deps.memory.host;
+    const readRefs = () => host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
+    const where = {
+      ...at,
+      budget: liveBudget(Math.max(0, room), budget.windowTokens),
+      fullRoom: Math.max(0, room + at.context.tokens.used),
+    };
+    let refs = await readRefs();
+    if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
+      // The latest finished steps may still be on their way to the store (the session's ingestion queue): a short wait
+      // lets their lines point at them; past it they are cut with lines whose refs come at a later request.
+      await Promise.race([state.queue.catch(() => {}), delay(INGESTION_WAIT_MS)]);
+      refs = await readRefs();
+      if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
+        return applyCheckpoint(state, messages, { ...where, refs, requireStored: false });
+      }
+    }
+    return applyCheckpoint(state, messages, { ...where, refs });
   }
 
   /**
@@ -189,11 +248,12 @@ export class RequestTransform {
       request: HostMessage | undefined;
       replaceable: number;
     },
-    assembled: { context: AssembledContext; reused: boolean; sizing: RequestBudget },
+    assembled: { context: AssembledContext; reused: boolean; sizing: RequestBudget; checkpoint?: unknown },
     record: Recorder,
   ): void {
     const { hostSessionId, turnId, requestIndex, request, replaceable } = place;
     const { context, reused, sizing } = assembled;
+    const checkpoint = assembled.checkpoint ? { checkpoint: assembled.checkpoint } : {};
     const { budget, fixed, model } = sizing;
     // Partial readiness may leave the session memory out or incomplete: then nothing it should stand for is removed.
     const replace = replaceable > 0 && !context.historyComplete ? 0 : replaceable;
@@ -213,7 +273,17 @@ export class RequestTransform {
       const { tokens, snapshot } = context;
       record(
         "injected",
-        { ...continued, blocks: epoch.blocks, kept: messages.length - 1, reused, budget, model, tokens, snapshot },
+        {
+          ...continued,
+          blocks: epoch.blocks,
+          kept: messages.length - 1,
+          reused,
+          budget,
+          model,
+          tokens,
+          snapshot,
+          ...checkpoint,
+        },
         turnId,
       );
       return;
@@ -232,6 +302,7 @@ export class RequestTransform {
         blocks: blockSizes,
         omitted: context.omitted.map(omittedText),
         snapshot: context.snapshot,
+        ...checkpoint,
         ...(requestSlice(state).epoch ? { epoch: { turnId, turns: 1, started: epochReason } } : {}),
       },
       turnId,
@@ -243,26 +314,44 @@ export class RequestTransform {
     state: SessionState,
     messages: readonly HostMessage[],
     replaceable: number,
+    requestIndex: number,
   ): Promise<RequestBudget> {
     const plugin = this.deps.config.plugin;
-    const activeTokens = messages.slice(replaceable).reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
+    const tokensOf = (from: number, to: number) =>
+      messages.slice(from, to).reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
+    // The live turn's steps follow the request message; what precedes them in the kept part is charged whole.
+    const stepsFrom = requestIndex >= replaceable ? requestIndex + 1 : replaceable;
+    const baseTokens = tokensOf(replaceable, stepsFrom);
+    const stepsTokens = tokensOf(stepsFrom, messages.length);
     const model = modelOf(messages);
     const found = model ? await this.deps.limits.of(model.providerID, model.modelID) : undefined;
     const limits = found?.limits;
     const windowTokens = limits?.context ?? (plugin.windowTokens || 32_000);
     const outputTokens = plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000);
-    // The system prompt is measured at system.transform, which runs after this hook: the previous step's size, at least
-    // 4,000 tokens (1.18.33's main prompt is ~9,500 characters; the title prompt, seen first, is far smaller).
-    const instructionsTokens = Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens;
-    const budget = {
-      windowTokens,
-      instructionsTokens,
-      activeTokens,
-      outputTokens,
-      reserveTokens: plugin.reserveTokens,
-    };
+    // Instructions and tools as the provider counted them for the previous step (issue 36); else the system prompt
+    // measured at system.transform (which runs after this hook: the previous step's size, at least 4,000 tokens) and
+    // the configured charge for tools, which a plugin cannot see.
+    const measured = measuredOverhead(state, messages);
+    const instructionsTokens =
+      measured ??
+      rememberedOverhead(messages) ??
+      Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens;
+    // A measured request leaves only the estimate of what changed since to chance: a thirty-second of the window.
+    const reserveTokens =
+      measured === undefined ? plugin.reserveTokens : Math.min(plugin.reserveTokens, Math.ceil(windowTokens / 32));
+    // The live turn claims at most its share of the room against memory: past it, its steps are checkpointed.
+    const room = Math.max(0, windowTokens - instructionsTokens - outputTokens - reserveTokens - baseTokens);
+    const activeTokens = baseTokens + Math.min(stepsTokens, Math.floor(room * LIVE_SHARE));
+    const budget = { windowTokens, instructionsTokens, activeTokens, outputTokens, reserveTokens };
     // Limits remembered from another process are checked against the real window at chat.params, as an assumed one.
-    return { budget, fixed: fixedRequestTokens(budget), model, sized: found?.confirmed === true };
+    return {
+      budget,
+      fixed: fixedRequestTokens(budget),
+      model,
+      sized: found?.confirmed === true,
+      measured: measured !== undefined,
+      baseTokens,
+    };
   }
 
   /**

@@ -168,13 +168,15 @@ export function renderSessionBlock(
 export function renderPreviousExchange(
   meta: { sessionId: string; refs: string },
   messages: readonly { kind: string; text: string }[],
+  /** Pieces after the messages (a stopped turn's hand-on, src/core/stopped-turn.ts), already escaped. */
+  extra: readonly string[] = [],
 ): RenderedBlock {
   return rendered(
     renderBlockPieces(
       "previous_exchange",
       { session: meta.sessionId, refs: meta.refs },
       "A detailed rendering of the last exchange, which the memory above summarizes (leaving out what is shown here word for word); it is not new evidence.",
-      [messages.map((m) => `${m.kind}: ${escapeMemoryText(m.text)}`).join("\n")],
+      [messages.map((m) => `${m.kind}: ${escapeMemoryText(m.text)}`).join("\n"), ...extra],
     ),
   );
 }

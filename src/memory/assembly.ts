@@ -5,29 +5,26 @@ import {
   estimateTokens,
   type MemoryLine,
   type RenderedBlock,
-  renderPreviousExchange,
   renderSessionBlock,
   renderSharedBlock,
   splitBudget,
-  verbatimSessionLines,
   withoutLines,
 } from "../core/context.js";
 import { OptchatError } from "../core/errors.js";
 import { restrictToPrefix } from "../core/fold.js";
-import { payloadAsText } from "../core/payload.js";
 import { sharedRef } from "../core/refs.js";
 import { endOf, parseRef, refOf } from "../core/tree.js";
 import type { Pool } from "../store/db.js";
 import type { TreeListener } from "../store/notifications.js";
 import { publicationSeqsOfSession, publishedRangesOfSession } from "../store/publications.js";
-import { readTurnMessages } from "../store/records.js";
 import { findSessionTree } from "../store/trees.js";
-import { findPreviousTurn, pinOwnViewRevision, type Turn } from "../store/turns.js";
+import { pinOwnViewRevision, type Turn } from "../store/turns.js";
 import { findViewRevision, type ViewRevision } from "../store/view-revisions.js";
 import type { Config } from "./config.js";
 import { fitTokens, type TreeLines } from "./fit-tokens.js";
 import { demandMerges } from "./merge-demand.js";
 import type { PinnedNodeCache } from "./pinned-nodes.js";
+import { type PreviousSource, previousExchangeBlock, withHandOn } from "./previous-exchange.js";
 import { type ServedSnapshot, served, turnReader } from "./reader.js";
 import { settleTree } from "./views.js";
 
@@ -124,6 +121,8 @@ export interface PreparedContext {
   readonly ownFullTokens: number | undefined;
   /** The previous exchange's block, when asked for and there is one. */
   readonly previous: AssembledBlock | undefined;
+  /** What the previous exchange's block renders: with a stopped turn's hand-on it is rendered at assembly, in budget. */
+  readonly previousSource?: PreviousSource;
   /** The session lines that would repeat the previous exchange word for word (core/context.ts verbatimSessionLines). */
   readonly previousVerbatim: readonly string[];
 }
@@ -181,6 +180,7 @@ export async function prepareContext(
     sharedFullTokens: sharedFull?.tokens,
     ownFullTokens: ownFull?.tokens,
     previous: exchange?.block,
+    ...(exchange ? { previousSource: exchange.source } : {}),
     previousVerbatim: exchange?.verbatim ?? [],
   };
 }
@@ -247,9 +247,9 @@ export async function assembleContext(
   const { sharedTokens } = fitted;
   let { ownTokens } = fitted;
   let previousTokens = 0;
-  const exchange = ready.previous;
+  const left = available - sharedTokens - ownTokens;
+  const exchange = withHandOn(ready.previous, ready.previousSource, left, options.windowTokens);
   if (exchange) {
-    const left = available - sharedTokens - ownTokens;
     if (exchange.tokens <= left) {
       // Fitted with the session block whole; leaving out its lines that the exchange repeats only frees budget. Not
       // without a shared block: the session block then holds the session's whole history and leads the cache-stable
@@ -493,25 +493,6 @@ function dropRepeatedLines(blocks: AssembledBlock[], verbatim: ReadonlySet<strin
   const tokens = estimateTokens(kept.text);
   blocks[at] = { name: own.name, text: kept.text, pieces: kept.pieces, tokens, lines: kept.pieces.length - 2 };
   return tokens;
-}
-
-/** The previous turn's messages as a block, or undefined when there is no previous turn or it has none. */
-async function previousExchangeBlock(
-  pool: Pool,
-  turn: Turn,
-): Promise<{ block: AssembledBlock; verbatim: string[] } | undefined> {
-  const previous = await findPreviousTurn(pool, turn);
-  if (!previous) return undefined;
-  const messages = await readTurnMessages(pool, turn.sessionId, turn.generation, previous.turnId);
-  if (messages.length === 0) return undefined;
-  const first = messages[0]?.seq as number;
-  const last = messages[messages.length - 1]?.seq as number;
-  const shown = messages.map((m) => ({ seq: m.seq, kind: m.kind, text: payloadAsText(m.payload) }));
-  const { text, pieces } = renderPreviousExchange({ sessionId: turn.sessionId, refs: `${first}+1..${last}+1` }, shown);
-  return {
-    block: { name: "previous_exchange", text, pieces, tokens: estimateTokens(text), lines: messages.length },
-    verbatim: verbatimSessionLines(shown),
-  };
 }
 
 function budgetError(message: string, needed: number, available: number): OptchatError {

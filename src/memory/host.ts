@@ -19,6 +19,7 @@ import {
   type SessionHealth,
   type StuckTurn,
 } from "../store/status.js";
+import { turnToolResultSeqs } from "../store/turn-steps.js";
 import { listActiveTurns, type Turn } from "../store/turns.js";
 
 export type { AdapterProblem, Injection, LeaseClaim, NewAdapterProblem, NewInjection, SessionHealth, StuckTurn };
@@ -43,6 +44,11 @@ export interface HostSupport {
   sessionHealth(sessionId: string): Promise<SessionHealth>;
   /** The highest sealed seq of each host message of the session's current generation. */
   hostMessageSeqs(sessionId: string, generation: number): Promise<Map<string, number>>;
+  /**
+   * The own-session ref (`seq+1`) of every stored tool result of a turn, by its tool call id: what an execution
+   * checkpoint's lines point at, each one memory_zoom away from the exact output (issue 36).
+   */
+  turnResultRefs(sessionId: string, generation: number, turnId: string): Promise<Map<string, string>>;
   activeTurns(sessionId: string): Promise<Turn[]>;
   /**
    * Active turns whose session lease expired (or, with `holderGone`, is held by a process the caller knows is gone),
@@ -74,6 +80,10 @@ export function createHostSupport(pool: Pool): HostSupport {
     findProblem: (host, hostSessionId, code) => findAdapterProblem(pool, host, hostSessionId, code),
     sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),
     hostMessageSeqs: (sessionId, generation) => hostMessageSeqs(pool, sessionId, generation),
+    turnResultRefs: async (sessionId, generation, turnId) => {
+      const seqs = await turnToolResultSeqs(pool, sessionId, generation, turnId);
+      return new Map([...seqs].map(([callId, seq]) => [callId, `${seq}+1`]));
+    },
     activeTurns: (sessionId) => listActiveTurns(pool, sessionId),
     stuckTurns: (filter) => listStuckTurns(pool, filter),
     jobsWaitingForWorker: (seconds = 30) => jobsWaitingForWorker(pool, seconds),

@@ -6,6 +6,9 @@ export { OPENAI_DEFAULT_MODEL } from "../compactor/providers/openai.js";
 export type { SummarizerSettings } from "../compactor/providers/provider.js";
 export { AUTO, createSummarizer } from "../compactor/registry.js";
 export type { Summarizer } from "../compactor/summarizer.js";
+// Execution checkpoints (issue 36): where the live turn is cut and what its lines say, for the host's request hook.
+export { liveBudget, planCut } from "../core/checkpoint-cut.js";
+export { type CheckpointStep, renderCheckpoint } from "../core/checkpoint-lines.js";
 export { availableMemoryTokens, escapeMemoryText, estimateTokens, fixedRequestTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
 export { didYouMean, nearest } from "../core/suggest.js";

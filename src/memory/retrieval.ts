@@ -1,3 +1,4 @@
+import { expandFoldedRef } from "../core/checkpoint-lines.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import { opaqueIdProblem } from "../core/ids.js";
 import { type MemoryRef, parseMemoryRef, sessionRef, sharedRef } from "../core/refs.js";
@@ -171,6 +172,17 @@ export async function zoomFor(
   readPage: PageReader,
 ): Promise<ZoomAnswer> {
   const reader = await readerOf(deps.pool, ctx);
+  const folded = expandFoldedRef(refText);
+  if (folded) {
+    // A checkpoint line folded from alike lines (src/core/checkpoint-lines.ts): its ref opens into the refs it stands for.
+    const text = "one of the calls the folded checkpoint line stands for: zoom this ref for its exact output";
+    return {
+      kind: "lines",
+      ref: refText.trim(),
+      lines: folded.map((r) => ({ ref: r, text })),
+      snapshot: served(reader),
+    };
+  }
   const ref = parseMemoryRef(refText);
   if (!ref) throw notFound(refText, reader);
   if (ref.tree === "shared") return await zoomShared(deps.pool, reader, ref.node, refText);

@@ -1,0 +1,126 @@
+/**
+ * Where an execution checkpoint cuts the live turn (seed 000 §7 "long active turn", issue 36). Pure: the turn is a list
+ * of steps (one model step each: its calls and their results, a parallel batch included), and the checkpoint replaces
+ * the first `cut` of them in the request.
+ *
+ * - A cut falls only between whole steps, so never inside a parallel batch; and never at or past a step that still
+ *   waits for a result (an outstanding result is never replaced) or whose records are not stored yet (a checkpoint
+ *   line must point at a record memory_zoom can open), nor past the latest step, whose results the model has not seen.
+ * - The cut never moves back within a turn, and it moves in chunks: when the request outgrows its budget, the cut moves
+ *   far enough that the live part drops to a low-water mark, so the next steps only append (the provider's cache keeps
+ *   the request's prefix) until the budget is reached again.
+ */
+
+export interface CutStep {
+  /** What the step costs verbatim in the request, in tokens. */
+  readonly tokens: number;
+  /** Every call of the step has its result (completed or failed). */
+  readonly complete: boolean;
+  /** The step's records are sealed, so a checkpoint line can point at them. */
+  readonly stored: boolean;
+}
+
+export interface CutInput {
+  readonly steps: readonly CutStep[];
+  /** The cut of the turn's previous request (0: none yet). */
+  readonly previousCut: number;
+  /** Tokens for what depends on the cut: the checkpoint and the steps kept verbatim. */
+  readonly budget: number;
+  /** The checkpoint's tokens when it stands for the first `cut` steps (0 for cut 0); non-decreasing in `cut`. */
+  readonly checkpointTokens: (cut: number) => number;
+  /** Where a moved cut leaves the live part, as a share of the budget (default 0.5). */
+  readonly lowWater?: number;
+  /** The latest step may be cut too (cutLimit). */
+  readonly latestCuttable?: boolean;
+}
+
+export interface CutPlan {
+  /** Steps the checkpoint stands for (the first `cut`). */
+  readonly cut: number;
+  /** The cut moved in this request. */
+  readonly moved: boolean;
+  /** The request's live part fits the budget (false: even the furthest allowed cut does not fit). */
+  readonly fits: boolean;
+  /** Tokens of the live part (checkpoint + verbatim steps) at `cut`. */
+  readonly tokens: number;
+}
+
+/**
+ * The furthest the cut may go: the first step that is incomplete or not stored ends it, and the latest step stays
+ * verbatim (the model has not seen its results yet: they answer the calls it just made) unless `latestCuttable`: a
+ * result too large for the live part's share, yet small enough for a request of its own, then shows as its line
+ * (start, end, ref) rather than stop the turn. One too large for any request is never cut: the turn stops, saying so.
+ */
+export function cutLimit(steps: readonly CutStep[], latestCuttable = false): number {
+  const blocked = steps.findIndex((step) => !step.complete || !step.stored);
+  const limit = blocked < 0 ? steps.length : blocked;
+  return latestCuttable ? limit : Math.max(0, Math.min(limit, steps.length - 1));
+}
+
+/** Tokens of the live part with the first `cut` steps checkpointed. */
+export function liveTokens(input: Pick<CutInput, "steps" | "checkpointTokens">, cut: number): number {
+  let verbatim = 0;
+  for (let i = cut; i < input.steps.length; i++) verbatim += (input.steps[i] as CutStep).tokens;
+  return input.checkpointTokens(cut) + verbatim;
+}
+
+/**
+ * The cut of this request: the previous one while the live part fits the budget; else the smallest cut past it whose
+ * live part is at most the low-water mark (or, failing that, at most the budget), within the limit; else the limit,
+ * not fitting.
+ */
+export function planCut(input: CutInput): CutPlan {
+  const verbatimLimit = cutLimit(input.steps);
+  const previous = Math.min(Math.max(0, input.previousCut), input.steps.length);
+  const at = (cut: number) => liveTokens(input, cut);
+  const kept = at(previous);
+  if (kept <= input.budget) return { cut: previous, moved: false, fits: true, tokens: kept };
+  const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? 0.5)));
+  // The latest step is cut only when no cut that keeps it verbatim fits.
+  const limits = input.latestCuttable ? [verbatimLimit, cutLimit(input.steps, true)] : [verbatimLimit];
+  for (const limit of limits) {
+    if (limit <= previous) continue;
+    for (const target of [lowWater, input.budget]) {
+      const cut = firstCutWithin(at, previous + 1, limit, target);
+      if (cut !== undefined) return { cut, moved: true, fits: true, tokens: at(cut) };
+    }
+  }
+  const limit = Math.max(previous, verbatimLimit);
+  return { cut: limit, moved: limit !== previous, fits: false, tokens: at(limit) };
+}
+
+/**
+ * The smallest cut in [from, to] whose live part is at most `target`. The live part shrinks as the cut grows (a step's
+ * line costs less than the step) except where the checkpoint folds coarser; a binary search finds the boundary and a
+ * short walk back corrects a fold's bump, and the answer is checked.
+ */
+function firstCutWithin(at: (cut: number) => number, from: number, to: number, target: number): number | undefined {
+  if (at(to) > target) {
+    // Not monotone near the end (a fold): look for any cut that fits, smallest first.
+    for (let cut = from; cut <= to; cut++) if (at(cut) <= target) return cut;
+    return undefined;
+  }
+  let [lo, hi] = [from, to];
+  while (lo < hi) {
+    const mid = Math.floor((lo + hi) / 2);
+    if (at(mid) <= target) hi = mid;
+    else lo = mid + 1;
+  }
+  let cut = lo;
+  while (cut > from && at(cut - 1) <= target) cut -= 1;
+  return cut;
+}
+
+/** The live part's share of the window, past a floor (liveBudget). */
+export const LIVE_WINDOW_SHARE = 0.25;
+export const LIVE_FLOOR_TOKENS = 16_000;
+
+/**
+ * The live part's budget: the request's room, but no more than a quarter of the window (at least 16k tokens). A live
+ * part kept smaller is cheaper at every step (each request re-reads it from the provider's cache) while the cost of
+ * moving the cut does not grow (each move rewrites what it keeps, and a smaller part is rewritten more often), and a
+ * long context works worse than a short one; the steps it leaves out stay one memory_zoom away.
+ */
+export function liveBudget(room: number, windowTokens: number): number {
+  return Math.min(room, Math.max(LIVE_FLOOR_TOKENS, Math.floor(windowTokens * LIVE_WINDOW_SHARE)));
+}

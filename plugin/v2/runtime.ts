@@ -18,6 +18,8 @@ const CLOSE_GRACE_MS = 300;
 
 export interface SessionEntry {
   sessionId: string;
+  /** The session's generation in memory (the V2 host makes no rewinds, so the one it was opened with). */
+  generation: number;
   turn: Turn | undefined;
   /** The memory message of the current turn, reused by its later steps (cache-stable). */
   memoryText: { turnId: string; text: string } | undefined;
@@ -69,6 +71,7 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
       // Another hook may have opened it while this one waited.
       const entry = sessions.get(hostSessionId) ?? {
         sessionId: session.sessionId,
+        generation: session.currentGeneration,
         turn: undefined,
         memoryText: undefined,
         queue: Promise.resolve(),

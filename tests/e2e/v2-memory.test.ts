@@ -196,17 +196,20 @@ describe("the V2 host on the embedded PostgreSQL (no DATABASE_URL)", () => {
       expect(JSON.stringify(mainRequests()[0]?.body.messages)).toContain("the importer retries three times");
     } finally {
       for (const env of [b, a]) await cleanupOpencode2Env(env);
-      await stopEmbeddedServer(embedded);
-      // The postmaster is gone once stopEmbeddedServer returns; its idle supervisor follows it within moments.
-      await retrying(
-        async () => {
-          const left = postgresOf(dataDir);
-          if (left.length > 0) throw new Error(`still running: ${left.join(", ")}`);
-        },
-        15_000,
-        "the embedded server's processes ended",
-      );
-      rmSync(dataDir, { recursive: true, force: true });
+      try {
+        await stopEmbeddedServer(embedded);
+        // The postmaster is gone once stopEmbeddedServer returns; its idle supervisor follows it within moments.
+        await retrying(
+          async () => {
+            const left = postgresOf(dataDir);
+            if (left.length > 0) throw new Error(`still running: ${left.join(", ")}`);
+          },
+          15_000,
+          "the embedded server's processes ended",
+        );
+      } finally {
+        rmSync(dataDir, { recursive: true, force: true });
+      }
     }
   }, 300_000);
 });

@@ -3,7 +3,8 @@
  * talks to it through @ai-sdk/openai-compatible; the compactor talks to it through any of its AI SDK providers.
  *
  * Main requests are scripted by directives in the LAST text part of the LAST user message (the memory plugin may
- * prepend its own user messages, and its own text part to the person's message; only the person's latest words count):
+ * prepend its own user messages, and its own text part to the person's message; only the person's latest words count;
+ * OpenCode V2's `<conversation-checkpoint>` message is history, never read for directives, as it tells the model):
  *
  *   TOOLS=[{"name":"bash","args":{...}},...] END   one tool call per step, then DONE-AFTER-TOOLS + each tool result
  *   PARALLEL=[...] END                             all calls in one step, then DONE-AFTER-TOOLS + each tool result
@@ -422,7 +423,10 @@ function planReply(kind: RequestKind, body: Body, index: number, bodyBytes: numb
     }
   }
 
-  const lastUser = findLastIndex(body.messages, (m) => isRecord(m) && m.role === "user");
+  const lastUser = findLastIndex(
+    body.messages,
+    (m) => isRecord(m) && m.role === "user" && !contentText(m.content).trimStart().startsWith(V2_CHECKPOINT),
+  );
   const text = lastUser < 0 ? "" : promptText((body.messages[lastUser] as Record<string, unknown>).content);
   const after = lastUser < 0 ? [] : body.messages.slice(lastUser + 1);
   const toolResults = after
@@ -481,6 +485,9 @@ function planReply(kind: RequestKind, body: Body, index: number, bodyBytes: numb
 }
 
 /** `TOOLS=[...] END` / `PARALLEL=[...] END` as calls with their arguments JSON-encoded; undefined when absent. */
+/** How OpenCode V2 opens the message that stands for the history it compacted (docs/opencode-v2-notes.md). */
+const V2_CHECKPOINT = "<conversation-checkpoint>";
+
 function parseCalls(text: string, directive: "TOOLS" | "PARALLEL"): { name: string; arguments: string }[] | undefined {
   const match = new RegExp(`\\b${directive}=(\\[[\\s\\S]*?\\])\\s*END\\b`).exec(text);
   if (!match) {

@@ -1,6 +1,9 @@
 // `npm run opencode-setup`: prepares OpenCode's global config directory so that OpenCode 1.18.33 fetches nothing
 // when it starts with the optchat plugin, and adds the plugin to that directory's opencode.json (the README's quick
 // start: nothing to edit by hand). `npm run opencode-setup -- --remove` takes the plugin out again (the off switch).
+// With `--v2` it configures OpenCode V2 (`@opencode/cli` 2.1.2) instead: the plugin directory `plugin/v2` under V2's
+// key `"plugins"` in the same global opencode.json (docs/opencode-v2-notes.md); V2 installs nothing at start-up for a
+// local plugin directory, so nothing is linked.
 //
 // Why: at every start with a plugin configured, OpenCode installs @opencode-ai/plugin into its config directory from
 // the npm registry unless the directory already has `node_modules/` and a package-lock.json listing it; with no
@@ -116,10 +119,75 @@ export function removePluginEntry(dir: string): { path: string; removed: boolean
   return { path, removed: true };
 }
 
+/** This checkout's V2 plugin directory, as V2 lists it under `"plugins"`. */
+export const V2_PLUGIN_DIR = `${ROOT}/plugin/v2`;
+
+/** Whether a V2 `plugins` entry is this checkout's V2 plugin (a path string, or [path, options]). */
+function isThisV2Plugin(entry: unknown): boolean {
+  const path = Array.isArray(entry) ? entry[0] : entry;
+  return typeof path === "string" && path.replace(/\/(index\.ts)?$/, "") === V2_PLUGIN_DIR;
+}
+
+/**
+ * Adds this checkout's V2 plugin directory to `dir/opencode.json`'s `"plugins"` (V2's key; V1's `"plugin"` is left as
+ * it is) unless it is there; the file is created if missing, merged otherwise. Returns whether the file changed.
+ */
+export function addV2PluginEntry(dir: string): { path: string; added: boolean } {
+  const path = join(dir, "opencode.json");
+  const config = readJson(path);
+  const plugins = Array.isArray(config.plugins) ? [...config.plugins] : [];
+  if (plugins.some(isThisV2Plugin)) return { path, added: false };
+  plugins.push(V2_PLUGIN_DIR);
+  mkdirSync(dir, { recursive: true });
+  writeFileSync(path, `${JSON.stringify({ ...config, plugins }, null, 2)}\n`);
+  return { path, added: true };
+}
+
+/** Removes this checkout's V2 plugin from `dir/opencode.json`'s `"plugins"`; everything else in the file stays. */
+export function removeV2PluginEntry(dir: string): { path: string; removed: boolean } {
+  const path = join(dir, "opencode.json");
+  if (!existsSync(path)) return { path, removed: false };
+  const config = readJson(path);
+  const plugins = Array.isArray(config.plugins) ? config.plugins : [];
+  const kept = plugins.filter((entry) => !isThisV2Plugin(entry));
+  if (kept.length === plugins.length) return { path, removed: false };
+  writeFileSync(path, `${JSON.stringify({ ...config, plugins: kept }, null, 2)}\n`);
+  return { path, removed: true };
+}
+
+/** `--v2`: OpenCode V2's line. */
+function mainV2(dir: string, remove: boolean): void {
+  if (remove) {
+    const { path, removed } = removeV2PluginEntry(dir);
+    say(
+      removed
+        ? `optchat (OpenCode V2) removed from ${path}: V2 runs without it from its next start (\`opencode service stop\` ends a running background service).`
+        : `optchat (OpenCode V2) is not in ${path}; nothing changed.`,
+    );
+    say('Its memory stays in the database (README "Turn it off, or remove it" says how to delete it).');
+    return;
+  }
+  const { path, added } = addV2PluginEntry(dir);
+  say("Configuring OpenCode V2 (@opencode/cli 2.1.2); without --v2 this configures OpenCode V1 (opencode-ai 1.18.33).");
+  say(added ? `optchat added to ${path}:` : `optchat is already in ${path}:`);
+  say(`  "plugins": ${JSON.stringify([V2_PLUGIN_DIR])}`);
+  say("  (settings from the environment OpenCode starts with; `npm run opencode-setup -- --v2 --remove` takes it out)");
+  const config = resolveConfig({ env: process.env });
+  say(
+    config.embedded
+      ? `The database is the embedded server (DATABASE_URL is not set here), data in ${config.embedded.dataDir}.`
+      : "The database is DATABASE_URL's: set it in the environment OpenCode V2 (and its background service) starts with.",
+  );
+}
+
 function main(): void {
   const args = process.argv.slice(2);
   const configHome = process.env.XDG_CONFIG_HOME || join(homedir(), ".config");
   const dir = args.find((arg) => !arg.startsWith("--")) ?? join(configHome, "opencode");
+  if (args.includes("--v2")) {
+    mainV2(dir, args.includes("--remove"));
+    return;
+  }
   if (args.includes("--remove")) {
     const { path, removed } = removePluginEntry(dir);
     say(
@@ -135,6 +203,7 @@ function main(): void {
   const databaseUrl = config.embedded ? null : config.databaseUrl;
   const { linked, source, others } = prepareOpencodeConfigDir(dir);
 
+  say("Configuring OpenCode V1 (opencode-ai 1.18.33); `--v2` configures OpenCode V2 (@opencode/cli 2.1.2).");
   say(`OpenCode config directory: ${dir}`);
   say(`  ${PLUGIN_PACKAGE}: ${linked ? `linked to ${source}` : "already present (left as it is)"}`);
   say("  package.json and package-lock.json list it, so OpenCode installs nothing at start-up.");

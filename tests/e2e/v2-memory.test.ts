@@ -1,4 +1,5 @@
-import type pg from "pg";
+import { readdirSync, readFileSync, rmSync } from "node:fs";
+import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
 import {
@@ -9,6 +10,9 @@ import {
   processesOf,
   runOpencode2,
 } from "../../scripts/opencode2-harness.js";
+import { embeddedUrl } from "../../src/embedded/paths.js";
+import { stopEmbeddedServer } from "../../src/embedded/server.js";
+import { resolveConfig } from "../../src/memory/config.js";
 import { createTestDatabase, retrying } from "../helpers.js";
 import { PgPool } from "./v2-pool.js";
 
@@ -143,3 +147,82 @@ describe("optchat on OpenCode V2 (real @opencode/cli 2.1.2 processes)", () => {
     ]);
   }, 180_000);
 });
+
+describe("the V2 host on the embedded PostgreSQL (no DATABASE_URL)", () => {
+  it("the first V2 process starts the embedded server; A's turn lands there and B's first request holds it", async () => {
+    // Short: the server's Unix socket lives under it.
+    const dataDir = `/tmp/optchat-v2e-${process.pid}`;
+    const embedded = resolveConfig({ env: { OPTCHAT_DATA_DIR: dataDir } }).embedded;
+    if (!embedded) throw new Error("no embedded server configured");
+    const extraEnv = {
+      DATABASE_URL: "",
+      OPTCHAT_LEGACY_DATABASE_URL: "",
+      OPTCHAT_DATA_DIR: dataDir,
+      OPTCHAT_READINESS_WAIT_MS: "30000",
+    };
+    const a = await createOpencode2Env({ modelUrl: model.url, plugins: [OPTCHAT_V2_PLUGIN_DIR], extraEnv });
+    const b = await createOpencode2Env({
+      modelUrl: model.url,
+      plugins: [OPTCHAT_V2_PLUGIN_DIR],
+      extraEnv,
+      shareDataWith: a,
+    });
+    try {
+      const first = await runOpencode2(a, "Embedded note: the importer retries three times.\nREPLY=Noted.", {
+        timeoutMs: 180_000,
+      });
+      expect(first.code, first.stderr).toBe(0);
+      const client = new pg.Client({ connectionString: embeddedUrl(embedded.socketDir) });
+      await client.connect();
+      try {
+        await retrying(
+          async () => {
+            const rows = await client.query(
+              `SELECT t.state FROM optchat.turns t JOIN optchat.sessions s ON s.session_id = t.session_id
+                WHERE s.host = 'opencode-v2' AND s.host_session_id = $1::text`,
+              [first.sessionId],
+            );
+            if (rows.rows[0]?.state !== "completed") throw new Error(`A's turn: ${JSON.stringify(rows.rows)}`);
+          },
+          30_000,
+          "A's turn completed in the embedded server",
+        );
+      } finally {
+        await client.end();
+      }
+      model.clear();
+      const second = await runOpencode2(b, "How often does the importer retry?");
+      expect(second.code, second.stderr).toBe(0);
+      expect(JSON.stringify(mainRequests()[0]?.body.messages)).toContain("the importer retries three times");
+    } finally {
+      for (const env of [b, a]) await cleanupOpencode2Env(env);
+      try {
+        await stopEmbeddedServer(embedded);
+        // The postmaster is gone once stopEmbeddedServer returns; its idle supervisor follows it within moments.
+        await retrying(
+          async () => {
+            const left = postgresOf(dataDir);
+            if (left.length > 0) throw new Error(`still running: ${left.join(", ")}`);
+          },
+          15_000,
+          "the embedded server's processes ended",
+        );
+      } finally {
+        rmSync(dataDir, { recursive: true, force: true });
+      }
+    }
+  }, 300_000);
+});
+
+/** Pids of the embedded server's processes (postmaster and backends) of `dataDir`. */
+function postgresOf(dataDir: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0").join(" ").includes(dataDir))
+        found.push(Number(entry));
+    } catch {}
+  }
+  return found;
+}

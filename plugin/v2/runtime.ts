@@ -1,0 +1,132 @@
+/**
+ * What the V2 host's parts share: the memory service (opened once, in the background, with the compactor worker in
+ * the same process), the sessions V2 drove through this plugin instance, each with its ordered job queue, and the
+ * problem report (hooks never throw: a throw inside a V2 hook can end the person's turn).
+ */
+import { isOptchatError, type Memory, openMemory, startWorker, type Turn } from "../../src/memory/index.js";
+import { type ResolvedPluginConfig, resolvePluginConfig } from "../base/config.js";
+import { projectScopeId } from "../base/identity.js";
+import type { V2Context } from "./v2-api.js";
+
+/** Host name of V2 sessions in optchat (V1's are "opencode"): the two lines keep their own session ids. */
+export const V2_HOST = "opencode-v2";
+
+/** The model's window when V2 does not say it in the hook (`OPTCHAT_V2_WINDOW_TOKENS`, default 128000). */
+const DEFAULT_WINDOW = 128_000;
+/** How long the finalizer lets events already published arrive before it flushes. */
+const CLOSE_GRACE_MS = 300;
+
+export interface SessionEntry {
+  sessionId: string;
+  /** The session's generation in memory (the V2 host makes no rewinds, so the one it was opened with). */
+  generation: number;
+  turn: Turn | undefined;
+  /** The memory message of the current turn, reused by its later steps (cache-stable). */
+  memoryText: { turnId: string; text: string } | undefined;
+  /** Ingestion and outcomes of this session, in order. */
+  queue: Promise<void>;
+}
+
+export interface V2Runtime {
+  readonly config: ResolvedPluginConfig;
+  readonly windowTokens: number;
+  /** The memory service, opened at the first call (a failed open is tried again at the next). */
+  memory(): Promise<Memory>;
+  /** The session V2 knows as `hostSessionId`, opened in memory at its first use. */
+  entryOf(hostSessionId: string): Promise<SessionEntry>;
+  /** A session already opened by this instance. */
+  known(hostSessionId: string): SessionEntry | undefined;
+  /** Runs `job` after the session's earlier jobs; a failure is reported, never thrown. */
+  enqueue(entry: SessionEntry, where: string, job: () => Promise<unknown>): Promise<void>;
+  report(where: string, error: unknown): void;
+  /** V2's finalizer: late events, a bounded flush, then the worker and the memory service closed. */
+  close(): Promise<void>;
+}
+
+export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process.env): V2Runtime {
+  const config = resolvePluginConfig(ctx.options, env);
+  const directory = ctx.location?.directory ?? process.cwd();
+  const scopeId = projectScopeId({
+    id: ctx.location?.project?.id ?? "global",
+    worktree: ctx.location?.project?.directory ?? directory,
+    directory,
+  });
+  const report = (where: string, error: unknown) => {
+    const code = isOptchatError(error) ? `${error.code}: ` : "";
+    const text = `${where}: ${code}${error instanceof Error ? error.message : String(error)}`;
+    if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`optchat (OpenCode V2): ${text}\n`);
+  };
+  const opener = memoryOpener(config, report);
+  const sessions = new Map<string, SessionEntry>();
+  return {
+    config,
+    windowTokens: Number(env.OPTCHAT_V2_WINDOW_TOKENS ?? DEFAULT_WINDOW),
+    memory: opener.memory,
+    report,
+    known: (hostSessionId) => sessions.get(hostSessionId),
+    async entryOf(hostSessionId) {
+      const known = sessions.get(hostSessionId);
+      if (known) return known;
+      const session = await (await opener.memory()).openSession({ host: V2_HOST, hostSessionId, scopeId });
+      // Another hook may have opened it while this one waited.
+      const entry = sessions.get(hostSessionId) ?? {
+        sessionId: session.sessionId,
+        generation: session.currentGeneration,
+        turn: undefined,
+        memoryText: undefined,
+        queue: Promise.resolve(),
+      };
+      sessions.set(hostSessionId, entry);
+      return entry;
+    },
+    enqueue(entry, where, job) {
+      entry.queue = entry.queue.then(job).then(
+        () => undefined,
+        (error) => report(where, error),
+      );
+      return entry.queue;
+    },
+    async close() {
+      // Events published just before the scope closes (the turn's last text, its end) are still on their way.
+      await delay(CLOSE_GRACE_MS);
+      const flush = Promise.all([...sessions.values()].map((entry) => entry.queue));
+      await Promise.race([flush, delay(config.plugin.closeFlushMs)]);
+      await opener.close();
+    },
+  };
+}
+
+/** The memory service and its compactor worker, opened once; closing stops the worker, then the service. */
+function memoryOpener(config: ResolvedPluginConfig, report: (where: string, error: unknown) => void) {
+  let memoryOpen: Promise<Memory> | undefined;
+  let worker: Promise<{ stop(): Promise<unknown> } | undefined> | undefined;
+  const memory = () => {
+    memoryOpen ??= openMemory(config.core, { applicationName: `optchat-opencode-v2-${process.pid}` }).then(
+      (opened) => {
+        // The compactor works in this process too (V2's service is long-lived; a standalone run helps while it lasts).
+        worker = startWorker(opened, config.core, () => {}).catch((error) => {
+          report("compactor worker", error);
+          return undefined;
+        });
+        return opened;
+      },
+      (error) => {
+        memoryOpen = undefined;
+        throw error;
+      },
+    );
+    return memoryOpen;
+  };
+  void memory().catch((error) => report("opening memory", error));
+  const close = async () => {
+    const running = await worker;
+    await running?.stop().catch((error: unknown) => report("stopping the compactor worker", error));
+    const opened = await memoryOpen?.catch(() => undefined);
+    await opened?.close().catch((error: unknown) => report("closing memory", error));
+  };
+  return { memory, close };
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

@@ -56,6 +56,20 @@ export function stepOfCommand(command: string): number | undefined {
   return match ? Number(match[1]) : undefined;
 }
 
+/**
+ * Each step's runs in a session as OpenCode stored it (its messages' tool parts, in order): the output of every run.
+ * A step that ran twice has two entries, so lost progress shows as repeated steps.
+ */
+// biome-ignore lint/suspicious/noExplicitAny: OpenCode's message JSON
+export function stepRuns(messages: readonly any[]): Map<number, string[]> {
+  const runs = new Map<number, string[]>();
+  for (const part of messages.flatMap((m) => m.parts ?? [])) {
+    const step = part.type === "tool" ? stepOfCommand(String(part.state?.input?.command ?? "")) : undefined;
+    if (step !== undefined) runs.set(step, [...(runs.get(step) ?? []), String(part.state?.output ?? "")]);
+  }
+  return runs;
+}
+
 /** The steps of an N-step task whose output the text shows. */
 export function seenSteps(text: string, steps: number): Set<number> {
   const seen = new Set<number>();

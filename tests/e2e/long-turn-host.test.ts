@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DONE_PREFIX, longTaskPrompt, stepOfCommand } from "../../scripts/diligent-agent.js";
+import { DONE_PREFIX, longTaskPrompt, stepRuns } from "../../scripts/diligent-agent.js";
 import type { CapturedRequest } from "../../scripts/model-server.js";
 import { FAKE_MODEL, type OpencodeServer } from "../../scripts/opencode-harness.js";
 import { type PluginWorld, startPluginWorld } from "../helpers.js";
@@ -27,13 +27,9 @@ afterAll(async () => {
 // biome-ignore lint/suspicious/noExplicitAny: OpenCode's message JSON, wire JSON
 type Json = any;
 
+/** How many times each step ran in the session (OpenCode's own record of what ran). */
 function runsOf(messages: Json[]): Map<number, number> {
-  const runs = new Map<number, number>();
-  for (const part of messages.flatMap((m) => m.parts ?? [])) {
-    const step = part.type === "tool" ? stepOfCommand(String(part.state?.input?.command ?? "")) : undefined;
-    if (step !== undefined) runs.set(step, (runs.get(step) ?? 0) + 1);
-  }
-  return runs;
+  return new Map([...stepRuns(messages)].map(([step, outputs]) => [step, outputs.length]));
 }
 
 function expectEveryStepOnce(messages: Json[], steps: number): void {

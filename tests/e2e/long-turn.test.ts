@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { DONE_PREFIX, longTaskPrompt, stepOfCommand } from "../../scripts/diligent-agent.js";
+import { DONE_PREFIX, longTaskPrompt, stepRuns } from "../../scripts/diligent-agent.js";
 import type { CapturedRequest } from "../../scripts/model-server.js";
 import { expandFolded } from "../../src/core/checkpoint-lines.js";
 import { resolveConfig } from "../../src/memory/config.js";
@@ -43,11 +43,7 @@ describe("a long active turn with real OpenCode (issue 36)", { timeout: 600_000 
 
     // Every step ran exactly once, in one turn, and the agent saw them all.
     const messages: Json[] = await server.messages(session);
-    const outputs = new Map<number, string[]>();
-    for (const part of messages.flatMap((m) => m.parts ?? [])) {
-      const step = part.type === "tool" ? stepOfCommand(String(part.state?.input?.command ?? "")) : undefined;
-      if (step !== undefined) outputs.set(step, [...(outputs.get(step) ?? []), String(part.state?.output ?? "")]);
-    }
+    const outputs = stepRuns(messages);
     expect([...outputs.keys()].sort((a, b) => a - b)).toEqual(Array.from({ length: STEPS }, (_, i) => i + 1));
     for (const runs of outputs.values()) expect(runs).toHaveLength(1);
     expect(messages.filter((m) => m.info.role === "user")).toHaveLength(1);

@@ -1,8 +1,8 @@
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { startWorker } from "../../src/memory/worker.js";
 import {
@@ -14,19 +14,12 @@ import {
   useTestMemory,
   waitForPublications,
 } from "../helpers.js";
+import { useScratchDirs } from "../scratch-dirs.js";
 
 // A person's first hour with the CLI (issue 40 items 2-5, 9, 10): where they are, what they mistyped, what exists.
 
-/** A temporary directory, removed after the file's tests. */
-const scratchDirs: string[] = [];
-function scratch(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  scratchDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of scratchDirs) rmSync(dir, { recursive: true, force: true });
-});
+/** Temporary directories, removed after the file's tests. */
+const scratch = useScratchDirs();
 
 const TIMEOUT_MS = 180_000;
 const db = useTestMemory();

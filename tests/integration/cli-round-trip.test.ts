@@ -1,23 +1,15 @@
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
+import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
 import { ingestEvent, TEST_SUMMARIZER_ENV, useTestMemory } from "../helpers.js";
+import { useScratchDirs } from "../scratch-dirs.js";
 
 // Issue 40 item 6: `export --jsonl` then `import` must not store OpenCode's conversations a second time beside what
 // the plugin (or `import --opencode`) recorded under OpenCode's own ids.
 
-/** A temporary directory, removed after the file's tests. */
-const scratchDirs: string[] = [];
-function scratch(prefix: string): string {
-  const dir = mkdtempSync(join(tmpdir(), prefix));
-  scratchDirs.push(dir);
-  return dir;
-}
-afterAll(() => {
-  for (const dir of scratchDirs) rmSync(dir, { recursive: true, force: true });
-});
+/** Temporary directories, removed after the file's tests. */
+const scratch = useScratchDirs();
 
 const TIMEOUT_MS = 120_000;
 const db = useTestMemory();

@@ -7,7 +7,8 @@ import { openParentJobsOfTree } from "../store/job-queue.js";
 import { clearNodeFailure, findNodes, recordNodeFailure } from "../store/nodes.js";
 import { notifyTreeChanged } from "../store/notifications.js";
 import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
-import { applyTreeChanges, inspectNodeJob, lockTree } from "../store/tree-changes.js";
+import { applyTreeChanges } from "../store/tree-changes.js";
+import { inspectNodeJob, lockTree } from "../store/tree-lock.js";
 import type { Tree } from "../store/trees.js";
 import {
   type BuiltSummary,

@@ -3,7 +3,7 @@ import type { FoldParams } from "../core/fold.js";
 import type { NodeAddress } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { findReadyUnbuiltNodes } from "../store/nodes.js";
-import { lockTree } from "../store/tree-changes.js";
+import { lockTree } from "../store/tree-lock.js";
 import { findSessionsWithFinishedPendingTurns } from "../store/turns.js";
 import { findWantedParents } from "../store/wanted-parents.js";
 import { type BudgetSettings, createBudget } from "./budget.js";

@@ -21,7 +21,7 @@ import {
 } from "../store/deletion.js";
 import { countForgettable } from "../store/deletion-plan.js";
 import { type RetiredSelection, type RetireReason, retirePublications } from "../store/retire-publications.js";
-import { lockTree } from "../store/tree-changes.js";
+import { lockTree } from "../store/tree-lock.js";
 import { findSharedTreeOfScope } from "../store/trees.js";
 
 export type ForgetRequest =

@@ -27,7 +27,8 @@ import {
 import type { NewNode } from "../store/nodes.js";
 import type { RecordToSeal } from "../store/records.js";
 import { findSession } from "../store/sessions.js";
-import { applyTreeChanges, lockTree, type TreeChange } from "../store/tree-changes.js";
+import { applyTreeChanges, type TreeChange } from "../store/tree-changes.js";
+import { lockTree } from "../store/tree-lock.js";
 import { findSessionTree } from "../store/trees.js";
 import { retireFromScope } from "./forget.js";
 import type { IngestDeps } from "./ingest.js";

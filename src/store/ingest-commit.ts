@@ -30,7 +30,9 @@ import { classifyRedeliveries, type ExistingRow, recordConflicts } from "./inges
 import { type FreshRecord, groupKey, INLINE_BLOB_BYTES, type LockedTargets } from "./ingest-rows.js";
 import { writeSealed } from "./ingest-write.js";
 import type { RecordToSeal, SealOutcome } from "./records.js";
-import { type LeafSource, planTreeChanges, type TreeChangePlan } from "./tree-changes.js";
+import { planTreeChanges } from "./tree-changes.js";
+import type { LeafSource } from "./tree-reads.js";
+import type { TreeChangePlan } from "./tree-writes.js";
 import { type Tree, type TreeRow, toTree } from "./trees.js";
 
 export interface SealAndAppendOptions {

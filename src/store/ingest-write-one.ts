@@ -15,7 +15,7 @@
 import type { Queryable } from "./db.js";
 import { type FreshRecord, groupKey, type LockedTargets, RECORD_INSERT_COLUMNS } from "./ingest-rows.js";
 import { TREE_CHANNEL } from "./notifications.js";
-import type { TreeChangePlan } from "./tree-changes.js";
+import type { TreeChangePlan } from "./tree-writes.js";
 import { TREE_COLUMNS, type Tree, type TreeRow, toTree } from "./trees.js";
 
 /** Numbered, typed parameters of one statement, in the order they are first used. */
@@ -111,7 +111,7 @@ function recordCtes(p: Parameters, { item, generation, seq }: FreshRecord, tree:
      )`;
 }
 
-/** The tree's plan, as treeWriteCtes (store/tree-changes.ts) writes it for one tree; `tree_update` returns the row. */
+/** The tree's plan, as treeWriteCtes (store/tree-writes.ts) writes it for one tree; `tree_update` returns the row. */
 function treeCtes(p: Parameters, plan: TreeChangePlan): string {
   const treeId = p.add(plan.treeId, "bigint");
   const revision = p.add(plan.revision, "int");

@@ -24,13 +24,7 @@ import {
 } from "./ingest-rows.js";
 import { writeOneSealed } from "./ingest-write-one.js";
 import type { RecordToSeal } from "./records.js";
-import {
-  TREE_WRITE_PARAMS,
-  type TreeChangePlan,
-  treesWritten,
-  treeWriteCtes,
-  treeWriteValues,
-} from "./tree-changes.js";
+import { TREE_WRITE_PARAMS, type TreeChangePlan, treesWritten, treeWriteCtes, treeWriteValues } from "./tree-writes.js";
 import type { Tree, TreeRow } from "./trees.js";
 
 /** The number of parameters of the sealing CTEs in writeSealed; the trees' write and the guard follow them. */

@@ -17,8 +17,9 @@ import { REMOVED_SUMMARIZER } from "../core/revisions.js";
 import { tokenize, toTsvectorLiteral } from "../core/tokenize.js";
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
-import { type LockedTree, writeTreeChanges } from "./tree-changes.js";
+import type { LockedTree } from "./tree-lock.js";
 import { listNodeSizes, listTreeEvents } from "./tree-log.js";
+import { writeTreeChanges } from "./tree-writes.js";
 
 export type RetireReason = "deleted" | "revoked" | "reverted";
 

@@ -3,7 +3,7 @@ import { type NodeAddress, nodeKey } from "../core/tree.js";
 import { candidateParents, wantedParents } from "../core/wanted.js";
 import type { Queryable } from "./db.js";
 import { findNodeSizes } from "./nodes.js";
-import { loadFrontier } from "./tree-changes.js";
+import { loadFrontier } from "./tree-reads.js";
 import { TREE_COLUMNS, type TreeRow, toTree } from "./trees.js";
 
 /**

@@ -30,7 +30,7 @@ import { runPublicationBench } from "./bench/publication.js";
 import { runRunOnlyBench } from "./bench/run-only.js";
 import { runSearchScaleBench } from "./bench/search-scale.js";
 import { runSharedBench } from "./bench/shared.js";
-import { runTreeBench } from "./bench/tree.js";
+import { runTreeBench } from "./bench/tree/index.js";
 
 const BENCHMARKS: Readonly<Record<string, BenchModule>> = {
   cache: {

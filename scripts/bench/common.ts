@@ -200,6 +200,47 @@ export function median(values: readonly number[]): number | null {
     : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2;
 }
 
+export interface MicroSummary {
+  readonly p50Us: number | null;
+  readonly p99Us: number | null;
+  readonly meanUs: number | null;
+  readonly maxUs: number | null;
+}
+
+/** Nearest-rank percentiles of durations in milliseconds, reported in microseconds. */
+export function summarizeMicros(durationsMs: Float64Array): MicroSummary {
+  if (durationsMs.length === 0) return { p50Us: null, p99Us: null, meanUs: null, maxUs: null };
+  const sorted = Float64Array.from(durationsMs).sort();
+  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] ?? 0;
+  let sum = 0;
+  for (const value of sorted) sum += value;
+  return {
+    p50Us: round(at(0.5) * 1000, 2),
+    p99Us: round(at(0.99) * 1000, 2),
+    meanUs: round((sum / sorted.length) * 1000, 2),
+    maxUs: round((sorted[sorted.length - 1] ?? 0) * 1000, 2),
+  };
+}
+
+/** The nearest-rank `p` percentile of `values` (0 for none). */
+export function nearestRank(values: Float64Array, p: number): number {
+  if (values.length === 0) return 0;
+  const sorted = Float64Array.from(values).sort();
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil(p * sorted.length) - 1))] ?? 0;
+}
+
+/** The mean of `values[from..to)` (0 for an empty range). */
+export function mean(values: Float64Array, from = 0, to = values.length): number {
+  if (to <= from) return 0;
+  let sum = 0;
+  for (let k = from; k < to; k++) sum += values[k] as number;
+  return sum / (to - from);
+}
+
+export function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
 /**
  * A distribution-free confidence interval for the median of `values` (paired differences, say): the order statistics
  * x(k) and x(n+1-k), with the largest k whose binomial(n, 1/2) tail keeps the coverage at least `confidence`. Exact for

@@ -16,7 +16,8 @@ import type { Memory } from "../../src/memory/service.js";
 import { type ModelServer, startModelServer } from "../model-server.js";
 import { listPrice } from "./cache-dollars.js";
 import { type BenchContext, emit, envNumber, note, ratio, round } from "./common.js";
-import type { PhaseResult, runPhase, Settings } from "./tree.js";
+import type { PhaseResult, runPhase } from "./tree/phase.js";
+import type { Settings } from "./tree/settings.js";
 
 const BENCH = "tree";
 const DEFAULT_MODELS: Record<string, string> = { anthropic: "claude-haiku-4-5", openai: "gpt-4.1-mini" };

@@ -11,10 +11,10 @@ import {
   ROOT,
   runCli,
   TEST_SUMMARIZER_ENV,
+  useScratchDirs,
   useTestMemory,
   waitForPublications,
 } from "../helpers.js";
-import { useScratchDirs } from "../scratch-dirs.js";
 
 // A person's first hour with the CLI (issue 40 items 2-5, 9, 10): where they are, what they mistyped, what exists.
 

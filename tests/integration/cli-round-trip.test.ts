@@ -2,8 +2,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it, vi } from "vitest";
 import { main } from "../../src/cli/main.js";
-import { ingestEvent, TEST_SUMMARIZER_ENV, useTestMemory } from "../helpers.js";
-import { useScratchDirs } from "../scratch-dirs.js";
+import { ingestEvent, TEST_SUMMARIZER_ENV, useScratchDirs, useTestMemory } from "../helpers.js";
 
 // Issue 40 item 6: `export --jsonl` then `import` must not store OpenCode's conversations a second time beside what
 // the plugin (or `import --opencode`) recorded under OpenCode's own ids.

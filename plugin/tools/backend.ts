@@ -20,6 +20,8 @@ export interface AdapterStatus {
 }
 
 export interface ToolsBackend {
+  /** The host name its sessions have in memory (plugin/base/identity.ts HOST; V2's is "opencode-v2"). */
+  readonly host: string;
   readonly memory: Memory;
   readonly config: ResolvedPluginConfig;
   /** The turn a tool call runs in, at its pinned snapshot (plugin/host/adapter.ts `toolTurn`). */

@@ -14,10 +14,14 @@ import { requestSlice } from "../request/slice.js";
 import { holderIsDead } from "../turns/lease.js";
 import type { ToolsBackend } from "./backend.js";
 
+/** Where the tools run: one of V1's runners, or V2's host (plugin/v2). */
+export type ToolsRunner = PluginRunner | "opencode-v2";
+
 /** memory_inspect's `runsIn`: where this process's plugin work runs (and on what, for the local server). */
-function runsIn(runner: PluginRunner): string {
+function runsIn(runner: ToolsRunner): string {
   if (runner === "opencode") return "OpenCode's thread";
   if (runner === "thread") return "the plugin's own thread";
+  if (runner === "opencode-v2") return `OpenCode V2's process (plugin/v2, pid ${process.pid})`;
   const bun = (process.versions as { bun?: string }).bun;
   const runtime = bun ? `Bun ${bun}` : `Node.js ${process.versions.node}`;
   return `the optchat local server (plugin/transport/local-server/server.ts, on ${runtime}), shared by OpenCode processes`;
@@ -42,7 +46,7 @@ export interface MemoryTool {
  */
 export function memoryTools(
   ready: () => Promise<ToolsBackend>,
-  runner: PluginRunner,
+  runner: ToolsRunner,
 ): Record<MemoryToolName, MemoryTool> {
   const memoryTool = <const Name extends MemoryToolName>(
     name: Name,
@@ -130,10 +134,10 @@ export function memoryTools(
 export async function inspectSession(
   adapter: ToolsBackend,
   hostSessionId: string,
-  runner: PluginRunner,
+  runner: ToolsRunner,
 ): Promise<Record<string, unknown>> {
   const state = adapter.sessionOf(hostSessionId);
-  const session = state?.session ?? (await adapter.memory.host.findSession("opencode", hostSessionId));
+  const session = state?.session ?? (await adapter.memory.host.findSession(adapter.host, hostSessionId));
   const process = adapter.status();
   const report: Record<string, unknown> = {
     process: {

@@ -55,7 +55,7 @@ export function v2Records(now: () => Date = () => new Date()) {
           kind: "tool_result",
           toolCallId: callId,
           toolName: toolNames.get(callId) ?? "tool",
-          content: resultText(data),
+          content: toolResultText(data),
           ...(event.type === "session.tool.failed" ? { attributes: { error: true } } : {}),
         };
       }
@@ -64,7 +64,8 @@ export function v2Records(now: () => Date = () => new Date()) {
   };
 }
 
-function resultText(data: Record<string, unknown>): string {
+/** A tool's answer as stored: its text parts joined, else its error (the same for live events and fork copies). */
+export function toolResultText(data: Record<string, unknown>): string {
   const content = data.content;
   if (Array.isArray(content)) {
     return content

@@ -6,13 +6,13 @@
 import { isOptchatError, type Memory, openMemory, startWorker, type Turn } from "../../src/memory/index.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "../base/config.js";
 import { projectScopeId } from "../base/identity.js";
+import { copiedEvents, lineageOf } from "./lineage.js";
 import type { V2Context } from "./v2-api.js";
+import { modelWindows } from "./window.js";
 
 /** Host name of V2 sessions in optchat (V1's are "opencode"): the two lines keep their own session ids. */
 export const V2_HOST = "opencode-v2";
 
-/** The model's window when V2 does not say it in the hook (`OPTCHAT_V2_WINDOW_TOKENS`, default 128000). */
-const DEFAULT_WINDOW = 128_000;
 /** How long the finalizer lets events already published arrive before it flushes. */
 const CLOSE_GRACE_MS = 300;
 
@@ -27,9 +27,19 @@ export interface SessionEntry {
   queue: Promise<void>;
 }
 
+/** What memory_inspect says of this process (plugin/tools/backend.ts `AdapterStatus`). */
+export interface V2Health {
+  readonly startedAt: Date;
+  problems: number;
+  lastProblem: string | undefined;
+  workerError: string | undefined;
+}
+
 export interface V2Runtime {
   readonly config: ResolvedPluginConfig;
-  readonly windowTokens: number;
+  readonly health: V2Health;
+  /** The window of the request's model: V2's `limit.context`, else `OPTCHAT_V2_WINDOW_TOKENS` (default 128000). */
+  windowTokens(model: { id: string; providerID: string }): Promise<number>;
   /** The memory service, opened at the first call (a failed open is tried again at the next). */
   memory(): Promise<Memory>;
   /** The session V2 knows as `hostSessionId`, opened in memory at its first use. */
@@ -51,23 +61,29 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
     worktree: ctx.location?.project?.directory ?? directory,
     directory,
   });
+  const health: V2Health = { startedAt: new Date(), problems: 0, lastProblem: undefined, workerError: undefined };
   const report = (where: string, error: unknown) => {
     const code = isOptchatError(error) ? `${error.code}: ` : "";
     const text = `${where}: ${code}${error instanceof Error ? error.message : String(error)}`;
+    health.problems += 1;
+    health.lastProblem = text;
+    if (where === "compactor worker") health.workerError = text;
     if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`optchat (OpenCode V2): ${text}\n`);
   };
   const opener = memoryOpener(config, report);
   const sessions = new Map<string, SessionEntry>();
   return {
     config,
-    windowTokens: Number(env.OPTCHAT_V2_WINDOW_TOKENS ?? DEFAULT_WINDOW),
+    health,
+    windowTokens: modelWindows(ctx, env, report),
     memory: opener.memory,
     report,
     known: (hostSessionId) => sessions.get(hostSessionId),
     async entryOf(hostSessionId) {
       const known = sessions.get(hostSessionId);
       if (known) return known;
-      const session = await (await opener.memory()).openSession({ host: V2_HOST, hostSessionId, scopeId });
+      const memory = await opener.memory();
+      const session = await openWithLineage(ctx, memory, { hostSessionId, scopeId }, report);
       // Another hook may have opened it while this one waited.
       const entry = sessions.get(hostSessionId) ?? {
         sessionId: session.sessionId,
@@ -94,6 +110,40 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
       await opener.close();
     },
   };
+}
+
+/**
+ * Opens the session in memory. The first time (no session yet): a subagent's with its parent (never published), a
+ * fork's with its parent's history taken over (lineage.ts). Asking V2 fails soft: the session opens plain.
+ */
+async function openWithLineage(
+  ctx: V2Context,
+  memory: Memory,
+  where: { hostSessionId: string; scopeId: string },
+  report: (where: string, error: unknown) => void,
+) {
+  const known = await memory.host.findSession(V2_HOST, where.hostSessionId);
+  if (known) return known;
+  const lineage = await lineageOf(ctx, where.hostSessionId).catch((error) => {
+    report("reading the session's parent or fork", error);
+    return { copies: [] } as Awaited<ReturnType<typeof lineageOf>>;
+  });
+  const parent = lineage.parentHostSessionId
+    ? await memory.host.findSession(V2_HOST, lineage.parentHostSessionId)
+    : undefined;
+  const session = await memory.openSession({
+    host: V2_HOST,
+    hostSessionId: where.hostSessionId,
+    scopeId: where.scopeId,
+    ...(parent ? { parentSessionId: parent.sessionId } : {}),
+  });
+  if (lineage.copies.length > 0) {
+    const copies = copiedEvents(session.sessionId, where.hostSessionId, lineage.copies, new Date());
+    await memory
+      .inheritHistory(session.sessionId, copies)
+      .catch((error) => report("inheriting the fork's history", error));
+  }
+  return session;
 }
 
 /** The memory service and its compactor worker, opened once; closing stops the worker, then the service. */

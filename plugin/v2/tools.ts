@@ -1,17 +1,18 @@
 /**
- * The memory tools (plugin/tools) offered to V2's model through `ctx.tool.transform`: `memory_zoom`,
- * `memory_search`, `memory_date`, `memory_sessions` answer from the memory service; `memory_inspect` needs the V1
- * adapter's state and answers with an error here.
+ * The memory tools (plugin/tools) offered to V2's model through `ctx.tool.transform`, answered from the memory
+ * service; `memory_inspect` reports this process (V2's) and the stored session, without V1's per-process injection
+ * record (`lastInjectionThisProcess` is null under V2).
  */
 import type { Memory, Turn } from "../../src/memory/index.js";
+import type { ToolsBackend } from "../tools/backend.js";
 import { memoryTools } from "../tools/tools.js";
-import type { V2Runtime } from "./runtime.js";
+import { V2_HOST, type V2Runtime } from "./runtime.js";
 import type { V2Context } from "./v2-api.js";
 
 /** Declares the tools; resolves once V2 took them (a failure is reported: the turn runs without them). */
 export async function registerMemoryTools(ctx: V2Context, runtime: V2Runtime): Promise<void> {
   const declared = ctx.tool?.transform((registry) => {
-    const tools = memoryTools(async () => adapterFor(runtime, await runtime.memory()) as never, "opencode");
+    const tools = memoryTools(async () => backendOf(runtime, await runtime.memory()), "opencode-v2");
     for (const [name, tool] of Object.entries(tools)) {
       registry.add({
         name,
@@ -30,14 +31,28 @@ export async function registerMemoryTools(ctx: V2Context, runtime: V2Runtime): P
   await Promise.resolve(declared).catch((error) => runtime.report("declaring the memory tools", error));
 }
 
-/** What the tools read of the V1 adapter: the memory service and the calling session's admitted turn. */
-function adapterFor(runtime: V2Runtime, memory: Memory) {
+/** What the tools read of the host: the memory service, the calling session's admitted turn, this process. */
+function backendOf(runtime: V2Runtime, memory: Memory): ToolsBackend {
+  const { health } = runtime;
   return {
+    host: V2_HOST,
     memory,
+    config: runtime.config,
     async toolTurn(hostSessionId: string): Promise<Turn> {
       const turn = runtime.known(hostSessionId)?.turn;
       if (!turn) throw new Error("optchat: no turn of this session was admitted by optchat in this process");
       return turn;
     },
+    sessionOf: () => undefined,
+    status: () => ({
+      holder: `opencode-v2:${process.pid}`,
+      startedAt: health.startedAt,
+      worker: health.workerError ? "failed" : "running in this process",
+      workerStartReason: "started with the memory service (plugin/v2/runtime.ts)",
+      workerError: health.workerError,
+      workerLastEvent: undefined,
+      problems: health.problems,
+      lastProblem: health.lastProblem,
+    }),
   };
 }

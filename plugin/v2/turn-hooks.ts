@@ -54,7 +54,7 @@ async function memoryTextOf(runtime: V2Runtime, entry: SessionEntry, input: V2Co
   const assembled = await (await runtime.memory()).assembleContext(
     { sessionId: entry.sessionId, turnId: turn.turnId },
     {
-      windowTokens: runtime.windowTokens,
+      windowTokens: await runtime.windowTokens(input.model),
       instructionsTokens: estimateTokens(JSON.stringify(input.system) + JSON.stringify(input.tools)),
       activeTokens: estimateTokens(JSON.stringify(input.messages)),
       outputTokens: input.options?.maxTokens ?? 4_000,

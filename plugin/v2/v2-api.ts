@@ -58,10 +58,49 @@ export interface V2ToolRegistry {
   }): void;
 }
 
+/** `ctx.session.get({ sessionID })`: a subagent's session has `parentID`, a fork's has `fork.sessionID`. */
+export interface V2SessionInfo {
+  id: string;
+  parentID?: string;
+  fork?: { sessionID?: string };
+}
+
+/** A tool part of an assistant message in `ctx.session.context(…)`, with its call's state. */
+export interface V2ToolPart {
+  type: "tool";
+  id: string;
+  name: string;
+  state?: { status?: string; input?: unknown; content?: unknown; error?: unknown };
+}
+
+/** A message of `ctx.session.context({ sessionID })`: the session's stored history (the prompt not yet in it). */
+export type V2StoredMessage =
+  | { type: "user"; id: string; text?: string; time?: { created?: number } }
+  | {
+      type: "assistant";
+      id: string;
+      time?: { created?: number; completed?: number };
+      content?: Array<{ type: "text"; text: string } | V2ToolPart | { type: string }>;
+    }
+  | { type: string; id?: string };
+
+/** `ctx.model.list()`: the configured models with their limits. */
+export interface V2ModelInfo {
+  id?: string;
+  modelID?: string;
+  providerID?: string;
+  limit?: { context?: number; output?: number };
+}
+
 export interface V2Context {
   options?: Record<string, unknown>;
   location?: { directory?: string; project?: { id?: string; directory?: string } };
-  session: { hook(name: string, fn: (input: never) => unknown): unknown };
+  session: {
+    hook(name: string, fn: (input: never) => unknown): unknown;
+    get?(input: { sessionID: string }): Promise<V2SessionInfo>;
+    context?(input: { sessionID: string }): Promise<V2StoredMessage[]>;
+  };
+  model?: { list(): Promise<{ data?: V2ModelInfo[] }> };
   event: { subscribe(): AsyncIterable<V2Event> };
   tool?: { transform(fn: (registry: V2ToolRegistry) => void): unknown };
 }

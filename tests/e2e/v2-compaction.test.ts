@@ -37,7 +37,8 @@ beforeAll(async () => {
     modelUrl: model.url,
     plugins: [OPTCHAT_V2_PLUGIN_DIR],
     contextLimit: WINDOW,
-    extraEnv: { DATABASE_URL: database.url, OPTCHAT_V2_WINDOW_TOKENS: String(WINDOW) },
+    // No OPTCHAT_V2_WINDOW_TOKENS: the window is the model's limit.context, read from V2 (plugin/v2/window.ts).
+    extraEnv: { DATABASE_URL: database.url },
   });
 }, 60_000);
 

@@ -60,7 +60,8 @@ async function memoryTextOf(runtime: V2Runtime, entry: SessionEntry, input: V2Co
       outputTokens: input.options?.maxTokens ?? 4_000,
       reserveTokens: RESERVE_TOKENS,
       readiness: "partial",
-      waitMs: 2_000,
+      // As long as V1 waits (OPTCHAT_READINESS_WAIT_MS), then on with what is ready: V2 has no refusal path.
+      waitMs: runtime.config.plugin.readinessWaitMs,
     },
   );
   entry.memoryText = { turnId: turn.turnId, text: memoryMessageText(assembled) };

@@ -198,7 +198,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "src/memory/service.ts",
   "src/store/deletion.ts",
   "src/store/ingest-write.ts",
-  "src/store/search.ts",
   "src/store/status.ts",
 ]);
 

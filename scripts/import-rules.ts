@@ -190,7 +190,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "src/memory/assembly.ts",
   "src/memory/browse-tree.ts",
   "src/memory/browse.ts",
-  "src/memory/config.ts",
   "src/memory/doctor.ts",
   "src/memory/import.ts",
   "src/memory/inspect.ts",

@@ -177,7 +177,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "src/browse/server.ts",
   "src/cli/commands/doctor.ts",
   "src/cli/commands/search.ts",
-  "src/cli/commands/export-jsonl.ts",
   "src/compactor/heartbeat.ts",
   "src/compactor/node-job.ts",
   "src/compactor/publish.ts",

@@ -176,7 +176,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "plugin/transport/local-server/server.ts",
   "src/browse/server.ts",
   "src/cli/commands/doctor.ts",
-  "src/cli/commands/search.ts",
   "src/compactor/heartbeat.ts",
   "src/compactor/node-job.ts",
   "src/compactor/publish.ts",

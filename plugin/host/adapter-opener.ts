@@ -4,7 +4,8 @@ import { type Clock, systemClock } from "../base/clock.js";
 import type { ResolvedPluginConfig } from "../base/config.js";
 import type { Log } from "../base/diagnostics.js";
 import type { CompactorModel } from "../opencode/compactor-model.js";
-import { type HostLookups, OpencodeAdapter } from "./adapter.js";
+import { OpencodeAdapter } from "./adapter.js";
+import type { HostLookups } from "./client-lookups.js";
 import { type CompactorHandle, EmbeddedWorker } from "./embedded-worker.js";
 import type { Runner } from "./runner.js";
 

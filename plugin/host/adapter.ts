@@ -18,21 +18,13 @@ import { TurnOutcomes } from "../turns/outcomes.js";
 import { onSessionDeleted } from "../turns/session-deleted.js";
 import { SessionJobs } from "../turns/session-jobs.js";
 import { SessionMemory } from "../turns/session-memory.js";
+import { SessionOpener } from "../turns/session-open.js";
 import { SessionRewinds } from "../turns/session-rewind.js";
 import type { SessionState } from "../turns/session-state.js";
 import { HostSessions } from "../turns/sessions.js";
 import { StaleTurns } from "../turns/stale-turns.js";
 import { turnOfToolCall } from "../turns/tracking.js";
-
-/** What the adapter needs from OpenCode beyond hook arguments (absent when the client does not answer). */
-export interface HostLookups {
-  /** The parent session of a host session, when it is a subagent's. */
-  parentOf(hostSessionId: string): Promise<string | undefined>;
-  /** A model's context and output limits, in tokens. */
-  modelLimits(providerId: string, modelId: string): Promise<{ context: number; output: number } | undefined>;
-  /** OpenCode's stored transcript of a session, oldest first (the host transcript is the source, seed 000 §3). */
-  transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
-}
+import type { HostLookups } from "./client-lookups.js";
 
 /**
  * The OpenCode adapter: the hook layer that maps hook calls and events to the parts of plugin/ that act on them
@@ -80,12 +72,23 @@ export class OpencodeAdapter implements ToolsBackend {
     private readonly clock: Clock = systemClock,
   ) {
     this.holder = leaseHolderName(project.hostPid);
-    this.projectId = projectScopeId(project);
     this.startedAt = new Date(clock.now());
     const closed = () => this.closed;
     const diagnostics = new Diagnostics(memory, this.holder, config.plugin.timingsFile, clock, log);
     this.diagnostics = diagnostics;
-    const jobs = new SessionJobs((state) => this.open(state), clock, diagnostics);
+    const { sessions } = this;
+    this.projectId = projectScopeId(project);
+    const parentOf = (hostSessionId: string) => this.lookups.parentOf(hostSessionId);
+    const opener = new SessionOpener({
+      memory,
+      scope: config.plugin.scope,
+      projectId: this.projectId,
+      sessions,
+      parentOf,
+      diagnostics,
+    });
+    const open = (state: SessionState) => opener.open(state);
+    const jobs = new SessionJobs(open, clock, diagnostics);
     this.jobs = jobs;
     const lease = new LeaseKeeper(memory, this.holder, config.plugin.leaseSeconds * 1000, clock, diagnostics);
     this.lease = lease;
@@ -97,7 +100,7 @@ export class OpencodeAdapter implements ToolsBackend {
     const rewinds = new SessionRewinds(memory, jobs, this.holder, diagnostics);
     this.rewinds = rewinds;
     const transcript = (hostSessionId: string) => this.lookups.transcript(hostSessionId);
-    const { projectId, sessions } = this;
+    const { projectId } = this;
     const staleTurns = new StaleTurns({
       memory,
       projectId,
@@ -111,7 +114,6 @@ export class OpencodeAdapter implements ToolsBackend {
     });
     this.staleTurns = staleTurns;
     const startWorkerIfBehind = (session: Session, turn: Turn) => this.startWorkerIfBehind(session, turn);
-    const open = (state: SessionState) => this.open(state);
     this.admission = new Admission({
       ...{ memory, config, projectId, sessions, lease, jobs, records, outcomes, rewinds, staleTurns, transcript },
       ...{ clock, diagnostics, open, startWorkerIfBehind },
@@ -265,15 +267,12 @@ export class OpencodeAdapter implements ToolsBackend {
         }
         case "busy": {
           const state = this.sessions.get(hostEvent.hostSessionId);
-          if (state) {
-            state.busy = true;
-            state.idleSince = undefined;
-          }
+          if (state) this.outcomes.onBusy(state);
           return;
         }
         case "updated": {
           const state = this.sessions.get(hostEvent.hostSessionId);
-          if (state) state.revertStaged = hostEvent.revertTo;
+          if (state) this.rewinds.onRevertStaged(state, hostEvent.revertTo);
           return;
         }
         case "removed":
@@ -381,9 +380,8 @@ export class OpencodeAdapter implements ToolsBackend {
     if (state) {
       // The process state goes in the session's order of work: a job queued before the delete still finds it.
       this.jobs.enqueue(state, "lifecycle", async () => {
-        this.lease.stopRenewing(state);
+        this.lease.forget(state);
         this.clock.clear(state.idleCheck?.timer);
-        state.lease = undefined;
         this.records.dropSession(hostSessionId);
         this.sessions.delete(hostSessionId);
       });
@@ -392,47 +390,6 @@ export class OpencodeAdapter implements ToolsBackend {
     const log = (message: string) => this.diagnostics.log("info", message);
     const problem = (error: unknown) => this.problem("delete", hostSessionId, error);
     void onSessionDeleted({ memory: this.memory, host: HOST, mode, log, problem }, hostSessionId, pending);
-  }
-
-  /** The session in memory, opened once per process (with its parent and scope); undefined when it cannot be. */
-  private async open(state: SessionState): Promise<Session | undefined> {
-    if (state.session) return state.session;
-    state.opening ??= (async () => {
-      try {
-        const scope = this.config.plugin.scope;
-        // Asked beside the rest: `chat.message` waits for this open. A session created in this process has no problem
-        // recorded yet: not asked (in `opencode run` the lookup needed a second pool connection inside chat.message).
-        const rewrittenLookup = this.sessions.createdHere(state.hostSessionId)
-          ? Promise.resolve(undefined)
-          : this.memory.host.findProblem(HOST, state.hostSessionId, "HISTORY_REWRITTEN");
-        rewrittenLookup.catch(() => {});
-        // A session created in this process says whether it has a parent (`session.created`): no client round trip.
-        const parentHost =
-          this.sessions.parentOf(state.hostSessionId) ??
-          (this.sessions.isRoot(state.hostSessionId)
-            ? undefined
-            : await this.lookups.parentOf(state.hostSessionId).catch(() => undefined));
-        const parent = parentHost ? await this.memory.host.findSession(HOST, parentHost) : undefined;
-        const session = await this.memory.openSession({
-          host: HOST,
-          hostSessionId: state.hostSessionId,
-          projectId: this.projectId,
-          ...(scope.startsWith("profile:") ? { scopeId: scope } : {}),
-          ...(scope === "isolated" ? { sharing: "isolated" as const } : {}),
-          ...(parent ? { parentSessionId: parent.sessionId } : {}),
-        });
-        const rewritten = await rewrittenLookup;
-        if (rewritten) state.disabled = rewritten.message;
-        state.session = session;
-        return session;
-      } catch (error) {
-        await this.problem("open", state.hostSessionId, error);
-        return undefined;
-      } finally {
-        state.opening = undefined;
-      }
-    })();
-    return await state.opening;
   }
 
   /** Starts a waiting embedded worker when the turn's memory will wait for summaries (EmbeddedWorker.onRequest). */

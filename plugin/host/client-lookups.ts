@@ -1,6 +1,15 @@
 import type { PluginInput } from "@opencode-ai/plugin";
 import type { HostMessage } from "../opencode/messages.js";
-import type { HostLookups } from "./adapter.js";
+
+/** What the adapter needs from OpenCode beyond hook arguments (absent when the client does not answer). */
+export interface HostLookups {
+  /** The parent session of a host session, when it is a subagent's. */
+  parentOf(hostSessionId: string): Promise<string | undefined>;
+  /** A model's context and output limits, in tokens. */
+  modelLimits(providerId: string, modelId: string): Promise<{ context: number; output: number } | undefined>;
+  /** OpenCode's stored transcript of a session, oldest first (the host transcript is the source, seed 000 §3). */
+  transcript(hostSessionId: string): Promise<HostMessage[] | undefined>;
+}
 
 /** How long a hook waits for one OpenCode client lookup before going on without it. */
 const LOOKUP_TIMEOUT_MS = 2_000;

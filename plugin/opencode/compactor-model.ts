@@ -77,6 +77,28 @@ export type Resolution =
   | { readonly type: "none"; readonly reason: string }
   | { readonly type: "unanswered" };
 
+/** The summarizer settings for `model` of `provider` (OpenCode's own base URL and key for it) in `family`. */
+function settingsFor(family: string, model: string, provider: ProviderInfo, core: Config): SummarizerSettings {
+  const entry = provider.models?.[model];
+  const url = stringOr(provider.options?.baseURL) || entry?.api?.url || "";
+  return {
+    summarizer: family,
+    model: entry?.api?.id || model,
+    url: url.replace(/\/+$/, ""),
+    apiKey: stringOr(provider.options?.apiKey) || provider.key || "",
+    standardKeys: {},
+    timeoutMs: core.summarizerTimeoutMs,
+    windowTokens: core.summarizerWindowTokens || entry?.limit?.context || 0,
+  };
+}
+
+/** Why these settings cannot be called (no base URL, no key), or undefined. */
+function unusable(settings: SummarizerSettings): string | undefined {
+  if (settings.summarizer === "openai-compatible" && !settings.url) return "it has no baseURL";
+  if (settings.summarizer !== "openai-compatible" && !settings.apiKey) return "OpenCode has no key for it";
+  return undefined;
+}
+
 /**
  * Reads OpenCode's configuration once and picks the compactor model. Pure apart from the two lookups.
  */
@@ -89,24 +111,7 @@ export async function resolveFromOpencode(source: OpencodeConfigSource, core: Co
   const listed = (providersAnswer as { data?: { providers?: ProviderInfo[]; default?: Record<string, string> } })?.data;
   if (!config || !listed?.providers) return { type: "unanswered" };
   const providers = listed.providers;
-  const base = (family: string, model: string, provider: ProviderInfo): SummarizerSettings => {
-    const entry = provider.models?.[model];
-    const url = stringOr(provider.options?.baseURL) || entry?.api?.url || "";
-    return {
-      summarizer: family,
-      model: entry?.api?.id || model,
-      url: url.replace(/\/+$/, ""),
-      apiKey: stringOr(provider.options?.apiKey) || provider.key || "",
-      standardKeys: {},
-      timeoutMs: core.summarizerTimeoutMs,
-      windowTokens: core.summarizerWindowTokens || entry?.limit?.context || 0,
-    };
-  };
-  const usable = (settings: SummarizerSettings): string | undefined => {
-    if (settings.summarizer === "openai-compatible" && !settings.url) return "it has no baseURL";
-    if (settings.summarizer !== "openai-compatible" && !settings.apiKey) return "OpenCode has no key for it";
-    return undefined;
-  };
+  const base = (family: string, model: string, provider: ProviderInfo) => settingsFor(family, model, provider, core);
   const reasons: string[] = [];
 
   const small = splitModel(config.small_model);
@@ -118,7 +123,7 @@ export async function resolveFromOpencode(source: OpencodeConfigSource, core: Co
       reasons.push(`small_model ${config.small_model}: optchat cannot call ${packageOf(provider, small.model)}`);
     else {
       const settings = base(family, small.model, provider);
-      const problem = usable(settings);
+      const problem = unusable(settings);
       if (!problem) return { type: "found", settings, from: `small_model ${config.small_model}` };
       reasons.push(`small_model ${config.small_model}: ${problem}`);
     }
@@ -134,7 +139,7 @@ export async function resolveFromOpencode(source: OpencodeConfigSource, core: Co
     else {
       const model = CHEAP_DEFAULTS[family] ?? cheaperListed(provider, main.model) ?? main.model;
       const settings = base(family, model, provider);
-      const problem = usable(settings);
+      const problem = unusable(settings);
       const from =
         model === main.model
           ? `the main model ${main.provider}/${model} (the provider lists no cheaper model; set small_model in opencode.json or OPTCHAT_SUMMARIZER_MODEL to summarize with a cheaper one)`

@@ -97,15 +97,7 @@ export function sessionHistory(messages: readonly HostMessage[]): SessionHistory
       if (!busy) {
         for (const turn of open()) turn.outcome = turn.unfinished ? "interrupted" : (turn.ending ?? "interrupted");
       }
-      const query = requestQuery(message.parts);
-      const turn: OpenTurn = {
-        turnId: info.id,
-        query: query || undefined,
-        messages: [{ messageId: info.id, at: created, drafts: userRecordDrafts(info, message.parts) }],
-        ending: undefined,
-        outcome: undefined,
-        unfinished: false,
-      };
+      const turn = promptTurn(message);
       turns.push(turn);
       turnOfMessage.set(info.id, turn);
       continue;
@@ -116,21 +108,9 @@ export function sessionHistory(messages: readonly HostMessage[]): SessionHistory
       notStored.outsideTurns += 1;
       continue;
     }
-    const step = stepOutcome(info);
-    if (!step.final) {
-      notStored.unfinishedSteps += 1;
-      turn.unfinished = true;
-      continue;
-    }
-    turn.messages.push({
-      messageId: info.id,
-      at: info.time?.completed,
-      drafts: assistantRecordDrafts(info, message.parts),
-    });
-    if (step.terminal) {
-      turn.ending = step.outcome;
-      finishUpTo(turn.turnId, step.outcome);
-    }
+    const ending = addStep(turn, message);
+    if (ending === "unfinished") notStored.unfinishedSteps += 1;
+    else if (ending) finishUpTo(turn.turnId, ending);
   }
   for (const turn of open()) turn.outcome = turn.unfinished ? "interrupted" : (turn.ending ?? "interrupted");
   return {
@@ -142,6 +122,41 @@ export function sessionHistory(messages: readonly HostMessage[]): SessionHistory
     })),
     notStored,
   };
+}
+
+/** A prompt's turn, its user record its first message. */
+function promptTurn(message: HostMessage): OpenTurn {
+  const { info } = message;
+  const query = requestQuery(message.parts);
+  return {
+    turnId: info.id,
+    query: query || undefined,
+    messages: [{ messageId: info.id, at: info.time?.created, drafts: userRecordDrafts(info, message.parts) }],
+    ending: undefined,
+    outcome: undefined,
+    unfinished: false,
+  };
+}
+
+/**
+ * An assistant step of `turn`: a finished one's records join the turn, a terminal one sets its ending (returned: it
+ * also ends every earlier open turn); "unfinished" for a step never completed (its process was stopped).
+ */
+function addStep(turn: OpenTurn, message: HostMessage): TurnOutcome | "unfinished" | undefined {
+  const { info } = message;
+  const step = stepOutcome(info);
+  if (!step.final) {
+    turn.unfinished = true;
+    return "unfinished";
+  }
+  turn.messages.push({
+    messageId: info.id,
+    at: info.time?.completed,
+    drafts: assistantRecordDrafts(info, message.parts),
+  });
+  if (!step.terminal) return undefined;
+  turn.ending = step.outcome;
+  return step.outcome;
 }
 
 /**

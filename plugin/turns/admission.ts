@@ -63,17 +63,10 @@ export class Admission {
     state.admitting += 1;
     // One admission at a time per session, in the order OpenCode called the hook: prompts queued during a tool loop
     // are admitted concurrently, and the memory's turn order (boundaries, publication order) must be the host's.
-    const previous = state.admissions;
-    let admitted!: () => void;
-    state.admissions = new Promise<void>((resolve) => {
-      admitted = resolve;
-    });
     try {
-      await previous;
-      await this.admitCounted(state, message, parts);
+      await state.admissions.run(() => this.admitCounted(state, message, parts));
     } finally {
       state.admitting -= 1;
-      admitted();
     }
   }
 
@@ -91,9 +84,20 @@ export class Admission {
     const session = await this.deps.open(state);
     if (!session) return;
     // Refusals propagate (the prompt must not run); anything else is recorded and the turn runs without memory.
-    await this.deps.lease.claim(state, session);
-    state.claimRefused = undefined;
+    await this.claim(state, session, false);
     this.queueAdmission(state, message, parts, async () => session);
+  }
+
+  /**
+   * The session's lease for this admission (plugin/turns/lease.ts); a refusal is thrown. When another process drove
+   * the session since this process's last claim, its records and unfinished turns are not in this process's view, and
+   * its requests did not carry this process's cache epoch: all three are read afresh.
+   */
+  private async claim(state: SessionState, session: Session, deferred: boolean): Promise<void> {
+    if (!(await this.deps.lease.claim(state, session, deferred))) return;
+    state.seqsLoaded = false;
+    state.reconciled = false;
+    state.request.forgetEpoch();
   }
 
   /**
@@ -105,24 +109,20 @@ export class Admission {
    */
   private claimsLater(state: SessionState): boolean {
     return (
-      state.lastFence === undefined &&
-      !state.claimDeferred &&
+      state.lease.lastFence === undefined &&
+      !state.lease.claimDeferred &&
       this.deps.sessions.createdRecently(state.hostSessionId, this.deps.clock.now(), CLAIM_LATER_WITHIN_MS)
     );
   }
 
   private admitBeforeClaim(state: SessionState, message: HostMessageInfo, parts: readonly HostPart[]): void {
-    state.claimDeferred = true;
+    this.deps.lease.deferFirstClaim(state);
     this.queueAdmission(state, message, parts, async () => {
       const session = await this.deps.open(state);
       // As when chat.message opens it: the problem is recorded, and the turn runs without memory.
       if (!session) return undefined;
-      try {
-        await this.deps.lease.claim(state, session);
-      } catch (error) {
-        if (error instanceof PromptRefused) state.claimRefused = error.message;
-        throw error;
-      }
+      // A refusal is kept by the lease for the turn's requests to raise.
+      await this.claim(state, session, true);
       return session;
     });
   }
@@ -151,18 +151,16 @@ export class Admission {
         state.turnOfMessage.delete(turn.turnId);
       }
     };
-    const admission = state.queue
-      .then(async () => {
+    turn.admission = jobs.runOnce(state, async () => {
+      try {
         const session = await claimed();
         if (session) await this.admitInMemory(state, session, turn, stopped, message, parts);
         else forget();
-      })
-      .catch(async (error) => {
+      } catch (error) {
         forget();
         await diagnostics.problem(error instanceof PromptRefused ? "lease" : "admit", state.hostSessionId, error);
-      });
-    turn.admission = admission;
-    state.queue = admission;
+      }
+    });
     // The user record is the session's next job, not part of the admission: the request does not wait for it (its
     // message is at the turn's boundary, never replaced), and as a job it is retried and flushed at close like every
     // other record.
@@ -186,20 +184,14 @@ export class Admission {
     const started = performance.now();
     // A session claimed for the first time (its lease's first fence) may be a fork holding copies of its parent's
     // messages: its history then starts with the parent's (plugin/turns/fork-inherit.ts).
-    const inherited = state.lastFence === 1 && (await this.inheritFork(state, session, message.id));
-    if (!inherited && state.lastFence === 1 && this.deps.sessions.createdHere(state.hostSessionId)) {
+    const inherited = state.lease.lastFence === 1 && (await this.inheritFork(state, session, message.id));
+    if (!inherited && state.lease.lastFence === 1 && this.deps.sessions.createdHere(state.hostSessionId)) {
       // Created in this process and never claimed before: no process left a turn or a record in it, so there is
       // nothing to reconcile or load (two round trips less before the first request).
       state.reconciled = true;
       state.seqsLoaded = true;
     }
-    if (state.revertStaged) {
-      // This prompt commits the staged revert (facts: `message.removed` follows, maybe after this admission): the
-      // session's history is rewound first, so the turn is admitted in the new generation.
-      state.removed.add(state.revertStaged);
-      state.revertStaged = undefined;
-      await this.deps.rewinds.rewind(state, session);
-    }
+    await this.deps.rewinds.commitStagedRevert(state, session);
     await this.deps.staleTurns.reconcile(state, session);
     if (stopped.length > 0) {
       await this.deps.outcomes

@@ -1,13 +1,32 @@
 import { readFileSync } from "node:fs";
 import { hostname } from "node:os";
 import type { Memory, Session } from "../../src/memory/index.js";
-import type { Clock } from "../base/clock.js";
+import type { Clock, Timer } from "../base/clock.js";
 import type { Diagnostics } from "../base/diagnostics.js";
 import { HOST } from "../base/identity.js";
 import { PromptRefused } from "../base/prompt-refused.js";
-import type { SessionState } from "./session-state.js";
+import { SerialQueue } from "../base/serial-queue.js";
+import type { LeaseView, SessionState } from "./session-state.js";
 
 export { PromptRefused } from "../base/prompt-refused.js";
+
+/**
+ * A session's lease slice: written only here, by LeaseKeeper; every other part reads it as `LeaseView`
+ * (plugin/turns/session-state.ts).
+ */
+export class LeaseSlice implements LeaseView {
+  held: { fence: number; timer: Timer | undefined } | undefined = undefined;
+  lastFence: number | undefined = undefined;
+  claimDeferred = false;
+  claimRefused: string | undefined = undefined;
+  /**
+   * The session's claims and releases, one after the other in the order they were asked: a claim that overtook this
+   * process's own release (on another pool connection) would be expired by it.
+   */
+  readonly calls = new SerialQueue();
+}
+
+const slice = (state: SessionState): LeaseSlice => state.lease as LeaseSlice;
 
 /**
  * A session's lease (seed 000 §13): one OpenCode process drives a session at a time. Claimed at each admission, renewed
@@ -25,49 +44,58 @@ export class LeaseKeeper {
 
   /**
    * Claims the session for this process at an admission; throws PromptRefused when a live process holds it. A database
-   * failure is recorded and the prompt runs natively.
+   * failure is recorded and the prompt runs natively. `deferred`: the claim runs after `chat.message` returned
+   * (plugin/turns/admission.ts `claimsLater`), so a refusal is kept for the turn's requests to raise. True when another
+   * process drove the session since this process's last claim (its fence jumped): what this process knows of the
+   * session's records, turns and cache epoch is then out of date.
    */
-  async claim(state: SessionState, session: Session): Promise<void> {
+  async claim(state: SessionState, session: Session, deferred = false): Promise<boolean> {
+    const lease = slice(state);
+    const claim = await lease.calls.run(() => this.claimCalls(state, session));
+    if (claim && !claim.acquired) {
+      const seconds = Math.max(0, Math.ceil((claim.expiresAt.getTime() - this.clock.now()) / 1000));
+      const refused = new PromptRefused(
+        `optchat: session ${state.hostSessionId} is being driven by another OpenCode process (${claim.holder}); two processes prompting one session make OpenCode 1.18.33 loop. Wait for its turn to end (its claim expires in ${seconds} s unless renewed), or continue in that process. Setting: OPTCHAT_LEASE_SECONDS.`,
+      );
+      if (deferred) lease.claimRefused = refused.message;
+      throw refused;
+    }
+    lease.claimRefused = undefined;
+    if (!claim) return false;
+    const drivenElsewhere = lease.lastFence !== undefined && claim.fence > lease.lastFence + 1;
+    lease.lastFence = claim.fence;
+    if (lease.held?.fence !== claim.fence) {
+      this.clock.clear(lease.held?.timer);
+      lease.held = { fence: claim.fence, timer: this.renewEvery(state, session) };
+    }
+    return drivenElsewhere;
+  }
+
+  /** The first claim of the session is made after `chat.message` returns (plugin/turns/admission.ts `claimsLater`). */
+  deferFirstClaim(state: SessionState): void {
+    slice(state).claimDeferred = true;
+  }
+
+  /** The claim's round trips: undefined when the database failed (recorded; the prompt runs natively). */
+  private async claimCalls(state: SessionState, session: Session) {
     const ttlMs = this.ttlMs;
-    let claim: Awaited<ReturnType<Memory["host"]["claimLease"]>>;
-    // A claim that overtook this process's own release (another pool connection) would be expired by it.
-    await state.releasing;
+    const ask = (takeOverFrom?: string) =>
+      this.memory.host.claimLease({
+        sessionId: session.sessionId,
+        holder: this.holder,
+        ttlMs,
+        ...(takeOverFrom ? { takeOverFrom } : {}),
+      });
     try {
-      claim = await this.memory.host.claimLease({ sessionId: session.sessionId, holder: this.holder, ttlMs });
-      if (!claim.acquired && claim.expiresAt.getTime() <= this.clock.now()) {
-        // Released between the claim and the read of who holds it: free now.
-        claim = await this.memory.host.claimLease({ sessionId: session.sessionId, holder: this.holder, ttlMs });
-      }
-      if (!claim.acquired && holderIsDead(claim.holder)) {
-        claim = await this.memory.host.claimLease({
-          sessionId: session.sessionId,
-          holder: this.holder,
-          ttlMs,
-          takeOverFrom: claim.holder,
-        });
-      }
+      let claim = await ask();
+      // Released between the claim and the read of who holds it: free now.
+      if (!claim.acquired && claim.expiresAt.getTime() <= this.clock.now()) claim = await ask();
+      if (!claim.acquired && holderIsDead(claim.holder)) claim = await ask(claim.holder);
+      return claim;
     } catch (error) {
       // Without the database there is no memory either; the prompt runs natively and the problem is recorded.
       await this.diagnostics.problem("lease", state.hostSessionId, error);
-      return;
-    }
-    if (!claim.acquired) {
-      const seconds = Math.max(0, Math.ceil((claim.expiresAt.getTime() - this.clock.now()) / 1000));
-      throw new PromptRefused(
-        `optchat: session ${state.hostSessionId} is being driven by another OpenCode process (${claim.holder}); two processes prompting one session make OpenCode 1.18.33 loop. Wait for its turn to end (its claim expires in ${seconds} s unless renewed), or continue in that process. Setting: OPTCHAT_LEASE_SECONDS.`,
-      );
-    }
-    if (state.lastFence !== undefined && claim.fence > state.lastFence + 1) {
-      // Another process drove this session since: its records and unfinished turns are not in this process's view.
-      state.seqsLoaded = false;
-      state.reconciled = false;
-      // Its requests did not carry this process's cache epoch: the next request renders the memory afresh.
-      state.request.forgetEpoch();
-    }
-    state.lastFence = claim.fence;
-    if (state.lease?.fence !== claim.fence) {
-      this.clock.clear(state.lease?.timer);
-      state.lease = { fence: claim.fence, timer: this.renewEvery(state, session) };
+      return undefined;
     }
   }
 
@@ -75,15 +103,16 @@ export class LeaseKeeper {
   private renewEvery(state: SessionState, session: Session) {
     const ttlMs = this.ttlMs;
     return this.clock.setInterval(() => {
-      const fence = state.lease?.fence;
+      const lease = slice(state);
+      const fence = lease.held?.fence;
       if (fence === undefined) return;
       this.memory.host
         .renewLease({ sessionId: session.sessionId, holder: this.holder, fence, ttlMs })
         .then((held) => {
           // A newer claim may have replaced this lease while the renewal was on its way: leave that one alone.
-          if (held || state.lease?.fence !== fence) return;
-          this.clock.clear(state.lease?.timer);
-          state.lease = undefined;
+          if (held || lease.held?.fence !== fence) return;
+          this.clock.clear(lease.held?.timer);
+          lease.held = undefined;
           void this.diagnostics.problem(
             "lease",
             state.hostSessionId,
@@ -96,25 +125,30 @@ export class LeaseKeeper {
 
   /** Releases the lease once the session has no open turn and no admission under way; otherwise leaves it held. */
   async release(state: SessionState): Promise<void> {
-    const lease = state.lease;
-    if (!lease || !state.session) return;
+    const lease = slice(state);
+    const held = lease.held;
+    const session = state.session;
+    if (!held || !session) return;
     if (state.admitting > 0 || [...state.turns.values()].some((t) => !t.finished)) return;
-    this.clock.clear(lease.timer);
-    state.lease = undefined;
-    const releasing = this.memory.host
-      .releaseLease({ sessionId: state.session.sessionId, holder: this.holder, fence: lease.fence })
-      .then(
+    this.clock.clear(held.timer);
+    lease.held = undefined;
+    await lease.calls.run(() =>
+      this.memory.host.releaseLease({ sessionId: session.sessionId, holder: this.holder, fence: held.fence }).then(
         () => undefined,
         (error) => this.diagnostics.problem("lease", state.hostSessionId, error),
-      );
-    state.releasing = releasing;
-    await releasing;
-    if (state.releasing === releasing) state.releasing = undefined;
+      ),
+    );
   }
 
   /** Stops renewing (the claim then expires by itself): a timer must not outlive the pool it renews through. */
   stopRenewing(state: SessionState): void {
-    this.clock.clear(state.lease?.timer);
+    this.clock.clear(slice(state).held?.timer);
+  }
+
+  /** The session was deleted: its lease is no longer renewed nor released by this process. */
+  forget(state: SessionState): void {
+    this.stopRenewing(state);
+    slice(state).held = undefined;
   }
 }
 

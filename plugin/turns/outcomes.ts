@@ -64,6 +64,12 @@ export class TurnOutcomes {
     });
   }
 
+  /** `session.status` busy (or retrying) of a session this process drives: the next idle decides its turns. */
+  onBusy(state: SessionState): void {
+    state.busy = true;
+    state.idleSince = undefined;
+  }
+
   /** `session.status` idle (or `session.idle`) of a session this process drives. */
   onIdle(state: SessionState): void {
     state.idleSince ??= this.deps.clock.now();

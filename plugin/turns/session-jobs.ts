@@ -25,10 +25,10 @@ export class SessionJobs {
    * their first value, admission and lease release are repeatable), so one that fails on anything but an optchat error
    * other than DATABASE_UNAVAILABLE (the database restarting, a dropped connection) runs again after
    * JOB_RETRY_DELAYS_MS: a short outage loses no record and no outcome. Later jobs of the session wait meanwhile, in
-   * order.
+   * order. Returns the job's completion (it never rejects).
    */
-  enqueue(state: SessionState, operation: string, work: (session: Session) => Promise<void>): void {
-    state.queue = state.queue.then(async () => {
+  enqueue(state: SessionState, operation: string, work: (session: Session) => Promise<void>): Promise<void> {
+    return state.work.run(async () => {
       for (let attempt = 0; ; attempt++) {
         try {
           const session = state.session ?? (await this.open(state));
@@ -50,6 +50,14 @@ export class SessionJobs {
         }
       }
     });
+  }
+
+  /**
+   * Appends a job that is not retried and does not need the session opened first (an admission's queued part,
+   * plugin/turns/admission.ts): its result or failure is the caller's.
+   */
+  runOnce<T>(state: SessionState, work: () => Promise<T>): Promise<T> {
+    return state.work.run(work);
   }
 
   /** From now on a failing job records its problem at once instead of waiting to retry (the process is closing). */

@@ -27,8 +27,26 @@ export class SessionRewinds {
       return;
     }
     state.removed.add(messageId);
-    this.jobs.enqueue(state, "rewind", (session) => this.rewind(state, session));
-    state.rewinding = state.queue;
+    state.rewinding = this.jobs.enqueue(state, "rewind", (session) => this.rewind(state, session));
+  }
+
+  /**
+   * `session.updated` with (or without) `info.revert`: a revert staged in this process goes back to `revertTo`, and the
+   * next prompt commits it (`commitStagedRevert`); undefined when it was undone.
+   */
+  onRevertStaged(state: SessionState, revertTo: string | undefined): void {
+    state.revertStaged = revertTo;
+  }
+
+  /**
+   * At a prompt's admission: the prompt commits the staged revert (facts: `message.removed` follows, maybe after this
+   * admission), so the session's history is rewound first and the turn is admitted in the new generation.
+   */
+  async commitStagedRevert(state: SessionState, session: Session): Promise<void> {
+    if (!state.revertStaged) return;
+    state.removed.add(state.revertStaged);
+    state.revertStaged = undefined;
+    await this.rewind(state, session);
   }
 
   /** Rewinds the session past every removed message not yet taken into account; idempotent. */

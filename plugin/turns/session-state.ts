@@ -1,10 +1,15 @@
 import type { Session, Turn } from "../../src/memory/index.js";
 import type { Timer } from "../base/clock.js";
+import { SerialQueue } from "../base/serial-queue.js";
+import { LeaseSlice } from "./lease.js";
 
 /**
- * What the adapter knows of a host session in this process: its turns (the state machine of plugin/turns/tracking.ts),
- * its lease, its serial work queue, and what its requests were built from. One object per session, owned by the
- * adapter; every part of plugin/ that works on a session gets it passed in.
+ * What the adapter knows of a host session in this process, in slices, each written by one part and read by the
+ * others through a view: its requests (`request`, plugin/request/slice.ts), its lease (`lease`, plugin/turns/lease.ts),
+ * its serial work (`work`, plugin/turns/session-jobs.ts), its admissions (`admissions`, plugin/turns/admission.ts), and
+ * its turns (the rest: the state machine of plugin/turns/tracking.ts, kept by plugin/turns/ alone). One object per
+ * session, made by plugin/turns/sessions.ts; every part of plugin/ that works on a session gets it passed in. No
+ * promise is kept as a lock: what must not overlap goes through a SerialQueue (plugin/base/serial-queue.ts).
  */
 export interface OpenTurn {
   readonly turnId: string;
@@ -36,16 +41,38 @@ export interface RequestSliceView {
   forgetEpoch(): void;
 }
 
+/** What the other parts may read of a session's lease slice (written by plugin/turns/lease.ts `LeaseKeeper` alone). */
+export interface LeaseView {
+  /** The lease this process holds, renewed by its timer; undefined when it holds none. */
+  readonly held: { readonly fence: number; readonly timer: Timer | undefined } | undefined;
+  /** The fence of this process's last claim: a jump means another process drove the session in between. */
+  readonly lastFence: number | undefined;
+  /** The session's first claim was made after its `chat.message` returned (plugin/turns/admission.ts `claimsLater`). */
+  readonly claimDeferred: boolean;
+  /** That claim was refused: the turn runs without memory and its requests raise this (then the next claim decides). */
+  readonly claimRefused: string | undefined;
+}
+
 export interface SessionState {
   readonly hostSessionId: string;
   /** Owned by plugin/request/ (slice.ts): what the session's requests were built from. */
   readonly request: RequestSliceView;
+  /** Owned by plugin/turns/lease.ts: the session's lease in this process. */
+  readonly lease: LeaseView;
+  /**
+   * Serial work for this session (ingestion, outcomes, rewinds, admissions' queued part; plugin/turns/session-jobs.ts):
+   * OpenCode does not wait for the event hook, so its jobs must not overtake each other.
+   */
+  readonly work: SerialQueue;
+  /** Settles once the work queued so far has run (the same promise while nothing new is queued); never rejects. */
+  readonly queue: Promise<void>;
+  /** One admission at a time, in the order OpenCode called `chat.message` (calls overlap for queued prompts). */
+  readonly admissions: SerialQueue;
+  /** As `lease.claimRefused`, for the request transform. */
+  readonly claimRefused: string | undefined;
   session: Session | undefined;
+  /** The open under way (plugin/host/adapter.ts `open`): concurrent callers share its result, not a lock. */
   opening: Promise<Session | undefined> | undefined;
-  /** Serial work for this session (ingestion, finishing): OpenCode does not wait for the event hook. */
-  queue: Promise<void>;
-  /** The last admission of this session: the next one waits for it (chat.message calls overlap for queued prompts). */
-  admissions: Promise<void>;
   /** Turns admitted by this process, by the user message that opened them, in admission order. */
   readonly turns: Map<string, OpenTurn>;
   /** User message → the turn it belongs to (a turn's own message, or a continuation's synthetic one). */
@@ -59,15 +86,7 @@ export interface SessionState {
   readonly seqs: Map<string, number>;
   seqsLoaded: boolean;
   readonly ingested: Set<string>;
-  lease: { fence: number; timer: Timer | undefined } | undefined;
-  /** A release on its way to the database: the next claim waits for it (it could otherwise land after the claim). */
-  releasing: Promise<void> | undefined;
-  /** The fence of this process's last claim: a jump means another process drove the session in between. */
-  lastFence: number | undefined;
-  /** The session's first claim was made after its `chat.message` returned (plugin/turns/admission.ts `claimsLater`). */
-  claimDeferred: boolean;
-  /** That claim was refused: the turn runs without memory and its requests raise this (then the next claim decides). */
-  claimRefused: string | undefined;
+  /** Admissions under way (plugin/turns/admission.ts): the lease is not released meanwhile. */
   admitting: number;
   reconciled: boolean;
   /** Set when the memory cannot serve this session (history rewritten by a revert); the reason is shown in inspect. */
@@ -77,7 +96,7 @@ export interface SessionState {
    * while any is here, no request of the session gets memory (it would still hold their records).
    */
   readonly removed: Set<string>;
-  /** The rewind job queued for `removed`, which a request waits for before it reads memory. */
+  /** The rewind job queued for `removed` (its completion, not a lock), which a request waits for before it reads memory. */
   rewinding: Promise<void> | undefined;
   /**
    * The message a staged revert goes back to (`session.updated` with `info.revert`, seen when the revert was made in
@@ -93,24 +112,28 @@ export interface SessionState {
 
 /** A session seen for the first time in this process. */
 export function newSessionState(hostSessionId: string, request: RequestSliceView): SessionState {
+  const lease = new LeaseSlice();
+  const work = new SerialQueue();
   return {
     hostSessionId,
     request,
+    lease,
+    work,
+    get queue() {
+      return work.idle();
+    },
+    admissions: new SerialQueue(),
+    get claimRefused() {
+      return lease.claimRefused;
+    },
     session: undefined,
     opening: undefined,
-    queue: Promise.resolve(),
-    admissions: Promise.resolve(),
     turns: new Map(),
     turnOfMessage: new Map(),
     pinned: new Map(),
     seqs: new Map(),
     seqsLoaded: false,
     ingested: new Set(),
-    lease: undefined,
-    releasing: undefined,
-    lastFence: undefined,
-    claimDeferred: false,
-    claimRefused: undefined,
     admitting: 0,
     reconciled: false,
     disabled: undefined,

@@ -1,18 +1,10 @@
 import { homedir } from "node:os";
-import { isAbsolute } from "node:path";
-import { z } from "zod";
+import type { z } from "zod";
 import type { BudgetSettings } from "../compactor/budget.js";
 import { type PriceTable, parsePriceOverrides, priceTable } from "../compactor/prices.js";
-import {
-  AUTO,
-  providerNamed,
-  SUMMARIZER_NAMES,
-  type SummarizerSettings,
-  summarizerProblems,
-} from "../compactor/registry.js";
+import { type SummarizerSettings, summarizerProblems } from "../compactor/registry.js";
 import { OptchatError } from "../core/errors.js";
 import type { FoldParams } from "../core/fold.js";
-import { nearest } from "../core/suggest.js";
 import {
   type EmbeddedSettings,
   embeddedSettings,
@@ -21,281 +13,12 @@ import {
   type PlatformFacts,
   socketPathOf,
 } from "../embedded/paths.js";
+import { SETTINGS, type SettingName, settingsSchema } from "./settings.js";
 
-/**
- * Every setting, with its environment variable. Resolved once by `resolveConfig` into a frozen object that is passed
- * explicitly; nothing else reads the environment. docs/configuration.md is generated from it (npm run docs:config).
- */
-export const SETTINGS = {
-  databaseUrl: {
-    env: "DATABASE_URL",
-    default: "",
-    accepted:
-      "empty (the embedded server: optchat starts its own PostgreSQL in OPTCHAT_DATA_DIR; docs/database.md) or a postgres:// or postgresql:// URL naming a database (created by `optchat migrate` if missing)",
-  },
-  dataDir: {
-    env: "OPTCHAT_DATA_DIR",
-    default: "",
-    accepted:
-      "empty ($XDG_DATA_HOME/optchat or ~/.local/share/optchat on Linux, ~/Library/Application Support/optchat on macOS, /var/lib/optchat as root) or an absolute directory: where the embedded server keeps its cluster (unused when DATABASE_URL is set)",
-  },
-  socketDir: {
-    env: "OPTCHAT_SOCKET_DIR",
-    default: "",
-    accepted:
-      "empty ($XDG_RUNTIME_DIR/optchat-<tag>, else /tmp/optchat-<uid>-<tag>; <tag> a hash of OPTCHAT_DATA_DIR) or an absolute directory short enough for a Unix socket path (103 bytes with /.s.PGSQL.5432): the embedded server's only way in, made mode 0700",
-  },
-  legacyDatabaseUrl: {
-    env: "OPTCHAT_LEGACY_DATABASE_URL",
-    default: "postgres://postgres@127.0.0.1:5432/optchat",
-    accepted:
-      "a postgres:// URL or empty: with DATABASE_URL empty and no embedded cluster yet, a database there that holds optchat's memory (the default of versions before the embedded server) is kept in use, said once; empty: never look",
-  },
-  embeddedIdleSeconds: {
-    env: "OPTCHAT_EMBEDDED_IDLE_SECONDS",
-    default: 300,
-    accepted:
-      "an integer from 2 to 604800: the embedded server stops (fast shutdown) after this long with no client connected; the next optchat process starts it again",
-  },
-  poolSize: {
-    env: "OPTCHAT_POOL_SIZE",
-    default: 10,
-    accepted: "an integer from 1 to 100 (connections per process)",
-  },
-  statementTimeoutMs: {
-    env: "OPTCHAT_STATEMENT_TIMEOUT_MS",
-    default: 30_000,
-    accepted: "an integer from 0 to 3600000 milliseconds (0 disables the timeout)",
-  },
-  databaseRetryMs: {
-    env: "OPTCHAT_DATABASE_RETRY_MS",
-    default: 10_000,
-    accepted:
-      "an integer from 0 to 600000 milliseconds: how long a service call that is safe to repeat keeps retrying while PostgreSQL is unreachable (restarting, connection dropped) before failing with DATABASE_UNAVAILABLE (0: fail at once)",
-  },
-  viewBytes: {
-    env: "OPTCHAT_VIEW_BYTES",
-    default: 128_000,
-    accepted: "an integer from 1024 to 10000000: the size a session's persisted view is kept under (seed 002: 128,000)",
-  },
-  viewLowerBytes: {
-    env: "OPTCHAT_VIEW_LOWER_BYTES",
-    default: 0,
-    accepted:
-      "0 (the same as OPTCHAT_VIEW_BYTES) or an integer from 1024 up to OPTCHAT_VIEW_BYTES: once over the upper size, the view shrinks down to this",
-  },
-  sharedViewBytes: {
-    env: "OPTCHAT_SHARED_VIEW_BYTES",
-    default: 32_000,
-    accepted:
-      "an integer from 1024 to 10000000: the size the shared view (other sessions' published turns, sent with every request of every session of the scope) is kept under; older turns beyond it are read as merged summaries",
-  },
-  sharedViewLowerBytes: {
-    env: "OPTCHAT_SHARED_VIEW_LOWER_BYTES",
-    default: 0,
-    accepted:
-      "0 (three quarters of OPTCHAT_SHARED_VIEW_BYTES) or an integer from 1024 up to OPTCHAT_SHARED_VIEW_BYTES: once over the upper size, the shared view shrinks down to this (the gap is how many publications append before the cached memory is rewritten again)",
-  },
-  workerConcurrency: {
-    env: "OPTCHAT_WORKER_CONCURRENCY",
-    default: 8,
-    accepted: "an integer from 1 to 64: compactor jobs one worker process runs at once",
-  },
-  failureRetrySeconds: {
-    env: "OPTCHAT_FAILURE_RETRY_SECONDS",
-    default: 10,
-    accepted: "an integer from 1 to 3600: fixed wait before a failed summary is tried again (no backoff)",
-  },
-  summarizer: {
-    env: "OPTCHAT_SUMMARIZER",
-    default: "auto",
-    accepted:
-      "'auto' (the model the user already has: in OpenCode its small_model, else a cheap model of the main model's provider; elsewhere the provider whose ANTHROPIC_API_KEY / OPENAI_API_KEY is set), 'anthropic', 'openai', 'openai-compatible' (a server at OPTCHAT_SUMMARIZER_URL), or 'fake' (the deterministic extractive summarizer, tests and demos) optionally with options: fake:overshoot=N, fake:fail, fake:fail-first=N, fake:delay=MS (comma-separated)",
-  },
-  summarizerUrl: {
-    env: "OPTCHAT_SUMMARIZER_URL",
-    default: "",
-    accepted:
-      "an http:// or https:// base URL ending in /v1 (e.g. http://127.0.0.1:11434/v1): required with openai-compatible; with anthropic or openai it replaces the provider's own",
-  },
-  summarizerModel: {
-    env: "OPTCHAT_SUMMARIZER_MODEL",
-    default: "",
-    accepted:
-      "the model name as the provider knows it; empty: anthropic claude-haiku-4-5, openai gpt-4.1-mini (openai-compatible needs one)",
-  },
-  summarizerApiKey: {
-    env: "OPTCHAT_SUMMARIZER_API_KEY",
-    default: "",
-    accepted:
-      "the compactor provider's API key; empty: ANTHROPIC_API_KEY or OPENAI_API_KEY for those providers, no key for openai-compatible",
-  },
-  compactorMerges: {
-    env: "OPTCHAT_COMPACTOR_MERGES",
-    default: "needed",
-    accepted:
-      "'needed' (a merge that needs the model is made only when a view is about to fold those two lines, several in one call) or 'all' (every merge as soon as its two lines exist: complete trees, about three times the compactor's calls)",
-  },
-  summarizerTimeoutMs: {
-    env: "OPTCHAT_SUMMARIZER_TIMEOUT_MS",
-    default: 120_000,
-    accepted: "an integer from 1000 to 3600000: one compactor call, answer included; past it the node is tried again",
-  },
-  summarizerWindowTokens: {
-    env: "OPTCHAT_SUMMARIZER_WINDOW_TOKENS",
-    default: 0,
-    accepted:
-      "0 (the provider's default: anthropic 200000, openai 128000, openai-compatible 32768) or an integer from 4096 to 10000000: the compactor model's context window",
-  },
-  anthropicApiKey: {
-    env: "ANTHROPIC_API_KEY",
-    default: "",
-    accepted:
-      "Anthropic's standard key variable, used by the anthropic summarizer when OPTCHAT_SUMMARIZER_API_KEY is empty",
-  },
-  openaiApiKey: {
-    env: "OPENAI_API_KEY",
-    default: "",
-    accepted: "OpenAI's standard key variable, used by the openai summarizer when OPTCHAT_SUMMARIZER_API_KEY is empty",
-  },
-  budgetDailyUsd: {
-    env: "OPTCHAT_BUDGET_DAILY_USD",
-    default: 5,
-    accepted:
-      "a number of US dollars from 0 to 1000000 (0: no cap): what the compactor may spend per UTC day over every scope of the database, priced with the price table; past it nodes are labelled fallbacks",
-  },
-  budgetDailyTokens: {
-    env: "OPTCHAT_BUDGET_DAILY_TOKENS",
-    default: 0,
-    accepted:
-      "an integer from 0 to 10000000000 (0: no cap): compactor tokens (input, cached or not, and output) per UTC day over every scope",
-  },
-  budgetScopeDailyUsd: {
-    env: "OPTCHAT_BUDGET_SCOPE_DAILY_USD",
-    default: 0,
-    accepted: "a number of US dollars from 0 to 1000000 (0: no cap): the same cap for each scope on its own",
-  },
-  budgetScopeDailyTokens: {
-    env: "OPTCHAT_BUDGET_SCOPE_DAILY_TOKENS",
-    default: 0,
-    accepted: "an integer from 0 to 10000000000 (0: no cap): the token cap for each scope on its own",
-  },
-  prices: {
-    env: "OPTCHAT_PRICES",
-    default: "",
-    accepted:
-      'empty (the built-in table) or a JSON object of "provider:model" to {"input", "output", "cacheRead"?, "cacheWrite"?} in US dollars per million tokens, overriding or extending the built-in table',
-  },
-  settleTimeoutMs: {
-    env: "OPTCHAT_SETTLE_TIMEOUT_MS",
-    default: 30_000,
-    accepted: "an integer from 0 to 600000: how long to wait for the compactor before reporting MEMORY_NOT_READY",
-  },
-  jobRetentionSeconds: {
-    env: "OPTCHAT_JOB_RETENTION_SECONDS",
-    default: 3600,
-    accepted:
-      "an integer from 1 to 2592000: how long finished compactor jobs (pgboss.job rows) are kept before a worker deletes them",
-  },
-  revisionRetentionSeconds: {
-    env: "OPTCHAT_REVISION_RETENTION_SECONDS",
-    default: 86_400,
-    accepted:
-      "an integer from 60 to 31536000: how long a view revision that no turn pins and that is no longer a tree's latest is kept after it was superseded",
-  },
-  retentionSweepSeconds: {
-    env: "OPTCHAT_RETENTION_SWEEP_SECONDS",
-    default: 300,
-    accepted: "an integer from 1 to 86400: how often a worker deletes what the two retention settings let go",
-  },
-} as const;
-
-export type SettingName = keyof typeof SETTINGS;
-
-/** An integer setting within [min, max], from a number or a numeric string (environment values are strings). */
-export const integerFrom = (min: number, max: number) =>
-  z.coerce
-    .number({ invalid_type_error: "not a number" })
-    .int("not an integer")
-    .min(min, `below ${min}`)
-    .max(max, `above ${max}`);
-
-/** " (did you mean anthropic?)" for a summarizer name one slip away from a known one, else "". */
-function suggested(name: string): string {
-  const near = nearest(name, SUMMARIZER_NAMES);
-  return near === undefined ? "" : ` (did you mean ${near}?)`;
-}
-
-const dollars = z.coerce
-  .number({ invalid_type_error: "not a number" })
-  .min(0, "below 0")
-  .max(1_000_000, "above 1000000");
-
-const configSchema = z.object({
-  databaseUrl: z.union([
-    z.literal(""),
-    z
-      .string()
-      .url("not a URL")
-      .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL")
-      .refine((value) => databaseNameOf(value).length > 0, "names no database"),
-  ]),
-  dataDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
-  socketDir: z.string().refine((value) => value === "" || isAbsolute(value), "not an absolute path"),
-  embeddedIdleSeconds: integerFrom(2, 604_800),
-  legacyDatabaseUrl: z.union([
-    z.literal(""),
-    z
-      .string()
-      .url("not a URL")
-      .refine((value) => /^postgres(ql)?:\/\//.test(value), "not a postgres:// URL"),
-  ]),
-  poolSize: integerFrom(1, 100),
-  statementTimeoutMs: integerFrom(0, 3_600_000),
-  databaseRetryMs: integerFrom(0, 600_000),
-  viewBytes: integerFrom(1024, 10_000_000),
-  viewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
-  sharedViewBytes: integerFrom(1024, 10_000_000),
-  sharedViewLowerBytes: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1024, "below 1024"),
-  workerConcurrency: integerFrom(1, 64),
-  failureRetrySeconds: integerFrom(1, 3600),
-  summarizer: z.string().superRefine((value, ctx) => {
-    if (providerNamed(value) !== undefined || value === AUTO) return;
-    ctx.addIssue({
-      code: z.ZodIssueCode.custom,
-      message: `not a known summarizer${suggested(value.split(":")[0] as string)}`,
-    });
-  }),
-  summarizerUrl: z
-    .string()
-    .refine((value) => value === "" || isBaseUrl(value), "not an http(s) URL ending in /v1")
-    .transform((value) => value.replace(/\/+$/, "")),
-  summarizerModel: z.string().max(200, "longer than 200 characters"),
-  summarizerApiKey: z.string(),
-  summarizerTimeoutMs: integerFrom(1000, 3_600_000),
-  compactorMerges: z.enum(["needed", "all"]),
-  summarizerWindowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 4096, "below 4096"),
-  anthropicApiKey: z.string(),
-  openaiApiKey: z.string(),
-  budgetDailyUsd: dollars,
-  budgetDailyTokens: integerFrom(0, 10_000_000_000),
-  budgetScopeDailyUsd: dollars,
-  budgetScopeDailyTokens: integerFrom(0, 10_000_000_000),
-  prices: z.string().superRefine((value, ctx) => {
-    try {
-      parsePriceOverrides(value);
-    } catch (error) {
-      ctx.addIssue({ code: z.ZodIssueCode.custom, message: (error as Error).message });
-    }
-  }),
-  settleTimeoutMs: integerFrom(0, 600_000),
-  jobRetentionSeconds: integerFrom(1, 2_592_000),
-  revisionRetentionSeconds: integerFrom(60, 31_536_000),
-  retentionSweepSeconds: integerFrom(1, 86_400),
-});
+export { databaseNameOf, integerFrom, SETTINGS, type SettingName } from "./settings.js";
 
 export type Config = Readonly<
-  z.infer<typeof configSchema> & {
+  z.infer<typeof settingsSchema> & {
     /**
      * The embedded server when DATABASE_URL is empty (databaseUrl is then its socket URL), else null. Started by
      * `prepareDatabase` (src/memory/database.ts) before the first connection.
@@ -370,7 +93,7 @@ export function resolveSettings<Name extends string, Schema extends z.ZodTypeAny
 export function resolveConfig(options: ResolveConfigOptions = {}): Config {
   const data = resolveSettings({
     table: SETTINGS,
-    schema: configSchema,
+    schema: settingsSchema,
     explicit: options.overrides ?? {},
     explicitLabel: (name) => `option ${name}`,
     env: options.env ?? {},
@@ -496,24 +219,6 @@ export function summarizerSettingsOf(
     timeoutMs: config.summarizerTimeoutMs,
     windowTokens: config.summarizerWindowTokens,
   };
-}
-
-function isBaseUrl(value: string): boolean {
-  try {
-    const url = new URL(value);
-    return (url.protocol === "http:" || url.protocol === "https:") && /\/v1\/?$/.test(url.pathname) && !url.search;
-  } catch {
-    return false;
-  }
-}
-
-/** The database name in a postgres URL ('' if none). */
-export function databaseNameOf(url: string): string {
-  try {
-    return decodeURIComponent(new URL(url).pathname.replace(/^\//, ""));
-  } catch {
-    return "";
-  }
 }
 
 /** The URL with its password hidden, for messages and `optchat status`. */

@@ -1,6 +1,7 @@
 import type { NodeAddress } from "../core/tree.js";
 import type { Queryable } from "./db.js";
 import type { TurnOutcome } from "./turns.js";
+import { publishedInSnapshot, visiblePublications } from "./visibility.js";
 
 interface PublicationRow {
   scope_id: string;
@@ -164,11 +165,12 @@ export async function foreignRangeVisible(
   end: number,
   highWater: number,
 ): Promise<boolean> {
+  const visible = visiblePublications("p", { scope: "$1::text", highWater: "$5::bigint" });
   const result = await db.query(
-    `SELECT 1 FROM optchat.publications p JOIN optchat.sessions s ON s.session_id = p.session_id AND s.current_generation = p.generation
+    `SELECT 1 FROM ${visible.from}
        CROSS JOIN LATERAL unnest(p.cover_levels, p.cover_idxs) AS c(level, idx)
-      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.publication_seq < $5::bigint
-        AND p.retired_at IS NULL AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
+      WHERE ${visible.where} AND p.session_id = $2::text
+        AND p.start_seq <= $3::bigint AND p.end_seq_exclusive >= $4::bigint
         AND c.idx * (1::bigint << c.level) <= $3::bigint AND (c.idx + 1) * (1::bigint << c.level) >= $4::bigint
       LIMIT 1`,
     [scopeId, sessionId, start, end, highWater],
@@ -255,8 +257,7 @@ export async function publishedRangesOfSession(
        FROM optchat.publications p
        JOIN optchat.turns t ON t.session_id = p.session_id AND t.generation = p.generation AND t.turn_id = p.turn_id
       CROSS JOIN LATERAL unnest(t.run_starts, t.run_ends) AS r(run_start, run_end)
-      WHERE p.scope_id = $1::text AND p.session_id = $2::text AND p.generation = $3::int
-        AND p.publication_seq < $4::bigint AND p.retired_at IS NULL
+      WHERE ${publishedInSnapshot("p", "$1::text", "$4::bigint")} AND p.session_id = $2::text AND p.generation = $3::int
       ORDER BY r.run_start`,
     [scopeId, sessionId, generation, highWater],
   );

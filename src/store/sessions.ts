@@ -1,4 +1,5 @@
 import type { Queryable } from "./db.js";
+import { ofCurrentGeneration, publishedInSnapshot } from "./visibility.js";
 
 export type ScopeKind = "project" | "profile" | "isolated";
 
@@ -118,8 +119,7 @@ export async function listScopeSessions(
             min(p.completed_at) AS first_at, max(p.completed_at) AS last_at
        FROM optchat.sessions s
        LEFT JOIN optchat.publications p
-         ON p.session_id = s.session_id AND p.generation = s.current_generation AND p.scope_id = $1::text
-        AND p.publication_seq < $2::bigint AND p.retired_at IS NULL
+         ON ${ofCurrentGeneration("p", "s")} AND ${publishedInSnapshot("p", "$1::text", "$2::bigint")}
       -- Forgotten and archived sessions are not discovered (docs/deletion.md); the reader's own session always is.
       WHERE s.scope_id = $1::text AND ((s.deleted_at IS NULL AND s.archived_at IS NULL) OR s.session_id = $3::text)
         AND ($4::timestamptz IS NULL OR (s.created_at, s.session_id) > ($4::timestamptz, $5::text))

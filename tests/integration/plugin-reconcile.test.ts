@@ -1,6 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { resolvePluginConfig } from "../../plugin/base/config.js";
-import { type HostLookups, OpencodeAdapter } from "../../plugin/host/adapter.js";
+import { OpencodeAdapter } from "../../plugin/host/adapter.js";
+import type { HostLookups } from "../../plugin/host/client-lookups.js";
 import type { HostMessage } from "../../plugin/opencode/messages.js";
 import { inspectStoredSession, type Memory, openMemory } from "../../src/memory/index.js";
 import { createTestDatabase, retrying } from "../helpers.js";

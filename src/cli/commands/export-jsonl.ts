@@ -71,17 +71,27 @@ export async function exportJsonlCommand(args: readonly string[], { config, outp
     bar.stop();
     if (target !== process.stdout) await closeFile(target);
   }
-  if (output.json) summaryTo(JSON.stringify({ ok: true, ...(values.out ? { file: values.out } : {}), ...summary }));
+  reportExport(summary, values.out, summaryTo, output);
+  return 0;
+}
+
+/** What was exported, on `summaryTo` (stderr when the lines went to stdout), and what was left out, on stderr. */
+function reportExport(
+  summary: ExportSummary,
+  file: string | undefined,
+  summaryTo: (line: string) => void,
+  output: CommandContext["output"],
+): void {
+  if (output.json) summaryTo(JSON.stringify({ ok: true, ...(file ? { file } : {}), ...summary }));
   else {
     summaryTo(
-      `exported ${summary.sessions} session(s), ${summary.turns} turn(s), ${summary.records} record(s), ${summary.bytes} payload bytes${values.out ? ` to ${values.out}` : ""}`,
+      `exported ${summary.sessions} session(s), ${summary.turns} turn(s), ${summary.records} record(s), ${summary.bytes} payload bytes${file ? ` to ${file}` : ""}`,
     );
     if (summary.skipped.activeTurns > 0) {
       output.err(`  ${summary.skipped.activeTurns} running turn(s) left out: export again once they end`);
     }
     if (summary.skipped.emptyTurns > 0) output.err(`  ${summary.skipped.emptyTurns} turn(s) without records left out`);
   }
-  return 0;
 }
 
 /** Writes one line and waits while the stream's buffer is full; rejects once the stream has failed. */

@@ -64,30 +64,45 @@ indexed in character pairs).`,
           ? ` (${short.join(", ")}: a CJK word is found from two characters on; text is indexed in character pairs)`
           : "";
       if (output.json) {
-        const named = answers.map((answer) => ({
-          ...answer,
-          hits: answer.hits.map((hit) => {
-            const label = hit.sessionId ? labels.get(hit.sessionId) : undefined;
-            return label
-              ? { ...hit, hostSessionId: label.hostSessionId, title: label.title, firstPrompt: label.firstPrompt }
-              : hit;
-          }),
-        }));
+        const named = withLabels(answers, labels);
         output.out(JSON.stringify(values["all-scopes"] ? { ok: true, scopes: named } : { ok: true, ...named[0] }));
-        return;
-      }
-      if (answers.length === 0) output.out("no scopes yet: memory is empty");
-      for (const answer of answers) {
-        if (values["all-scopes"]) {
-          if (answer.hits.length === 0) continue;
-          output.out(`${answer.snapshot.scopeId}:`);
-        }
-        output.out(renderSearch(answer, labels, note));
-      }
-      if (values["all-scopes"] && answers.length > 0 && answers.every((answer) => answer.hits.length === 0)) {
-        output.out(`no hits in ${answers.length} scope(s)${note}`);
-      }
+      } else printAnswers(output.out, answers, labels, { note, allScopes: values["all-scopes"] === true });
     });
     return 0;
   },
 };
+
+type SessionLabels = Awaited<ReturnType<typeof sessionLabelsFor>>;
+
+/** The answers with each hit's session named as OpenCode shows it (its id there, title, first prompt). */
+function withLabels(answers: readonly SearchAnswer[], labels: SessionLabels) {
+  return answers.map((answer) => ({
+    ...answer,
+    hits: answer.hits.map((hit) => {
+      const label = hit.sessionId ? labels.get(hit.sessionId) : undefined;
+      return label
+        ? { ...hit, hostSessionId: label.hostSessionId, title: label.title, firstPrompt: label.firstPrompt }
+        : hit;
+    }),
+  }));
+}
+
+/** The answers as text: with --all-scopes each scope with hits under its name, and one line when none has any. */
+function printAnswers(
+  out: (line: string) => void,
+  answers: readonly SearchAnswer[],
+  labels: SessionLabels,
+  { note, allScopes }: { readonly note: string; readonly allScopes: boolean },
+): void {
+  if (answers.length === 0) out("no scopes yet: memory is empty");
+  for (const answer of answers) {
+    if (allScopes) {
+      if (answer.hits.length === 0) continue;
+      out(`${answer.snapshot.scopeId}:`);
+    }
+    out(renderSearch(answer, labels, note));
+  }
+  if (allScopes && answers.length > 0 && answers.every((answer) => answer.hits.length === 0)) {
+    out(`no hits in ${answers.length} scope(s)${note}`);
+  }
+}

@@ -136,6 +136,12 @@ export const SETTINGS = {
     accepted:
       "'needed' (a merge that needs the model is made only when a view is about to fold those two lines, several in one call) or 'all' (every merge as soon as its two lines exist: complete trees, about three times the compactor's calls)",
   },
+  compactorToolResults: {
+    env: "OPTCHAT_COMPACTOR_TOOL_RESULTS",
+    default: "excerpt",
+    accepted:
+      "'excerpt' (a tool result too long for a line gets its excerpt as its line, made without a model call: its size, tool, failure lines, last and first lines) or 'model' (the model summarizes it, one call per tool result or run of messages)",
+  },
   summarizerTimeoutMs: {
     env: "OPTCHAT_SUMMARIZER_TIMEOUT_MS",
     default: 120_000,
@@ -274,6 +280,7 @@ const configSchema = z.object({
   summarizerApiKey: z.string(),
   summarizerTimeoutMs: integerFrom(1000, 3_600_000),
   compactorMerges: z.enum(["needed", "all"]),
+  compactorToolResults: z.enum(["excerpt", "model"]),
   summarizerWindowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 4096, "below 4096"),
   anthropicApiKey: z.string(),
   openaiApiKey: z.string(),

@@ -1,7 +1,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { EXCERPT_BYTES, leafLineWithoutModel, toolResultExcerpt } from "../../src/core/excerpt.js";
-import { NODE_BYTES, utf8Bytes } from "../../src/core/summary.js";
+import { batchAnswerCount, buildSummaryPrompt, NODE_BYTES, utf8Bytes } from "../../src/core/summary.js";
 
 function log(lines: number, topic = "step"): string {
   return Array.from({ length: lines }, (_, i) => `${topic} ${i + 1}: value ${i * 7} ok in ${i % 13} ms`).join("\n");
@@ -91,5 +91,24 @@ describe("a leaf's line without a model", () => {
   it("is none for a long message of another kind: the person's words and the agent's replies are summarized", () => {
     for (const kind of ["user", "assistant", "tool_call", "report", "note"])
       expect(leafLineWithoutModel({ kind, text: big }, "excerpt")).toBeUndefined();
+  });
+});
+
+describe("an excerpt in a leaf run", () => {
+  it("goes along as a <line> with its excerpt, shown for context and not answered", () => {
+    const output = `${log(60)}\nFAIL x`;
+    const excerpt = toolResultExcerpt("bash", output);
+    const step = {
+      type: "compress_batch",
+      items: [
+        { kind: "assistant", text: "a".repeat(700), kept: false },
+        { kind: "tool_result", text: output, kept: true, line: excerpt },
+        { kind: "user", text: "u".repeat(700), kept: false },
+      ],
+    } as const;
+    const prompt = buildSummaryPrompt([], step);
+    expect(prompt.step).toContain(`<line>${excerpt}</line>`);
+    expect(prompt.step).not.toContain("step 30: value");
+    expect(batchAnswerCount(step)).toBe(2);
   });
 });

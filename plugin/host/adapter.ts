@@ -34,7 +34,6 @@ import type { HostLookups } from "./client-lookups.js";
  * (`chat.params`).
  */
 export class OpencodeAdapter implements ToolsBackend {
-  readonly host = HOST;
   /** This adapter as a lease holder: its OpenCode process (which the local server is not), see `leaseHolderName`. */
   readonly holder: string;
   private readonly sessions = new HostSessions(newRequestSlice);

@@ -20,8 +20,8 @@ export interface AdapterStatus {
 }
 
 export interface ToolsBackend {
-  /** The host name its sessions have in memory (plugin/base/identity.ts HOST; V2's is "opencode-v2"). */
-  readonly host: string;
+  /** The host name its sessions have in memory: V2's "opencode-v2"; unset, V1's (plugin/base/identity.ts HOST). */
+  readonly host?: string;
   readonly memory: Memory;
   readonly config: ResolvedPluginConfig;
   /** The turn a tool call runs in, at its pinned snapshot (plugin/host/adapter.ts `toolTurn`). */

@@ -9,7 +9,7 @@ import {
   type SearchAnswer,
   type ZoomAnswer,
 } from "../../src/memory/index.js";
-import type { PluginRunner } from "../base/identity.js";
+import { HOST, type PluginRunner } from "../base/identity.js";
 import { requestSlice } from "../request/slice.js";
 import { holderIsDead } from "../turns/lease.js";
 import type { ToolsBackend } from "./backend.js";
@@ -137,7 +137,7 @@ export async function inspectSession(
   runner: ToolsRunner,
 ): Promise<Record<string, unknown>> {
   const state = adapter.sessionOf(hostSessionId);
-  const session = state?.session ?? (await adapter.memory.host.findSession(adapter.host, hostSessionId));
+  const session = state?.session ?? (await adapter.memory.host.findSession(adapter.host ?? HOST, hostSessionId));
   const process = adapter.status();
   const report: Record<string, unknown> = {
     process: {

@@ -54,12 +54,15 @@ export interface CompactorFigures extends Tokens {
   calls: number;
   /** Calls by purpose: leaf, merge, publication, retry. */
   byPurpose: Record<string, number>;
+  /** Tokens by purpose: where the compactor's dollars go. */
+  tokensByPurpose: Record<string, Tokens>;
   storedRecords: number;
 }
 
 export const NO_COMPACTOR: CompactorFigures = {
   calls: 0,
   byPurpose: {},
+  tokensByPurpose: {},
   storedRecords: 0,
   inputTokens: 0,
   cacheReadTokens: 0,
@@ -98,7 +101,7 @@ export async function readCompactorFigures(databaseUrl: string): Promise<Map<str
     const of = (host: string) => {
       let figures = out.get(host);
       if (!figures) {
-        figures = { ...NO_COMPACTOR, byPurpose: {} };
+        figures = { ...NO_COMPACTOR, byPurpose: {}, tokensByPurpose: {} };
         out.set(host, figures);
       }
       return figures;
@@ -107,6 +110,12 @@ export async function readCompactorFigures(databaseUrl: string): Promise<Map<str
       const f = of(row.host);
       f.calls += row.calls;
       f.byPurpose[row.purpose] = (f.byPurpose[row.purpose] ?? 0) + row.calls;
+      addTokens(f.tokensByPurpose, row.purpose, {
+        inputTokens: row.input,
+        cacheReadTokens: row.read,
+        cacheWriteTokens: row.write,
+        outputTokens: row.output,
+      });
       f.inputTokens += row.input;
       f.cacheReadTokens += row.read;
       f.cacheWriteTokens += row.write;
@@ -120,7 +129,7 @@ export async function readCompactorFigures(databaseUrl: string): Promise<Map<str
 }
 
 export function addFigures(parts: readonly CompactorFigures[]): CompactorFigures {
-  const total: CompactorFigures = { ...NO_COMPACTOR, byPurpose: {} };
+  const total: CompactorFigures = { ...NO_COMPACTOR, byPurpose: {}, tokensByPurpose: {} };
   for (const f of parts) {
     total.calls += f.calls;
     total.storedRecords += f.storedRecords;
@@ -130,8 +139,32 @@ export function addFigures(parts: readonly CompactorFigures[]): CompactorFigures
     total.outputTokens += f.outputTokens;
     for (const [purpose, n] of Object.entries(f.byPurpose))
       total.byPurpose[purpose] = (total.byPurpose[purpose] ?? 0) + n;
+    for (const [purpose, t] of Object.entries(f.tokensByPurpose)) addTokens(total.tokensByPurpose, purpose, t);
   }
   return total;
+}
+
+function addTokens(into: Record<string, Tokens>, key: string, t: Tokens): void {
+  const sum = into[key] ?? { inputTokens: 0, cacheReadTokens: 0, cacheWriteTokens: 0, outputTokens: 0 };
+  sum.inputTokens += t.inputTokens;
+  sum.cacheReadTokens += t.cacheReadTokens;
+  sum.cacheWriteTokens += t.cacheWriteTokens;
+  sum.outputTokens += t.outputTokens;
+  into[key] = sum;
+}
+
+/** Per purpose: tokens in (read / written / all), out, and dollars at the pair's compactor price. */
+function purposeFields(f: CompactorFigures, price: ModelPrice) {
+  const out: Record<string, Record<string, number>> = {};
+  for (const [purpose, t] of Object.entries(f.tokensByPurpose))
+    out[purpose] = {
+      input: t.inputTokens,
+      read: t.cacheReadTokens,
+      write: t.cacheWriteTokens,
+      output: t.outputTokens,
+      dollars: round(costOf(price, t), 4),
+    };
+  return out;
 }
 
 /** What the compactor line of a run (or a session) reports: calls, cache share, output per call, dollars. */
@@ -149,6 +182,7 @@ export function compactorFields(f: CompactorFigures, pair: PricePair) {
     outputTokensPerCall: f.calls > 0 ? round(f.outputTokens / f.calls, 1) : null,
     inputTokensPerCall: f.calls > 0 ? round(f.inputTokens / f.calls, 0) : null,
     dollars: round(costOf(listPrice(pair.compactor), f), 4),
+    byPurpose: purposeFields(f, listPrice(pair.compactor)),
   };
 }
 

@@ -6,12 +6,13 @@
  */
 import { createHash } from "node:crypto";
 import { fitsInBytes } from "../core/chunk.js";
-import { freeLeafText, freeParentText, utf8Bytes } from "../core/summary.js";
+import { leafLineWithoutModel, type ToolResultLines } from "../core/excerpt.js";
+import { freeParentText, utf8Bytes } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey } from "../core/tree.js";
 import { findNodes } from "../store/nodes.js";
 import type { Tree } from "../store/trees.js";
 import { runBatch } from "./batch-step.js";
-import type { CompactorDeps } from "./deps.js";
+import { type CompactorDeps, toolResultsOf } from "./deps.js";
 import { type StepContext, type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
 
 /** Model items per call at most: each answer line is up to 512 bytes, and a long answer is slow to stream. */
@@ -38,6 +39,7 @@ export interface BuiltSummary {
 export interface LeafSource {
   readonly index: number;
   readonly kind: string;
+  readonly toolName?: string | null;
   readonly text: string;
   readonly hash: Buffer;
 }
@@ -61,7 +63,7 @@ export async function leafRun(
   let bytes = utf8Bytes(first.text);
   for (let index = first.index + 1; index < tree.leafCount && index <= first.index + MAX_SCANNED_LEAVES; index++) {
     const leaf = await read(index);
-    const free = freeLeafText(leaf.kind, leaf.text) !== undefined;
+    const free = leafLineWithoutModel(leaf, toolResultsOf(deps)) !== undefined;
     const size = utf8Bytes(leaf.text);
     if (!free && (!fitsInBytes(leaf.text, maxStep) || models >= MAX_BATCH_ITEMS)) break;
     if (bytes + size > byteCap) break;
@@ -75,24 +77,27 @@ export async function leafRun(
   return run.slice(0, lastModel + 1);
 }
 
-/** The leaves of a run summarized: one call for the messages that need the model, free lines for the others. */
+/**
+ * The leaves of a run summarized: one call for the messages that need the model, lines made without it (free ones,
+ * tool results' excerpts) for the others.
+ */
 export async function summarizeLeafRun(
   step: StepContext,
   context: readonly string[],
   run: readonly LeafSource[],
+  toolResults: ToolResultLines,
 ): Promise<BuiltSummary[]> {
-  const items = run.map((leaf) => ({
-    kind: leaf.kind,
-    text: leaf.text,
-    kept: freeLeafText(leaf.kind, leaf.text) !== undefined,
-  }));
+  const items = run.map((leaf) => {
+    const line = leafLineWithoutModel(leaf, toolResults);
+    return { kind: leaf.kind, text: leaf.text, kept: line !== undefined, ...(line !== undefined ? { line } : {}) };
+  });
   const answer = await runBatch(step, context, { type: "compress_batch", items });
   const out: BuiltSummary[] = [];
   const before: string[] = [...context];
   let k = 0;
   let calls = answer.calls;
   for (const leaf of run) {
-    const free = freeLeafText(leaf.kind, leaf.text);
+    const free = leafLineWithoutModel(leaf, toolResults);
     let outcome: SummaryOutcome;
     if (free !== undefined) outcome = plain(free, 0);
     else {

@@ -1,4 +1,5 @@
 import type { PgBoss } from "pg-boss";
+import type { ToolResultLines } from "../core/excerpt.js";
 import type { FoldParams } from "../core/fold.js";
 import type { Pool } from "../store/db.js";
 import type { Tree } from "../store/trees.js";
@@ -59,7 +60,13 @@ export interface CompactorDeps {
   readonly gate?: PrefixGate;
   readonly fold: FoldParams;
   readonly failureRetrySeconds: number;
+  /** How a tool result's leaf line is made (OPTCHAT_COMPACTOR_TOOL_RESULTS); absent: `excerpt`, the default. */
+  readonly toolResults?: ToolResultLines;
   readonly report: (event: CompactorEvent) => void;
+}
+
+export function toolResultsOf(deps: { readonly toolResults?: ToolResultLines }): ToolResultLines {
+  return deps.toolResults ?? "excerpt";
 }
 
 /**

@@ -1,12 +1,11 @@
+import { leafLineWithoutModel } from "../core/excerpt.js";
 import { FALLBACK_SUMMARIZER, fallbackLeafText, fallbackParentText } from "../core/fallback.js";
-import { createPayloadTextDecoder } from "../core/payload.js";
-import { freeLeafText, freeParentText, leafSourceAffixes, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
+import { freeParentText, PROMPT_VERSION, utf8Bytes } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
-import { type Pool, withTransaction } from "../store/db.js";
+import { withTransaction } from "../store/db.js";
 import { openParentJobsOfTree } from "../store/job-queue.js";
 import { clearNodeFailure, findNodes, recordNodeFailure } from "../store/nodes.js";
 import { notifyTreeChanged } from "../store/notifications.js";
-import { PAYLOAD_READ_BYTES, readPayloadBytes, readRecordWithPayload } from "../store/records.js";
 import { applyTreeChanges } from "../store/tree-changes.js";
 import { inspectNodeJob, lockTree } from "../store/tree-lock.js";
 import type { Tree } from "../store/trees.js";
@@ -23,8 +22,9 @@ import {
   summarizeMerges,
 } from "./batch.js";
 import { compactorContextLines } from "./context.js";
-import { type CompactorDeps, treeCacheKey, withinBudget } from "./deps.js";
+import { type CompactorDeps, toolResultsOf, treeCacheKey, withinBudget } from "./deps.js";
 import { failAndReschedule } from "./job-failure.js";
+import { leafInput } from "./leaf-input.js";
 import { callCollector } from "./ledger.js";
 import { completeFenced, enqueueNodeJobs, type NodeJobData } from "./queue.js";
 import { schedulePublicationIfReady } from "./schedule-publication.js";
@@ -178,7 +178,7 @@ async function summarizeNode(
     const source: LeafSource = { index: node.index, ...leaf };
     let batched: BuiltSummary[] | undefined;
     const outcome = await nodeText(
-      freeLeafText(leaf.kind, leaf.text),
+      leafLineWithoutModel(leaf, toolResultsOf(deps)),
       startOf(node),
       async (step, context) => {
         // The run of sealed messages from this one, compressed in one call (batch.ts); a run of one is a single step.
@@ -187,7 +187,7 @@ async function summarizeNode(
           ...(await leafInput(deps.pool, tree, index)),
         }));
         if (run.length < 2) return await summarizeLeaf(step, context, leaf.kind, leaf.text);
-        batched = await summarizeLeafRun(step, context, run);
+        batched = await summarizeLeafRun(step, context, run, toolResultsOf(deps));
         return (batched[0] as BuiltSummary).summary.outcome;
       },
       () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
@@ -360,41 +360,4 @@ async function childrenUnchanged(
 
 function freeOutcome(text: string): SummaryOutcome {
   return { text, calls: 0, overshoot: false, inputBytes: 0, chunks: [] };
-}
-
-/**
- * Payload bytes read and decoded per step for a leaf's text. Read whole, a 64 MiB payload arrived as one 128 MiB hex
- * string that was parsed and decoded in one task; 1 MiB pages keep each step to a few milliseconds, and the event
- * loop turns between them (every page is a round trip).
- */
-const LEAF_PAGE_BYTES = PAYLOAD_READ_BYTES;
-
-/** A session leaf's source text (its record's kind and payload as the summarizer reads it) and payload hash. */
-export async function leafInput(
-  pool: Pool,
-  tree: Pick<Tree, "treeId" | "kind" | "sessionId" | "generation">,
-  index: number,
-): Promise<{ kind: string; text: string; hash: Buffer }> {
-  if (tree.kind !== "session" || tree.sessionId === null || tree.generation === null) {
-    throw new Error(`tree ${tree.treeId}: leaves of ${tree.kind} trees are not built by this job`);
-  }
-  // One round trip for a payload of at most a page (nearly every record), with the record's fields.
-  const found = await readRecordWithPayload(pool, tree.sessionId, tree.generation, index, LEAF_PAGE_BYTES);
-  if (!found) throw new Error(`record ${tree.sessionId}:${tree.generation}:${index} is missing (integrity error)`);
-  const { record } = found;
-  // The text is joined once, with the leaf's prefix and suffix: each concatenation of a 64 MiB string is another
-  // copy of it in one task when the chunker first reads it.
-  const { prefix, suffix } = leafSourceAffixes(record);
-  const decoder = createPayloadTextDecoder();
-  const pieces: string[] = [prefix];
-  if (found.payload) {
-    pieces.push(decoder.push(found.payload));
-  } else {
-    // Blobs are immutable (addressed by their hash), so pages read in separate statements belong to one payload.
-    for (let offset = 0; offset < record.payloadBytes; offset += LEAF_PAGE_BYTES) {
-      pieces.push(decoder.push(await readPayloadBytes(pool, record.payloadHash, offset, LEAF_PAGE_BYTES)));
-    }
-  }
-  pieces.push(decoder.end(), suffix);
-  return { kind: record.kind, text: pieces.join(""), hash: record.payloadHash };
 }

@@ -13,9 +13,10 @@
  */
 import { createHash } from "node:crypto";
 import { OptchatError } from "../core/errors.js";
+import { leafLineWithoutModel, type ToolResultLines } from "../core/excerpt.js";
 import { FALLBACK_SUMMARIZER } from "../core/fallback.js";
 import { isNewRevision, type RebuildCriteria, selectedForRebuild } from "../core/revisions.js";
-import { freeLeafText, freeParentText, PROMPT_VERSION } from "../core/summary.js";
+import { freeParentText, PROMPT_VERSION } from "../core/summary.js";
 import { childrenOf, endOf, type NodeAddress, nodeKey, refOf, startOf } from "../core/tree.js";
 import type { Pool, Queryable } from "../store/db.js";
 import { findNodes, type NewNode } from "../store/nodes.js";
@@ -29,9 +30,9 @@ import { findSessionTree, type Tree } from "../store/trees.js";
 import { findViewRevision } from "../store/view-revisions.js";
 import type { Budget } from "./budget.js";
 import { compactorContextLines } from "./context.js";
-import { type CompactorEvent, treeCacheKey } from "./deps.js";
+import { type CompactorEvent, toolResultsOf, treeCacheKey } from "./deps.js";
+import { leafInput } from "./leaf-input.js";
 import { callCollector } from "./ledger.js";
-import { leafInput } from "./node-job.js";
 import { publicationLeaf } from "./publish.js";
 import { type StepContext, type SummaryOutcome, summarizeLeaf, summarizeParent } from "./summarize.js";
 import type { Summarizer } from "./summarizer.js";
@@ -39,6 +40,8 @@ import type { Summarizer } from "./summarizer.js";
 export interface RebuildCompactor {
   readonly pool: Pool;
   readonly summarizer: Summarizer;
+  /** How a tool result's leaf line is made (OPTCHAT_COMPACTOR_TOOL_RESULTS); absent: `excerpt`. */
+  readonly toolResults?: ToolResultLines;
   readonly budget?: Budget;
   readonly report: (event: CompactorEvent) => void;
 }
@@ -230,7 +233,7 @@ function byModel(pass: PlanPass, outcome: SummaryOutcome): Computed {
 
 async function buildLeaf(pass: PlanPass, at: TreeAt, node: CurrentNode): Promise<Computed> {
   const leaf = await leafInput(pass.compactor.pool, at.tree, node.index);
-  const text = freeLeafText(leaf.kind, leaf.text);
+  const text = leafLineWithoutModel(leaf, toolResultsOf(pass.compactor));
   if (text !== undefined) return free(text);
   return await withModel(pass, at, node, startOf(node), (step, context) =>
     summarizeLeaf(step, context, leaf.kind, leaf.text),

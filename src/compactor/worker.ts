@@ -1,4 +1,5 @@
 import type { PgBoss } from "pg-boss";
+import type { ToolResultLines } from "../core/excerpt.js";
 import type { FoldParams } from "../core/fold.js";
 import type { NodeAddress } from "../core/tree.js";
 import { type Pool, withTransaction } from "../store/db.js";
@@ -66,6 +67,8 @@ export interface CompactorSettings {
   readonly concurrency: number;
   readonly fold: FoldParams;
   readonly failureRetrySeconds: number;
+  /** How a tool result's leaf line is made (OPTCHAT_COMPACTOR_TOOL_RESULTS); absent: `excerpt`. */
+  readonly toolResults?: ToolResultLines;
   /** How often this worker's pg-boss deletes finished jobs past their retention (src/compactor/retention.ts). */
   readonly retentionSweepSeconds?: number;
   /** The daily caps (src/compactor/budget.ts); absent: none. */
@@ -132,6 +135,7 @@ export async function startCompactor(
     gate: createPrefixGate(),
     fold: settings.fold,
     failureRetrySeconds: settings.failureRetrySeconds,
+    ...(settings.toolResults ? { toolResults: settings.toolResults } : {}),
     report,
   };
   // Fetch in batches of up to 4 and run a batch's jobs concurrently, with burst fetching while batches come back

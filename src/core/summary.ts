@@ -155,6 +155,8 @@ export interface BatchMessage {
   readonly kind: string;
   readonly text: string;
   readonly kept: boolean;
+  /** A kept message's line when it is not the message itself (a tool result's excerpt). */
+  readonly line?: string;
 }
 
 export const STEP_MARKERS = {
@@ -184,7 +186,7 @@ function batchTask(step: Extract<SummaryStep, { type: "compress_batch" | "merge_
     const body = step.items
       .map((item) =>
         item.kept
-          ? `<line>${escapeBatchText(flattenLine(`${kindLabel(item.kind)}: ${item.text}`))}</line>`
+          ? `<line>${escapeBatchText(flattenLine(item.line ?? `${kindLabel(item.kind)}: ${item.text}`))}</line>`
           : `<message>\n${escapeBatchText(`${kindLabel(item.kind)}: ${item.text}`)}\n</message>`,
       )
       .join("\n");

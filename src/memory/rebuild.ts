@@ -25,6 +25,7 @@ import {
 } from "../compactor/rebuild.js";
 import type { Summarizer } from "../compactor/summarizer.js";
 import { InputInvalidError } from "../core/errors.js";
+import type { ToolResultLines } from "../core/excerpt.js";
 import type { FoldParams } from "../core/fold.js";
 import { didYouMean } from "../core/suggest.js";
 import { PROMPT_VERSION } from "../core/summary.js";
@@ -51,6 +52,8 @@ export interface RebuildDeps {
   /** The compactor the new revisions are written by. */
   readonly summarizer: Summarizer;
   readonly fold: FoldParams;
+  /** How a tool result's leaf line is made (OPTCHAT_COMPACTOR_TOOL_RESULTS); absent: `excerpt`. */
+  readonly toolResults?: ToolResultLines;
   readonly budget?: ReturnType<typeof createBudget>;
   readonly report?: (event: CompactorEvent) => void;
 }
@@ -61,6 +64,7 @@ export function rebuildDepsOf(pool: Pool, config: Config, summarizer: Summarizer
     pool,
     summarizer,
     fold: foldParamsOf(config),
+    toolResults: config.compactorToolResults,
     budget: createBudget(pool, budgetSettingsOf(config)),
   };
 }
@@ -212,6 +216,7 @@ function pass(
     compactor: {
       pool: deps.pool,
       summarizer: deps.summarizer,
+      ...(deps.toolResults ? { toolResults: deps.toolResults } : {}),
       ...(deps.budget ? { budget: deps.budget } : {}),
       report: deps.report ?? (() => {}),
     },

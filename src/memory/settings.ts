@@ -218,6 +218,11 @@ export const SETTINGS = {
       "a merge that needs the model is made only when a view is about to fold those two lines, several in one call",
     all: "every merge as soon as its two lines exist: complete trees, about three times the compactor's calls",
   }),
+  compactorToolResults: oneOf("OPTCHAT_COMPACTOR_TOOL_RESULTS", "excerpt", {
+    excerpt:
+      "a tool result too long for a line gets its excerpt as its line, made without a model call: its size, tool, failure lines, last and first lines",
+    model: "the model summarizes it, one call per tool result or run of messages",
+  }),
   summarizerTimeoutMs: integer(
     "OPTCHAT_SUMMARIZER_TIMEOUT_MS",
     120_000,

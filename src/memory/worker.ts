@@ -50,6 +50,7 @@ export async function startWorker(
       concurrency: overrides.concurrency ?? config.workerConcurrency,
       fold: foldParamsOf(config),
       failureRetrySeconds: config.failureRetrySeconds,
+      toolResults: config.compactorToolResults,
       retentionSweepSeconds: config.retentionSweepSeconds,
       budget: budgetSettingsOf(config),
       ...(overrides.runsIn !== undefined ? { runsIn: overrides.runsIn } : {}),

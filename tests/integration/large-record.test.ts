@@ -4,7 +4,9 @@ import { NODE_QUEUE } from "../../src/compactor/queue.js";
 import { type CompactorEvent, type RunningCompactor, startWorker } from "../../src/memory/worker.js";
 import { ingestEvent, useTestMemory } from "../helpers.js";
 
-const db = useTestMemory({ summarizer: "fake" });
+// A tool result, summarized by the model in parts: under the default OPTCHAT_COMPACTOR_TOOL_RESULTS=excerpt its line
+// would be its excerpt, with no chunking to watch (tests/integration/tool-result-excerpt.test.ts).
+const db = useTestMemory({ summarizer: "fake", compactorToolResults: "model" });
 let worker: RunningCompactor | undefined;
 afterAll(async () => {
   await worker?.stop(5_000);

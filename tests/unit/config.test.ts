@@ -33,6 +33,7 @@ describe("resolveConfig", () => {
       summarizerApiKey: "",
       summarizerTimeoutMs: 120_000,
       compactorMerges: "needed",
+      compactorToolResults: "excerpt",
       summarizerWindowTokens: 0,
       anthropicApiKey: "",
       openaiApiKey: "",

@@ -26,10 +26,10 @@ interface SizeMemo {
 const memos = new WeakMap<object, SizeMemo>();
 
 /**
- * The latest measured instructions and tools per model and agent, across the process's sessions: a session's first
- * request has no usage of its own yet, and the same agent on the same model sends the same instructions and tools.
+ * The latest measured size per model and agent, across the process's sessions: a session's first request has no usage
+ * of its own yet, and the same agent on the same model sends the same instructions and tools, counted alike.
  */
-const lastMeasured = new Map<string, number>();
+const lastMeasured = new Map<string, FittedSize>();
 
 function overheadKey(messages: readonly HostMessage[]): string | undefined {
   for (let i = messages.length - 1; i >= 0; i--) {
@@ -46,7 +46,7 @@ function overheadKey(messages: readonly HostMessage[]): string | undefined {
  * What another session of this process measured for the same model and agent, for a session that has no measurement
  * of its own yet (then it sizes its first request with it, as an estimate: an estimate alone never refuses).
  */
-export function rememberedOverhead(messages: readonly HostMessage[]): number | undefined {
+export function rememberedSize(messages: readonly HostMessage[]): FittedSize | undefined {
   const key = overheadKey(messages);
   return key ? lastMeasured.get(key) : undefined;
 }
@@ -82,7 +82,7 @@ export function measuredSize(state: object, messages: readonly HostMessage[]): F
       overhead: Math.max(0, reported - sent.messagesTokens),
     };
     const key = overheadKey(messages);
-    if (key) lastMeasured.set(key, memo.fitted.overhead);
+    if (key) lastMeasured.set(key, memo.fitted);
     break;
   }
   return memo.fitted;

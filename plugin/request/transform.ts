@@ -22,7 +22,7 @@ import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import type { ModelLimits } from "./model-limits.js";
 import { assemblySettings, preparedFor, prepareTurn } from "./prepared-context.js";
-import { measuredSize, noteSent, rememberedOverhead } from "./request-size.js";
+import { measuredSize, noteSent, rememberedSize } from "./request-size.js";
 import { requestSlice } from "./slice.js";
 import { applyCheckpoint, messageTokens, toolsDone, turnRefs } from "./turn-checkpoint.js";
 
@@ -365,16 +365,16 @@ export class RequestTransform {
     // (which runs after this hook: the previous step's size, at least 4,000 tokens) and the configured charge for
     // tools, which a plugin cannot see.
     const measured = measuredSize(state, messages);
+    // A session's first request: another session's measure of the same agent and model, as an estimate (never refuses).
+    const size = measured ?? rememberedSize(messages);
     // The budget is kept in estimated tokens (what memory and the messages are measured in): the window, answer and
     // instructions, counted by the provider, are converted at the measured ratio.
-    const ratio = measured?.ratio ?? 1;
+    const ratio = size?.ratio ?? 1;
     const estimated = (tokens: number) => Math.ceil(tokens / ratio);
     const windowTokens = Math.floor(window / ratio);
     const outputTokens = estimated(plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000));
     const instructionsTokens = estimated(
-      measured?.overhead ??
-        rememberedOverhead(messages) ??
-        Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens,
+      size?.overhead ?? Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens,
     );
     // A measured request leaves only the estimate of what changed since to chance: a thirty-second of the window.
     const reserveTokens =

@@ -22,8 +22,9 @@ import { applyEpoch, type CacheEpoch, startEpoch } from "./epoch-layout.js";
 import { memoryLayout, memoryMessage, withLeadingText } from "./memory-message.js";
 import type { ModelLimits } from "./model-limits.js";
 import { assemblySettings, preparedFor, prepareTurn } from "./prepared-context.js";
+import { measuredSize, noteSent, rememberedSize } from "./request-size.js";
 import { requestSlice } from "./slice.js";
-import { applyCheckpoint, measuredOverhead, noteSent, rememberedOverhead } from "./turn-checkpoint.js";
+import { applyCheckpoint, messageTokens, toolsDone, turnRefs } from "./turn-checkpoint.js";
 
 export interface RequestTransformDeps {
   readonly memory: Memory;
@@ -57,6 +58,13 @@ interface RequestBudget {
   readonly measured: boolean;
   /** Tokens of the kept messages before the live turn's steps (earlier turns kept verbatim, the request itself). */
   readonly baseTokens: number;
+  /**
+   * Provider tokens per estimated token (1 until measured): the budget's figures are in estimated tokens, so the
+   * window, answer, instructions and reserve were divided by it.
+   */
+  readonly ratio: number;
+  /** The model's window in the provider's tokens. */
+  readonly window: number;
 }
 
 /** How long a checkpoint waits for the latest steps' records before it cuts them without their refs. */
@@ -161,12 +169,13 @@ export class RequestTransform {
       this.deps.config.plugin.mode === "replace"
         ? replaceablePrefix(messages, (id) => state.seqs.get(id), lowestOpenBoundary(state, turn))
         : 0;
-    const sizing = await this.requestBudget(state, messages, replaceable, requestIndex);
+    const sizing = await this.requestBudget(state, messages, { turnId, replaceable, requestIndex });
     const { budget, fixed, model } = sizing;
     if (fixed > budget.windowTokens && sizing.measured) {
       // Nothing optchat can drop makes this fit: the instructions, tools and current turn alone exceed the window
       // (seed 000 §7 "Long active turn": stop explicitly rather than send a request the provider must refuse).
-      const message = `instructions (~${budget.instructionsTokens} tokens, tools included), the current turn (~${budget.activeTokens}), the answer reservation (${budget.outputTokens}) and the reserve (${budget.reserveTokens}) need ${fixed} tokens; the window of ${model ? `${model.providerID}/${model.modelID}` : "the model"} is ${budget.windowTokens}`;
+      const real = (tokens: number) => Math.round(tokens * sizing.ratio);
+      const message = `instructions (~${real(budget.instructionsTokens)} tokens, tools included), the current turn (~${real(budget.activeTokens)}), the answer reservation (${real(budget.outputTokens)}) and the reserve (${real(budget.reserveTokens)}) need ${real(fixed)} tokens; the window of ${model ? `${model.providerID}/${model.modelID}` : "the model"} is ${sizing.window}`;
       requestSlice(state).pendingError = actionableError("BUDGET_EXCEEDED", message);
       return record("budget_exceeded", { budget, model }, turnId, message);
     }
@@ -184,16 +193,24 @@ export class RequestTransform {
     const checkpoint = await this.checkpoint(state, session, messages, { turnId, requestIndex, sizing, context });
     if (checkpoint && !checkpoint.fits && sizing.measured) {
       // Even with every finished step as a line the live turn does not fit: one result alone is larger than the room.
-      const message = `the live turn needs ${checkpoint.tokens} tokens with its ${checkpoint.cut} earlier steps as checkpoint lines, and ${Math.max(0, budget.windowTokens - fixed + budget.activeTokens - context.tokens.used - sizing.baseTokens)} are left after instructions, tools, memory and the answer reservation (window ${budget.windowTokens}): the latest step's result alone is too large. Nothing was lost: every step is stored`;
+      const real = (tokens: number) => Math.round(tokens * sizing.ratio);
+      const left = Math.max(
+        0,
+        budget.windowTokens - fixed + budget.activeTokens - context.tokens.used - sizing.baseTokens,
+      );
+      const message = `the live turn needs ${real(checkpoint.tokens)} tokens with its ${checkpoint.cut} earlier steps as checkpoint lines, and ${real(left)} are left after instructions, tools, memory and the answer reservation (window ${sizing.window}): the latest step's result alone is too large. Nothing was lost: every step is stored`;
       requestSlice(state).pendingError = actionableError("CHECKPOINT_TOO_LARGE", message);
       return record("budget_exceeded", { budget, model, checkpoint }, turnId, message);
     }
     requestSlice(state).assembled = { turnId, context };
     if (!sizing.sized)
-      requestSlice(state).unsized = { tokens: fixed + context.tokens.used, assumedWindow: budget.windowTokens };
+      requestSlice(state).unsized = {
+        tokens: Math.ceil((fixed + context.tokens.used) * sizing.ratio),
+        assumedWindow: sizing.window,
+      };
     const place = { hostSessionId, turnId, requestIndex, request: messages[requestIndex] ?? request, replaceable };
     this.present(state, messages, place, { context, reused, sizing, checkpoint }, record);
-    noteSent(state, turnId, messages);
+    noteSent(state, messages);
   }
 
   /**
@@ -215,12 +232,19 @@ export class RequestTransform {
       at.context.tokens.used -
       at.sizing.baseTokens;
     const host = this.deps.memory.host;
-    const readRefs = () => host.turnResultRefs(session.sessionId, session.currentGeneration, at.turnId);
+    const { sessionId, currentGeneration } = session;
+    const readRefs = () =>
+      turnRefs(state, `${sessionId}/${currentGeneration}/${at.turnId}`, (afterSeq) =>
+        host.turnResultRefs(sessionId, currentGeneration, at.turnId, afterSeq),
+      );
     const where = {
       ...at,
-      budget: liveBudget(Math.max(0, room), budget.windowTokens),
+      budget: liveBudget(Math.max(0, room), budget.windowTokens, at.sizing.ratio),
       fullRoom: Math.max(0, room + at.context.tokens.used),
     };
+    // Most steps neither move the cut nor write a line: they need no refs, so the turn's results are not read.
+    const dry = applyCheckpoint(state, messages, { ...where, refs: undefined, dryRun: true });
+    if (dry && !dry.needsRefs) return applyCheckpoint(state, messages, { ...where, refs: undefined });
     let refs = await readRefs();
     if (applyCheckpoint(state, messages, { ...where, refs, dryRun: true })?.fits === false) {
       // The latest finished steps may still be on their way to the store (the session's ingestion queue): a short wait
@@ -268,7 +292,10 @@ export class RequestTransform {
     if (epochReason === undefined) {
       const epoch = requestSlice(state).epoch as CacheEpoch;
       if (!sizing.sized)
-        requestSlice(state).unsized = { tokens: epoch.requestTokens, assumedWindow: budget.windowTokens };
+        requestSlice(state).unsized = {
+          tokens: Math.ceil(epoch.requestTokens * sizing.ratio),
+          assumedWindow: sizing.window,
+        };
       const continued = { epoch: { turnId: epoch.turnId, turns: epoch.turns.size, continued: true } };
       const { tokens, snapshot } = context;
       record(
@@ -313,12 +340,18 @@ export class RequestTransform {
   private async requestBudget(
     state: SessionState,
     messages: readonly HostMessage[],
-    replaceable: number,
-    requestIndex: number,
+    at: { turnId: string; replaceable: number; requestIndex: number },
   ): Promise<RequestBudget> {
+    const { turnId, replaceable, requestIndex } = at;
     const plugin = this.deps.config.plugin;
+    // The live turn's settled messages are estimated once (turn-checkpoint.ts messageTokens), not at every step.
     const tokensOf = (from: number, to: number) =>
-      messages.slice(from, to).reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
+      messages
+        .slice(from, to)
+        .reduce(
+          (sum, m, i) => sum + messageTokens(state, turnId, m, from + i < messages.length - 1 && toolsDone(m)),
+          0,
+        );
     // The live turn's steps follow the request message; what precedes them in the kept part is charged whole.
     const stepsFrom = requestIndex >= replaceable ? requestIndex + 1 : replaceable;
     const baseTokens = tokensOf(replaceable, stepsFrom);
@@ -326,19 +359,26 @@ export class RequestTransform {
     const model = modelOf(messages);
     const found = model ? await this.deps.limits.of(model.providerID, model.modelID) : undefined;
     const limits = found?.limits;
-    const windowTokens = limits?.context ?? (plugin.windowTokens || 32_000);
-    const outputTokens = plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000);
-    // Instructions and tools as the provider counted them for the previous step (issue 36); else the system prompt
-    // measured at system.transform (which runs after this hook: the previous step's size, at least 4,000 tokens) and
-    // the configured charge for tools, which a plugin cannot see.
-    const measured = measuredOverhead(state, messages);
-    const instructionsTokens =
-      measured ??
-      rememberedOverhead(messages) ??
-      Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens;
+    const window = limits?.context ?? (plugin.windowTokens || 32_000);
+    // Instructions and tools as the provider counted them, with its tokens per estimated token, fitted through the
+    // session's last reported steps (issue 36, request-size.ts); else the system prompt measured at system.transform
+    // (which runs after this hook: the previous step's size, at least 4,000 tokens) and the configured charge for
+    // tools, which a plugin cannot see.
+    const measured = measuredSize(state, messages);
+    // A session's first request: another session's measure of the same agent and model, as an estimate (never refuses).
+    const size = measured ?? rememberedSize(messages);
+    // The budget is kept in estimated tokens (what memory and the messages are measured in): the window, answer and
+    // instructions, counted by the provider, are converted at the measured ratio.
+    const ratio = size?.ratio ?? 1;
+    const estimated = (tokens: number) => Math.ceil(tokens / ratio);
+    const windowTokens = Math.floor(window / ratio);
+    const outputTokens = estimated(plugin.outputTokens || Math.min(limits?.output ?? 4_096, 32_000));
+    const instructionsTokens = estimated(
+      size?.overhead ?? Math.max(requestSlice(state).systemTokens ?? 0, 4_000) + plugin.toolsTokens,
+    );
     // A measured request leaves only the estimate of what changed since to chance: a thirty-second of the window.
     const reserveTokens =
-      measured === undefined ? plugin.reserveTokens : Math.min(plugin.reserveTokens, Math.ceil(windowTokens / 32));
+      measured === undefined ? plugin.reserveTokens : estimated(Math.min(plugin.reserveTokens, Math.ceil(window / 32)));
     // The live turn claims at most its share of the room against memory: past it, its steps are checkpointed.
     const room = Math.max(0, windowTokens - instructionsTokens - outputTokens - reserveTokens - baseTokens);
     const activeTokens = baseTokens + Math.min(stepsTokens, Math.floor(room * LIVE_SHARE));
@@ -351,6 +391,8 @@ export class RequestTransform {
       sized: found?.confirmed === true,
       measured: measured !== undefined,
       baseTokens,
+      ratio,
+      window,
     };
   }
 

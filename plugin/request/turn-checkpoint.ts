@@ -5,94 +5,51 @@
  * checkpoint-lines.ts) is appended to the request message, after the person's own words, which stay verbatim. Where
  * to cut is decided by src/core/checkpoint-cut.ts; the lines point at the stored tool results (memory.host
  * turnResultRefs), so each step is one memory_zoom away from its exact output.
- *
- * Also the request's real size: what OpenCode reported for the previous step's input (its `tokens`), against what
- * this module estimated for the messages of that request, measures the instructions and tools a plugin cannot see.
  */
-import { type CheckpointStep, estimateTokens, planCut, renderCheckpoint } from "../../src/memory/index.js";
+import {
+  type CheckpointStep,
+  estimateTokens,
+  growCheckpoint,
+  planCut,
+  type SentCheckpoint,
+} from "../../src/memory/index.js";
 import type { HostMessage, HostPart } from "../opencode/messages.js";
 import { messageText } from "../opencode/messages.js";
 
-/** The checkpoint of a session's live turn and what its last request sent, per session state. */
+/** The checkpoint of a session's live turn, per session state. */
 interface CheckpointMemo {
   turnId: string;
   cut: number;
-  /** The latest measured instructions and tools (they change little between requests of a session). */
-  overhead?: number;
-  /** The last message of the session's previous request as sent, and the estimate of all its messages' tokens. */
-  sent?: { lastMessageId: string; messagesTokens: number };
+  /** The checkpoint the turn's last request sent (the next one grows from it); `missingRefs`: some call had no ref. */
+  checkpoint?: SentCheckpoint & { missingRefs: boolean };
 }
 
 const memos = new WeakMap<object, CheckpointMemo>();
-
-/**
- * The latest measured instructions and tools per model and agent, across the process's sessions: a session's first
- * request has no usage of its own yet, and the same agent on the same model sends the same instructions and tools.
- */
-const lastMeasured = new Map<string, number>();
-
-function overheadKey(messages: readonly HostMessage[]): string | undefined {
-  for (let i = messages.length - 1; i >= 0; i--) {
-    const info = (messages[i] as HostMessage).info;
-    if (info.role !== "user") continue;
-    const providerID = info.model?.providerID ?? info.providerID;
-    const modelID = info.model?.modelID ?? info.modelID;
-    return providerID && modelID && info.agent ? `${providerID}/${modelID}/${info.agent}` : undefined;
-  }
-  return undefined;
-}
-
-/**
- * What another session of this process measured for the same model and agent, for a session that has no measurement
- * of its own yet (then it sizes its first request with it, as an estimate: an estimate alone never refuses).
- */
-export function rememberedOverhead(messages: readonly HostMessage[]): number | undefined {
-  const key = overheadKey(messages);
-  return key ? lastMeasured.get(key) : undefined;
-}
 
 function memoOf(state: object): CheckpointMemo | undefined {
   return memos.get(state);
 }
 
-/** Tokens the provider counted for a message's request (input, cached or not), when OpenCode reported them. */
-function reportedInput(message: HostMessage): number | undefined {
-  const tokens = (message.info as { tokens?: { input?: number; cache?: { read?: number; write?: number } } }).tokens;
-  const total = (tokens?.input ?? 0) + (tokens?.cache?.read ?? 0) + (tokens?.cache?.write ?? 0);
-  return total > 0 ? total : undefined;
-}
+/** The refs of a live turn's stored results read so far, per session state: each read asks only for newer ones. */
+const readRefs = new WeakMap<object, { key: string; refs: Map<string, string>; maxSeq: number }>();
 
 /**
- * The instructions and tools of the session's requests as the provider counted them: the previous request's reported
- * input less this module's estimate of the messages it carried. Undefined when the previous request is not the one
- * the last reported step answered (then the caller estimates).
+ * The refs of the turn's stored tool results by call id, reading only the results stored since the last read (so a
+ * step's work does not grow with the turn). `read(afterSeq)` reads those above a seq.
  */
-export function measuredOverhead(state: object, messages: readonly HostMessage[]): number | undefined {
-  const memo = memoOf(state);
-  const sent = memo?.sent;
-  if (!memo || !sent) return memo?.overhead;
-  for (let i = messages.length - 1; i > 0; i--) {
-    const message = messages[i] as HostMessage;
-    if (message.info.role !== "assistant") continue;
-    const reported = reportedInput(message);
-    if (reported === undefined) continue;
-    if ((messages[i - 1] as HostMessage).info.id !== sent.lastMessageId) break;
-    memo.overhead = Math.max(0, reported - sent.messagesTokens);
-    const key = overheadKey(messages);
-    if (key) lastMeasured.set(key, memo.overhead);
-    break;
+export async function turnRefs(
+  state: object,
+  key: string,
+  read: (afterSeq: number) => Promise<ReadonlyMap<string, { ref: string; seq: number }>>,
+): Promise<ReadonlyMap<string, string>> {
+  const known = readRefs.get(state);
+  const held = known?.key === key ? known : { key, refs: new Map<string, string>(), maxSeq: -1 };
+  for (const [callId, { ref, seq }] of await read(held.maxSeq)) {
+    held.refs.set(callId, ref);
+    held.maxSeq = Math.max(held.maxSeq, seq);
   }
-  return memo.overhead;
-}
-
-/** Notes what this request sends (its messages as laid out), for the next request's measure. */
-export function noteSent(state: object, turnId: string, messages: readonly HostMessage[]): void {
-  const last = messages.at(-1);
-  if (!last) return;
-  const messagesTokens = messages.reduce((sum, m) => sum + estimateTokens(messageText(m)), 0);
-  const memo = memoOf(state) ?? { turnId, cut: 0 };
-  memo.sent = { lastMessageId: last.info.id, messagesTokens };
-  memos.set(state, memo);
+  readRefs.set(state, held);
+  return held.refs;
 }
 
 /** The turn's steps: the run of assistant messages right after the request message. */
@@ -100,6 +57,53 @@ function stepRange(messages: readonly HostMessage[], requestIndex: number): { fr
   let to = requestIndex + 1;
   while (to < messages.length && (messages[to] as HostMessage).info.role === "assistant") to += 1;
   return { from: requestIndex + 1, to };
+}
+
+/** Each step's lines, built when a checkpoint needs them (one that grows needs only the new steps'). */
+function lazyCalls(hosts: readonly HostMessage[], refs: ReadonlyMap<string, string>) {
+  const calls: CheckpointStep[] = [];
+  let built = false;
+  return {
+    stepsOf: (a: number, b: number): CheckpointStep[] => {
+      for (let i = a; i < b; i++) {
+        if (calls[i]) continue;
+        calls[i] = stepCalls(hosts[i] as HostMessage, refs);
+        built = true;
+      }
+      return calls.slice(a, b);
+    },
+    /** Some step's lines were built. */
+    built: () => built,
+  };
+}
+
+/** Every tool call of the messages has its stored result's ref. */
+function allStored(hosts: readonly HostMessage[], refs: ReadonlyMap<string, string>): boolean {
+  return hosts.every((m) => toolParts(m).every((p) => refs.has(p.callID ?? p.id)));
+}
+
+/** The estimated tokens of the live turn's settled messages by id, per session state. */
+const settled = new WeakMap<object, { turnId: string; tokens: Map<string, number> }>();
+
+/**
+ * A message's estimated tokens, kept once it is settled (a step whose results are in, with a later message after it):
+ * OpenCode sends every message of the turn at every step, and estimating them all again would make a step's work grow
+ * with the turn.
+ */
+export function messageTokens(state: object, turnId: string, message: HostMessage, isSettled: boolean): number {
+  const known = settled.get(state);
+  const held = known?.turnId === turnId ? known : { turnId, tokens: new Map<string, number>() };
+  settled.set(state, held);
+  const kept = held.tokens.get(message.info.id);
+  if (kept !== undefined) return kept;
+  const tokens = estimateTokens(messageText(message));
+  if (isSettled) held.tokens.set(message.info.id, tokens);
+  return tokens;
+}
+
+/** A message all of whose tool calls have their results (completed or failed). */
+export function toolsDone(message: HostMessage): boolean {
+  return toolParts(message).every((p) => p.state?.status === "completed" || p.state?.status === "error");
 }
 
 function toolParts(message: HostMessage): HostPart[] {
@@ -130,6 +134,8 @@ export interface CheckpointOutcome {
   /** Tokens of the live part (checkpoint + verbatim steps) as sent. */
   readonly tokens: number;
   readonly level: number;
+  /** A dry run without refs: the request needs them (the cut moves, or its checkpoint has lines to write). */
+  readonly needsRefs?: boolean;
 }
 
 /**
@@ -145,39 +151,60 @@ export function applyCheckpoint(
     budget: number;
     /** The room a request has for the live turn with no memory: a latest step larger than it is never cut. */
     fullRoom?: number;
-    refs: ReadonlyMap<string, string>;
+    /** The stored results' refs; undefined: not read (every finished step counts as stored, lines get no refs). */
+    refs: ReadonlyMap<string, string> | undefined;
     /** False: a finished step whose records are not stored yet may be cut too (its lines then have no ref yet). */
     requireStored?: boolean;
     /** Only plan: leave `messages` as they are. */
     dryRun?: boolean;
   },
 ): CheckpointOutcome | undefined {
-  const { turnId, requestIndex, budget, refs } = at;
+  const { turnId, requestIndex, budget } = at;
+  const refs = at.refs ?? new Map<string, string>();
   const request = messages[requestIndex];
   if (requestIndex < 0 || !request) return undefined;
   const { from, to } = stepRange(messages, requestIndex);
   const hosts = messages.slice(from, to);
-  const memo = memoOf(state);
-  const previousCut = memo?.turnId === turnId ? Math.min(memo.cut, hosts.length) : 0;
-  const steps = hosts.map((m) => {
-    const tools = toolParts(m);
+  const memo = memoOf(state)?.turnId === turnId ? (memoOf(state) as CheckpointMemo) : undefined;
+  const previousCut = memo ? Math.min(memo.cut, hosts.length) : 0;
+  const anyStored = at.refs === undefined || at.requireStored === false;
+  const steps = hosts.map((m, i) => {
+    const complete = toolsDone(m);
     return {
-      tokens: estimateTokens(messageText(m)),
-      complete: tools.every((p) => p.state?.status === "completed" || p.state?.status === "error"),
-      stored: at.requireStored === false || tools.every((p) => refs.has(p.callID ?? p.id)),
+      tokens: messageTokens(state, turnId, m, complete && i < hosts.length - 1),
+      complete,
+      stored: anyStored || toolParts(m).every((p) => refs.has(p.callID ?? p.id)),
     };
   });
-  const calls = hosts.map((m) => stepCalls(m, refs));
+  const calls = lazyCalls(hosts, refs);
+  const stepsOf = calls.stepsOf;
+  // A checkpoint sent without some refs is rendered afresh once they are stored (its lines then point at them).
+  const sent = memo?.checkpoint;
+  const grownFrom = sent?.missingRefs && at.refs && allStored(hosts.slice(0, sent.steps), refs) ? undefined : sent;
   // The checkpoint takes at most half of the live budget before it folds coarser.
-  const rendered = (cut: number) => renderCheckpoint(calls.slice(0, cut), Math.floor(budget / 2));
+  const rendered = (cut: number) => growCheckpoint(grownFrom, cut, stepsOf, Math.floor(budget / 2));
   // The latest step's results become a line only when they fit a request of their own (else the turn stops, saying so).
   const latest = steps.at(-1);
   const latestCuttable = latest !== undefined && at.fullRoom !== undefined && latest.tokens <= at.fullRoom;
   const plan = planCut({ steps, previousCut, budget, latestCuttable, checkpointTokens: (cut) => rendered(cut).tokens });
-  if (at.dryRun) return { ...plan, steps: hosts.length, level: 0 };
-  memos.set(state, { ...(memo ?? {}), turnId, cut: plan.cut });
-  if (plan.cut === 0) return { ...plan, steps: hosts.length, level: 0 };
+  if (at.dryRun) {
+    // The checkpoint as it would go: lines to write (a checkpoint rendered or grown) need the refs.
+    if (plan.cut > 0) rendered(plan.cut);
+    const needsRefs = plan.moved || calls.built() || (sent?.missingRefs ?? false);
+    return { ...plan, steps: hosts.length, level: 0, needsRefs };
+  }
+  if (plan.cut === 0) {
+    memos.set(state, { ...(memoOf(state) ?? {}), turnId, cut: 0, checkpoint: undefined });
+    return { ...plan, steps: hosts.length, level: 0 };
+  }
   const checkpoint = rendered(plan.cut);
+  const missingRefs = at.refs === undefined ? (sent?.missingRefs ?? false) : !allStored(hosts.slice(0, plan.cut), refs);
+  memos.set(state, {
+    ...(memoOf(state) ?? {}),
+    turnId,
+    cut: plan.cut,
+    checkpoint: { steps: plan.cut, level: checkpoint.level, data: checkpoint.data, missingRefs },
+  });
   const part: HostPart = {
     id: `optchat-checkpoint-${turnId}`,
     messageID: request.info.id,

@@ -11,6 +11,13 @@
  *   the request's prefix) until the budget is reached again.
  */
 
+/**
+ * Where a moved cut leaves the live part, as a share of its budget. Higher keeps more of the turn verbatim after a move
+ * (consecutive requests share more: each step adds a smaller share of the request) at the price of more frequent
+ * moves, each of which rewrites the part it keeps into the provider's cache.
+ */
+export const LOW_WATER = 0.5;
+
 export interface CutStep {
   /** What the step costs verbatim in the request, in tokens. */
   readonly tokens: number;
@@ -28,7 +35,7 @@ export interface CutInput {
   readonly budget: number;
   /** The checkpoint's tokens when it stands for the first `cut` steps (0 for cut 0); non-decreasing in `cut`. */
   readonly checkpointTokens: (cut: number) => number;
-  /** Where a moved cut leaves the live part, as a share of the budget (default 0.5). */
+  /** Where a moved cut leaves the live part, as a share of the budget (default LOW_WATER). */
   readonly lowWater?: number;
   /** The latest step may be cut too (cutLimit). */
   readonly latestCuttable?: boolean;
@@ -75,7 +82,7 @@ export function planCut(input: CutInput): CutPlan {
   const at = (cut: number) => liveTokens(input, cut);
   const kept = at(previous);
   if (kept <= input.budget) return { cut: previous, moved: false, fits: true, tokens: kept };
-  const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? 0.5)));
+  const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? LOW_WATER)));
   // The latest step is cut only when no cut that keeps it verbatim fits.
   const limits = input.latestCuttable ? [verbatimLimit, cutLimit(input.steps, true)] : [verbatimLimit];
   for (const limit of limits) {
@@ -116,11 +123,13 @@ export const LIVE_WINDOW_SHARE = 0.25;
 export const LIVE_FLOOR_TOKENS = 16_000;
 
 /**
- * The live part's budget: the request's room, but no more than a quarter of the window (at least 16k tokens). A live
- * part kept smaller is cheaper at every step (each request re-reads it from the provider's cache) while the cost of
- * moving the cut does not grow (each move rewrites what it keeps, and a smaller part is rewritten more often), and a
- * long context works worse than a short one; the steps it leaves out stay one memory_zoom away.
+ * The live part's budget: the request's room, but no more than a quarter of the window (at least 16k provider tokens,
+ * `ratio` provider tokens per estimated token; `room` and `windowTokens` are estimated tokens). A live part kept
+ * smaller is cheaper at every step (each request re-reads it from the provider's cache) while the cost of moving the
+ * cut does not grow (each move rewrites what it keeps, and a smaller part is rewritten more often), and a long context
+ * works worse than a short one; the steps it leaves out stay one memory_zoom away.
  */
-export function liveBudget(room: number, windowTokens: number): number {
-  return Math.min(room, Math.max(LIVE_FLOOR_TOKENS, Math.floor(windowTokens * LIVE_WINDOW_SHARE)));
+export function liveBudget(room: number, windowTokens: number, ratio = 1): number {
+  const floor = Math.floor(LIVE_FLOOR_TOKENS / ratio);
+  return Math.min(room, Math.max(floor, Math.floor(windowTokens * LIVE_WINDOW_SHARE)));
 }

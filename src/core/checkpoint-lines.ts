@@ -9,7 +9,8 @@
  *   level 3  level 2, runs of lines alike but for counting numbers folded into one: `{a..b}` (or `{a..b..s}`) stands
  *            for every number from a to b (step s), in the ref as in the text.
  * The finest level that fits the checkpoint's share is used; the lines of a level depend only on their own step, so a
- * checkpoint whose cut moved at the same level only gained lines at its end.
+ * checkpoint whose cut moved at the same level only gained lines at its end, and a request's checkpoint grows from the
+ * one sent before (growCheckpoint) until it outgrows its share: consecutive requests share their prefix through it.
  */
 import { escapeMemoryText, estimateTokens } from "./context.js";
 
@@ -36,6 +37,8 @@ export interface RenderedCheckpoint {
   readonly tokens: number;
   readonly level: number;
   readonly lines: number;
+  /** The data lines (what the next request's checkpoint grows from). */
+  readonly data: readonly string[];
 }
 
 function brief(text: string, chars: number): string {
@@ -147,25 +150,60 @@ export function checkpointLines(steps: readonly CheckpointStep[], level: number)
   return level >= 3 ? foldAlike(lines) : lines;
 }
 
+/** The checkpoint's opening: the same text whatever it stands for, so a grown checkpoint keeps its prefix. */
+export const CHECKPOINT_HEAD = "<turn_checkpoint>";
+const CHECKPOINT_INTRO =
+  "The earlier steps of this turn, shown here as lines to keep the request within the model's window; the request above is unchanged and is still the task, and the later steps follow word for word. " +
+  "One line per call, in order: ref|tool arguments → the start of its result. memory_zoom a ref for the exact output; {a..b} stands for every number from a to b.";
+
+function wrap(lines: readonly string[], level: number): RenderedCheckpoint {
+  const text = [CHECKPOINT_HEAD, CHECKPOINT_INTRO, ...lines, "</turn_checkpoint>"].join("\n");
+  return { text, tokens: estimateTokens(text), level, lines: lines.length, data: lines };
+}
+
 /** The checkpoint block for the first `steps.length` steps of the turn at one level. */
 export function renderCheckpointAt(steps: readonly CheckpointStep[], level: number): RenderedCheckpoint {
-  const lines = checkpointLines(steps, level);
-  const head = `<turn_checkpoint steps="1-${steps.length}">`;
-  const intro =
-    `Steps 1 to ${steps.length} of this turn, shown here as lines to keep the request within the model's window; the request above is unchanged and is still the task, and the later steps follow word for word. ` +
-    "One line per call: ref|tool arguments → the start of its result. memory_zoom a ref for the exact output; {a..b} stands for every number from a to b.";
-  const text = [head, intro, ...lines, "</turn_checkpoint>"].join("\n");
-  return { text, tokens: estimateTokens(text), level, lines: lines.length };
+  return wrap(checkpointLines(steps, level), level);
 }
 
 /** The finest level whose checkpoint fits `capTokens` (the coarsest when none does); empty for no steps. */
 export function renderCheckpoint(steps: readonly CheckpointStep[], capTokens: number): RenderedCheckpoint {
-  if (steps.length === 0) return { text: "", tokens: 0, level: 0, lines: 0 };
+  if (steps.length === 0) return { text: "", tokens: 0, level: 0, lines: 0, data: [] };
   let rendered = renderCheckpointAt(steps, 0);
   for (let level = 1; rendered.tokens > capTokens && level < CHECKPOINT_LEVELS; level++) {
     rendered = renderCheckpointAt(steps, level);
   }
   return rendered;
+}
+
+/** What a request's checkpoint said: the next request's checkpoint grows from it. */
+export interface SentCheckpoint {
+  /** Steps it stands for (the first `steps` of the turn). */
+  readonly steps: number;
+  readonly level: number;
+  /** Its data lines, as sent. */
+  readonly data: readonly string[];
+}
+
+/**
+ * The checkpoint for the first `count` steps (`stepsOf(from, to)` gives steps from..to-1), grown from the one sent before (`sent`, for a prefix of them):
+ * its lines stay as they were and the new steps' lines are appended at its level (at level 3 folded among themselves
+ * only), so the request keeps its prefix through the old lines (the provider's cache). Rendered afresh, at the finest
+ * level that fits, only when the grown one would exceed `capTokens` (or there is nothing to grow from): the prefix
+ * then breaks once, and the checkpoint comes out smaller.
+ */
+export function growCheckpoint(
+  sent: SentCheckpoint | undefined,
+  count: number,
+  stepsOf: (from: number, to: number) => readonly CheckpointStep[],
+  capTokens: number,
+): RenderedCheckpoint {
+  if (sent && sent.steps > 0 && sent.steps <= count) {
+    const added = checkpointLines(stepsOf(sent.steps, count), sent.level);
+    const grown = wrap(added.length === 0 ? sent.data : [...sent.data, ...added], sent.level);
+    if (grown.tokens <= capTokens) return grown;
+  }
+  return renderCheckpoint(stepsOf(0, count), capTokens);
 }
 
 /** A folded line read back: every line it stands for, `{a..b}` / `{a..b..s}` taken in step (the inverse of foldAlike). */

@@ -46,9 +46,15 @@ export interface HostSupport {
   hostMessageSeqs(sessionId: string, generation: number): Promise<Map<string, number>>;
   /**
    * The own-session ref (`seq+1`) of every stored tool result of a turn, by its tool call id: what an execution
-   * checkpoint's lines point at, each one memory_zoom away from the exact output (issue 36).
+   * checkpoint's lines point at, each one memory_zoom away from the exact output (issue 36); only those whose seq is
+   * above `afterSeq` when given.
    */
-  turnResultRefs(sessionId: string, generation: number, turnId: string): Promise<Map<string, string>>;
+  turnResultRefs(
+    sessionId: string,
+    generation: number,
+    turnId: string,
+    afterSeq?: number,
+  ): Promise<Map<string, { ref: string; seq: number }>>;
   activeTurns(sessionId: string): Promise<Turn[]>;
   /**
    * Active turns whose session lease expired (or, with `holderGone`, is held by a process the caller knows is gone),
@@ -80,9 +86,9 @@ export function createHostSupport(pool: Pool): HostSupport {
     findProblem: (host, hostSessionId, code) => findAdapterProblem(pool, host, hostSessionId, code),
     sessionHealth: (sessionId) => readSessionHealth(pool, sessionId),
     hostMessageSeqs: (sessionId, generation) => hostMessageSeqs(pool, sessionId, generation),
-    turnResultRefs: async (sessionId, generation, turnId) => {
-      const seqs = await turnToolResultSeqs(pool, sessionId, generation, turnId);
-      return new Map([...seqs].map(([callId, seq]) => [callId, `${seq}+1`]));
+    turnResultRefs: async (sessionId, generation, turnId, afterSeq) => {
+      const seqs = await turnToolResultSeqs(pool, sessionId, generation, turnId, afterSeq);
+      return new Map([...seqs].map(([callId, seq]) => [callId, { ref: `${seq}+1`, seq }]));
     },
     activeTurns: (sessionId) => listActiveTurns(pool, sessionId),
     stuckTurns: (filter) => listStuckTurns(pool, filter),

@@ -8,9 +8,15 @@ export { AUTO, createSummarizer } from "../compactor/registry.js";
 export type { Summarizer } from "../compactor/summarizer.js";
 // Execution checkpoints (issue 36): where the live turn is cut and what its lines say, for the host's request hook.
 export { liveBudget, planCut } from "../core/checkpoint-cut.js";
-export { type CheckpointStep, renderCheckpoint } from "../core/checkpoint-lines.js";
+export {
+  type CheckpointStep,
+  growCheckpoint,
+  renderCheckpoint,
+  type SentCheckpoint,
+} from "../core/checkpoint-lines.js";
 export { availableMemoryTokens, escapeMemoryText, estimateTokens, fixedRequestTokens } from "../core/context.js";
 export { isOptchatError, OptchatError } from "../core/errors.js";
+export { type FittedSize, fitRequestSize, type SizeSample, withSample } from "../core/request-sizing.js";
 export { didYouMean, nearest } from "../core/suggest.js";
 export type { Session } from "../store/sessions.js";
 export type { Turn } from "../store/turns.js";

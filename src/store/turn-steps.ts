@@ -5,18 +5,23 @@
  */
 import type { Queryable } from "./db.js";
 
-/** The seq of every tool result of a turn, by the tool call id it answers. */
+/**
+ * The seq of every tool result of a turn, by the tool call id it answers; only those above `afterSeq` when given (a
+ * caller that keeps what it read reads only what came since, so a long turn's read does not grow with it).
+ */
 export async function turnToolResultSeqs(
   db: Queryable,
   sessionId: string,
   generation: number,
   turnId: string,
+  afterSeq = -1,
 ): Promise<Map<string, number>> {
   const result = await db.query<{ tool_call_id: string; seq: string }>(
     `SELECT tool_call_id, max(seq) AS seq FROM optchat.records
       WHERE session_id = $1::text AND generation = $2::int AND turn_id = $3::text AND kind = 'tool_result'
+        AND seq > $4::bigint
       GROUP BY 1`,
-    [sessionId, generation, turnId],
+    [sessionId, generation, turnId, afterSeq],
   );
   return new Map(result.rows.map((row) => [row.tool_call_id, Number(row.seq)]));
 }

@@ -1,15 +1,17 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { type CutStep, cutLimit, liveBudget, liveTokens, planCut } from "../../src/core/checkpoint-cut.js";
+import { type CutStep, cutLimit, LOW_WATER, liveBudget, liveTokens, planCut } from "../../src/core/checkpoint-cut.js";
 import {
   type CheckpointStep,
   checkpointLines,
   expandFolded,
   expandFoldedRef,
   foldAlike,
+  growCheckpoint,
   renderCheckpoint,
   renderCheckpointAt,
 } from "../../src/core/checkpoint-lines.js";
+import { estimateTokens } from "../../src/core/context.js";
 
 const expand = expandFolded;
 
@@ -80,7 +82,8 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
           const plan = planCut({ steps, previousCut: 0, budget, checkpointTokens });
           if (!plan.moved || !plan.fits) return;
           const at = (cut: number) => liveTokens({ steps, checkpointTokens }, cut);
-          const target = at(plan.cut) <= Math.floor(budget / 2) ? Math.floor(budget / 2) : budget;
+          const low = Math.floor(budget * LOW_WATER);
+          const target = at(plan.cut) <= low ? low : budget;
           for (let cut = 1; cut < plan.cut; cut++) expect(at(cut)).toBeGreaterThan(target);
         },
       ),
@@ -91,7 +94,7 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
     fc.assert(
       fc.property(
         fc.array(fc.integer({ min: 1, max: 500 }), { minLength: 1, maxLength: 300 }),
-        fc.integer({ min: 4000, max: 20_000 }),
+        fc.integer({ min: 8000, max: 40_000 }),
         (sizes, budget) => {
           const checkpointTokens = (cut: number) => (cut === 0 ? 0 : 60 + 3 * cut);
           let cut = 0;
@@ -104,9 +107,12 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
             if (plan.moved) moves += 1;
             cut = plan.cut;
           }
-          // Each move frees at least about half the budget, less what the checkpoint grows by; steps add ≤ 500.
+          // Each move frees at least the budget above the low-water mark, less what the checkpoint grows by; steps
+          // add ≤ 500.
           const total = sizes.reduce((a, b) => a + b, 0);
-          expect(moves).toBeLessThanOrEqual(Math.ceil(total / (budget / 2 - 500 - 3 * sizes.length)) + 1);
+          const freed = budget * (1 - LOW_WATER) - 500 - 3 * sizes.length;
+          expect(freed).toBeGreaterThan(0);
+          expect(moves).toBeLessThanOrEqual(Math.ceil(total / freed) + 1);
         },
       ),
     );
@@ -188,7 +194,7 @@ describe("what a checkpoint says (issue 36)", () => {
           }
           if (rendered.level > 0) expect(renderCheckpointAt(steps, rendered.level - 1).tokens).toBeGreaterThan(cap);
           if (rendered.level < 3) expect(rendered.tokens).toBeLessThanOrEqual(Math.max(cap, rendered.tokens));
-          expect(rendered.text.startsWith(`<turn_checkpoint steps="1-${steps.length}">`)).toBe(true);
+          expect(rendered.text.startsWith("<turn_checkpoint>\n")).toBe(true);
           expect(rendered.text.endsWith("</turn_checkpoint>")).toBe(true);
         },
       ),
@@ -205,6 +211,36 @@ describe("what a checkpoint says (issue 36)", () => {
           const before = checkpointLines(steps.slice(0, k), level);
           const after = checkpointLines(steps, level);
           expect(after.slice(0, before.length)).toEqual(before);
+        },
+      ),
+    );
+  });
+});
+
+describe("a checkpoint grown from the one sent before (issue 36)", () => {
+  it("keeps the sent text as its prefix while it fits its cap, else is the fresh rendering", () => {
+    fc.assert(
+      fc.property(
+        fc.array(fc.array(call, { minLength: 1, maxLength: 2 }), { minLength: 2, maxLength: 30 }),
+        fc.integer({ min: 50, max: 3_000 }),
+        fc.nat(),
+        (steps, cap, split) => {
+          const k = 1 + (split % (steps.length - 1));
+          const stepsOf = (a: number, b: number) => steps.slice(a, b);
+          const first = growCheckpoint(undefined, k, stepsOf, cap);
+          expect(first).toEqual(renderCheckpoint(steps.slice(0, k), cap));
+          const grown = growCheckpoint({ steps: k, level: first.level, data: first.data }, steps.length, stepsOf, cap);
+          // The sent checkpoint with the new steps' lines added before its closing tag, at its level.
+          const open = first.text.slice(0, first.text.length - "</turn_checkpoint>".length);
+          const added = checkpointLines(steps.slice(k), first.level);
+          const appended = `${open}${added.join("\n")}\n</turn_checkpoint>`;
+          if (estimateTokens(appended) <= cap) {
+            expect(grown.text).toBe(appended);
+            expect(grown.level).toBe(first.level);
+            expect(grown.data.slice(first.data.length).flatMap(expand)).toEqual(
+              checkpointLines(steps.slice(k), Math.min(first.level, 2)),
+            );
+          } else expect(grown).toEqual(renderCheckpoint(steps, cap));
         },
       ),
     );

@@ -96,7 +96,9 @@ export interface OptchatPluginEntry {
 }
 
 /** This checkout's plugin entry module. */
-export const PLUGIN_ENTRY = fileURLToPath(new URL("../index.ts", import.meta.url));
+export const PLUGIN_ENTRY = fileURLToPath(
+  new URL(import.meta.url.endsWith(".ts") ? "../index.ts" : "../index.js", import.meta.url),
+);
 
 /**
  * The entry that loads optchat, from the nearest file that lists one (nearer files win in OpenCode's merge); an

@@ -109,6 +109,23 @@ function installedCli(directory: string): string {
   return join(directory, "node_modules", "optchat", "bin", "optchat.mjs");
 }
 
+const README = readFileSync(join(ROOT, "README.md"), "utf8");
+
+/** The README's quick start: V1's opencode.json entry and V2's commands, each between its markers. */
+function quickStart(): { v1: Record<string, unknown>; v2: string[][] } {
+  const v1 = /<!-- quick-start-v1[^>]*-->\s*```json\n([\s\S]*?)```\s*<!-- \/quick-start-v1 -->/.exec(README)?.[1];
+  const v2 = /<!-- quick-start[^>]*-->\s*```sh\n([\s\S]*?)```\s*<!-- \/quick-start -->/.exec(README)?.[1];
+  if (!v1 || !v2) throw new Error("README.md lacks its quick-start-v1 (json) or quick-start (sh) block");
+  const commands = v2
+    .split("\n")
+    .map((line) => line.replace(/\s+#.*$/, "").trim())
+    .filter(Boolean)
+    .map((line) => line.split(/\s+/));
+  for (const words of commands)
+    if (words[0] !== "opencode") throw new Error(`the V2 quick start runs more than opencode: ${words.join(" ")}`);
+  return { v1: JSON.parse(v1) as Record<string, unknown>, v2: commands.map((words) => words.slice(1)) };
+}
+
 const seconds = (since: number) => Math.round((performance.now() - since) / 100) / 10;
 
 beforeAll(async () => {
@@ -192,7 +209,7 @@ describe("optchat installed by name from an npm registry", () => {
   });
 
   it(
-    'OpenCode V1: `"plugin": [["optchat", {…}]]` alone; the second run sees the first; `npx optchat` reads the same memory',
+    "OpenCode V1: the README's entry alone; the second run (the `[name, options]` form) sees the first; `npx optchat` reads the same memory",
     { timeout: 480_000 },
     async () => {
       const home = join(root, "v1");
@@ -202,12 +219,10 @@ describe("optchat installed by name from an npm registry", () => {
       const project = join(home, "project");
       mkdirSync(project, { recursive: true });
       await run("git", ["init", "-q"], { cwd: project });
+      const configPath = join(home, ".config", "opencode", "opencode.json");
       const started = performance.now();
-      // The one edit: the plugin line (its `[name, options]` form; the option is the default, to prove options arrive).
-      writeFileSync(
-        join(home, ".config", "opencode", "opencode.json"),
-        opencodeConfig({ plugin: [["optchat", { scope: "project" }]] }),
-      );
+      // The one edit, as the README writes it.
+      writeFileSync(configPath, opencodeConfig(quickStart().v1));
       // stdin from /dev/null: a person's terminal, not the runner's open pipe, which `opencode run` would read to its end.
       const ask = (prompt: string) =>
         run("bash", ["-c", `"$OPENCODE" run "$PROMPT" < /dev/null`], {
@@ -220,6 +235,8 @@ describe("optchat installed by name from an npm registry", () => {
       const before = model.requests().length;
       await ask(DECISION);
       const first = seconds(started);
+      // The entry's `[name, options]` form for the second run (the option is the default: same scope, same memory).
+      writeFileSync(configPath, opencodeConfig({ plugin: [["optchat", { scope: "project" }]] }));
       await ask(QUESTION);
       const total = seconds(started);
       const mains = model
@@ -254,7 +271,7 @@ describe("optchat installed by name from an npm registry", () => {
   );
 
   it(
-    "OpenCode V2: `opencode plugin add optchat` alone; the second run sees the first; nothing is left running",
+    "OpenCode V2: the README's `opencode plugin add optchat` alone; the second run sees the first; nothing is left running",
     { timeout: 480_000 },
     async () => {
       v2 = await createOpencode2Env({ modelUrl: model.url, extraEnv: { npm_config_registry: registry?.url ?? "" } });
@@ -262,12 +279,19 @@ describe("optchat installed by name from an npm registry", () => {
       // Only what a person has: no summarizer setting (the harness sets the scripted one), no database URL.
       delete env.OPTCHAT_SUMMARIZER;
       delete env.DATABASE_URL;
-      if (process.getuid?.() === 0) env.OPTCHAT_DATA_DIR = join(v2.root, "home", ".local", "share", "optchat");
-      chmodSync(v2.root, 0o755);
+      if (process.getuid?.() === 0) {
+        env.OPTCHAT_DATA_DIR = join(v2.root, "home", ".local", "share", "optchat");
+        // As root the embedded server runs as user postgres, which must be able to enter the data directory's parents.
+        mkdirSync(join(v2.root, "home", ".local", "share"), { recursive: true });
+        for (const dir of [v2.root, join(v2.root, "home"), join(v2.root, "home", ".local")]) chmodSync(dir, 0o755);
+        chmodSync(join(v2.root, "home", ".local", "share"), 0o755);
+      }
       await run("git", ["init", "-q"], { cwd: v2.projectDir });
       const started = performance.now();
-      const add = await execOpencode2(v2, ["plugin", "add", "optchat"], "", 180_000);
-      expect(add.code, add.stderr).toBe(0);
+      for (const args of quickStart().v2) {
+        const result = await execOpencode2(v2, args, "", 180_000);
+        expect(result.code, result.stderr).toBe(0);
+      }
       const config = JSON.parse(readFileSync(join(env.XDG_CONFIG_HOME as string, "opencode", "opencode.json"), "utf8"));
       expect(JSON.stringify(config.plugins)).toMatch(/optchat/);
       const before = model.requests().length;

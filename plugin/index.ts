@@ -11,6 +11,9 @@ import type { Hooks, Plugin, PluginInput } from "@opencode-ai/plugin";
  * OpenCode's Bun), else the loopback in OpenCode's own thread (`thread: "off"`, OPTCHAT_PLUGIN_THREAD=off, or a runtime
  * without Bun's workers). OpenCode's thread imports only the forwarding hooks and the tools' declarations.
  */
+/** `.ts` in a checkout (OpenCode's Bun runs the sources), `.js` in the npm package (compiled to dist/). */
+const CODE_EXTENSION = import.meta.url.endsWith(".ts") ? ".ts" : ".js";
+
 export const OptchatPlugin: Plugin = async (input: PluginInput, options?: Record<string, unknown>): Promise<Hooks> => {
   const load = { started: performance.now(), waitedMs: undefined as number | undefined };
   const { recordLoad, remoteHooks } = await import("./transport/remote-hooks.js");
@@ -38,7 +41,11 @@ async function setUpChannel(
     try {
       const local = await import("./transport/local-server/client.js")
         .then(({ localServerChannel }) =>
-          localServerChannel(options, process.env, new URL("./transport/local-server/entry.ts", import.meta.url)),
+          localServerChannel(
+            options,
+            process.env,
+            new URL(`./transport/local-server/entry${CODE_EXTENSION}`, import.meta.url),
+          ),
         )
         .catch((error: unknown) => {
           process.stderr.write(`optchat: the local server could not be reached (${String(error)}); using a thread\n`);
@@ -48,7 +55,7 @@ async function setUpChannel(
       const WorkerClass = workerClass();
       if (WorkerClass)
         return workerChannel(
-          new WorkerClass(new URL("./transport/thread-entry.ts", import.meta.url).href),
+          new WorkerClass(new URL(`./transport/thread-entry${CODE_EXTENSION}`, import.meta.url).href),
           local?.handOffSocket,
         );
     } catch (error) {

@@ -96,7 +96,9 @@ export interface OptchatPluginEntry {
 }
 
 /** This checkout's plugin entry module. */
-export const PLUGIN_ENTRY = fileURLToPath(new URL("../index.ts", import.meta.url));
+export const PLUGIN_ENTRY = fileURLToPath(
+  new URL(import.meta.url.endsWith(".ts") ? "../index.ts" : "../index.js", import.meta.url),
+);
 
 /**
  * The entry that loads optchat, from the nearest file that lists one (nearer files win in OpenCode's merge); an
@@ -118,12 +120,18 @@ export function findOptchatPlugin(configs: OpencodeConfigs): OptchatPluginEntry 
         file: file.path,
         module,
         options: options && typeof options === "object" ? (options as Record<string, unknown>) : {},
-        exists: existsSync(resolved),
+        // A package name (`optchat`, `optchat@0.1.0`): OpenCode installs it from the npm registry at its start.
+        exists: isPackageName(module) || existsSync(resolved),
         thisCheckout,
       };
     }
   }
   return undefined;
+}
+
+/** An npm package specifier rather than a path: what `"plugin": ["optchat"]` lists (OpenCode installs it itself). */
+function isPackageName(module: string): boolean {
+  return /^(@[a-z0-9][\w.-]*\/)?[a-z0-9][\w.-]*(@[^/\\]+)?$/i.test(module) && !/\.(ts|js|mjs)$/.test(module);
 }
 
 function realPath(path: string): string {

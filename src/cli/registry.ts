@@ -17,6 +17,7 @@ import { scopesCommand } from "./commands/scopes.js";
 import { searchCommand } from "./commands/search.js";
 import { sessionsCommand } from "./commands/sessions.js";
 import { statusCommand } from "./commands/status.js";
+import { uninstallCommand } from "./commands/uninstall.js";
 import { viewCommand } from "./commands/view.js";
 import { workerCommand } from "./commands/worker.js";
 import { zoomCommand } from "./commands/zoom.js";
@@ -43,6 +44,7 @@ export const COMMANDS: readonly Command[] = [
   inspectCommand,
   costCommand,
   browseCommand,
+  uninstallCommand,
 ];
 
 export function findCommand(name: string): Command | undefined {

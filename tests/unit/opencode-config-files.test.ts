@@ -67,6 +67,17 @@ describe("opencode.json files", () => {
 
     writeFileSync(join(project, "opencode.json"), JSON.stringify({ plugin: ["/gone/optchat/plugin/index.ts"] }));
     expect(findOptchatPlugin(readOpencodeConfigs(project, env))).toMatchObject({ exists: false, thisCheckout: false });
+
+    // Installed by name (issue 44): OpenCode installs the package itself, so the entry counts as present.
+    writeFileSync(join(project, "opencode.json"), JSON.stringify({ plugin: [["optchat", { scope: "project" }]] }));
+    expect(findOptchatPlugin(readOpencodeConfigs(project, env))).toMatchObject({
+      module: "optchat",
+      options: { scope: "project" },
+      exists: true,
+      thisCheckout: false,
+    });
+    writeFileSync(join(project, "opencode.json"), JSON.stringify({ plugin: ["./optchat.ts"] }));
+    expect(findOptchatPlugin(readOpencodeConfigs(project, env))).toMatchObject({ exists: false });
   });
 
   it("tells the model resolver what OpenCode would: merged models, declared providers, built-ins with a key", async () => {

@@ -39,12 +39,18 @@ export async function serverCommand(
   const node = findExecutable(runtime.platform === "win32" ? "node.exe" : "node", env.PATH);
   const version = node ? await nodeVersion(node, env) : undefined;
   if (node && version && nodeSupported(version))
-    return { runtime: "node", command: node, args: [fileURLToPath(new URL("./node.mjs", entry))], env };
+    return { runtime: "node", command: node, args: [nodeEntry(entry)], env };
   if (setting === "auto") return bun;
   const found = node ? `${node} is Node.js ${version ?? "of an unknown version"}` : "no node is on PATH";
   throw new Error(
     `localServerRuntime is node, but ${found}: the local server needs Node.js 20.6 or later (or set OPTCHAT_LOCAL_SERVER_RUNTIME=bun)`,
   );
+}
+
+/** What Node.js runs: the compiled entry itself (the npm package's dist/), else node.mjs, which loads the sources through tsx. */
+function nodeEntry(entry: URL): string {
+  const path = fileURLToPath(entry);
+  return path.endsWith(".js") ? path : fileURLToPath(new URL("./node.mjs", entry));
 }
 
 /** Node.js 20.6 or later (`v20.6.0`, `v22.1.0`, …). */

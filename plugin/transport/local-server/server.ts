@@ -109,8 +109,7 @@ export async function startLocalServer(options: LocalServerOptions): Promise<Run
   // Watching costs nothing per connection; a stat of every file did (10-18 ms per process, measured, before `ready`).
   const watchers = options.codeRoots.map((root) =>
     watch(root, { recursive: true }, (_event, name) => {
-      if (name && String(name).endsWith(".ts") && !String(name).includes("node_modules"))
-        retire("its code changed on disk");
+      if (name && isCode(String(name)) && !String(name).includes("node_modules")) retire("its code changed on disk");
     }),
   );
   const server = createServer((socket) => {
@@ -315,7 +314,12 @@ class Connection {
   }
 }
 
-/** A stamp of the TypeScript files under the roots (paths, sizes, modification times). */
+/** A module of the plugin: TypeScript in a checkout, JavaScript compiled to dist/ in the npm package. */
+function isCode(name: string): boolean {
+  return name.endsWith(".ts") || name.endsWith(".js");
+}
+
+/** A stamp of the code files under the roots (paths, sizes, modification times). */
 export async function codeStamp(roots: readonly string[]): Promise<string> {
   const hash = createHash("sha256");
   const visit = async (directory: string): Promise<void> => {
@@ -325,7 +329,7 @@ export async function codeStamp(roots: readonly string[]): Promise<string> {
       const path = join(directory, entry.name);
       if (entry.isDirectory()) {
         if (entry.name !== "node_modules") await visit(path);
-      } else if (entry.name.endsWith(".ts")) {
+      } else if (isCode(entry.name)) {
         const info = await stat(path);
         hash.update(`${path}\0${info.size}\0${info.mtimeMs}\n`);
       }

@@ -3,9 +3,18 @@
  * the same process), the sessions V2 drove through this plugin instance, each with its ordered job queue, and the
  * problem report (hooks never throw: a throw inside a V2 hook can end the person's turn).
  */
-import { isOptchatError, type Memory, openMemory, startWorker, type Turn } from "../../src/memory/index.js";
+import {
+  isOptchatError,
+  type Memory,
+  openMemory,
+  type Summarizer,
+  startWorker,
+  type Turn,
+} from "../../src/memory/index.js";
 import { type ResolvedPluginConfig, resolvePluginConfig } from "../base/config.js";
 import { projectScopeId } from "../base/identity.js";
+import { compactorModel } from "../opencode/compactor-model.js";
+import { v2ConfigSource } from "./compactor-source.js";
 import { copiedEvents, lineageOf } from "./lineage.js";
 import type { V2Context } from "./v2-api.js";
 import { modelWindows } from "./window.js";
@@ -46,6 +55,8 @@ export interface V2Runtime {
   entryOf(hostSessionId: string): Promise<SessionEntry>;
   /** A session already opened by this instance. */
   known(hostSessionId: string): SessionEntry | undefined;
+  /** The model V2's requests use (the `context` hook's): the compactor's `auto` model is chosen from it. */
+  noteModel(model: { id: string; providerID: string }): void;
   /** Runs `job` after the session's earlier jobs; a failure is reported, never thrown. */
   enqueue(entry: SessionEntry, where: string, job: () => Promise<unknown>): Promise<void>;
   report(where: string, error: unknown): void;
@@ -70,13 +81,22 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
     if (where === "compactor worker") health.workerError = text;
     if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`optchat (OpenCode V2): ${text}\n`);
   };
-  const opener = memoryOpener(config, report);
+  let noteModel: (model: { id: string; providerID: string }) => void = () => {};
+  const mainModel = new Promise<{ id: string; providerID: string }>((resolve) => {
+    noteModel = resolve;
+  });
+  const model = compactorModel(v2ConfigSource(ctx, mainModel, env), config.core, (level, message) => {
+    if (level === "error") report("compactor model", new Error(message));
+    else if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`${message}\n`);
+  });
+  const opener = memoryOpener(config, report, model.summarizer);
   const sessions = new Map<string, SessionEntry>();
   return {
     config,
     health,
     windowTokens: modelWindows(ctx, env, report),
     memory: opener.memory,
+    noteModel: (model) => noteModel(model),
     report,
     known: (hostSessionId) => sessions.get(hostSessionId),
     async entryOf(hostSessionId) {
@@ -147,14 +167,19 @@ async function openWithLineage(
 }
 
 /** The memory service and its compactor worker, opened once; closing stops the worker, then the service. */
-function memoryOpener(config: ResolvedPluginConfig, report: (where: string, error: unknown) => void) {
+function memoryOpener(
+  config: ResolvedPluginConfig,
+  report: (where: string, error: unknown) => void,
+  summarizer: () => Promise<Summarizer>,
+) {
   let memoryOpen: Promise<Memory> | undefined;
   let worker: Promise<{ stop(): Promise<unknown> } | undefined> | undefined;
   const memory = () => {
     memoryOpen ??= openMemory(config.core, { applicationName: `optchat-opencode-v2-${process.pid}` }).then(
       (opened) => {
         // The compactor works in this process too (V2's service is long-lived; a standalone run helps while it lasts).
-        worker = startWorker(opened, config.core, () => {}).catch((error) => {
+        // With OPTCHAT_SUMMARIZER=auto its model comes from V2's providers once the first request names the main one.
+        worker = startWorker(opened, config.core, () => {}, { summarizer }).catch((error) => {
           report("compactor worker", error);
           return undefined;
         });

@@ -35,6 +35,7 @@ export function registerTurnHooks(ctx: V2Context, runtime: V2Runtime, records: R
 
   ctx.session.hook("context", async (input: V2ContextInput) => {
     try {
+      runtime.noteModel(input.model);
       const entry = runtime.known(input.sessionID);
       if (!entry?.turn) return;
       const text = await memoryTextOf(runtime, entry, input);

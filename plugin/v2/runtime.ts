@@ -81,22 +81,15 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
     if (where === "compactor worker") health.workerError = text;
     if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`optchat (OpenCode V2): ${text}\n`);
   };
-  let noteModel: (model: { id: string; providerID: string }) => void = () => {};
-  const mainModel = new Promise<{ id: string; providerID: string }>((resolve) => {
-    noteModel = resolve;
-  });
-  const model = compactorModel(v2ConfigSource(ctx, mainModel, env), config.core, (level, message) => {
-    if (level === "error") report("compactor model", new Error(message));
-    else if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`${message}\n`);
-  });
-  const opener = memoryOpener(config, report, model.summarizer);
+  const compactor = v2Compactor(ctx, config, env, report);
+  const opener = memoryOpener(config, report, compactor.summarizer);
   const sessions = new Map<string, SessionEntry>();
   return {
     config,
     health,
     windowTokens: modelWindows(ctx, env, report),
     memory: opener.memory,
-    noteModel: (model) => noteModel(model),
+    noteModel: compactor.noteModel,
     report,
     known: (hostSessionId) => sessions.get(hostSessionId),
     async entryOf(hostSessionId) {
@@ -130,6 +123,24 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
       await opener.close();
     },
   };
+}
+
+/** The compactor's summarizer: with `auto`, chosen from V2's providers once the first request names the main model. */
+function v2Compactor(
+  ctx: V2Context,
+  config: ResolvedPluginConfig,
+  env: NodeJS.ProcessEnv,
+  report: (where: string, error: unknown) => void,
+) {
+  let noteModel: (model: { id: string; providerID: string }) => void = () => {};
+  const mainModel = new Promise<{ id: string; providerID: string }>((resolve) => {
+    noteModel = resolve;
+  });
+  const model = compactorModel(v2ConfigSource(ctx, mainModel, env), config.core, (level, message) => {
+    if (level === "error") report("compactor model", new Error(message));
+    else if (env.OPTCHAT_V2_DEBUG) process.stderr.write(`${message}\n`);
+  });
+  return { noteModel: (main: { id: string; providerID: string }) => noteModel(main), summarizer: model.summarizer };
 }
 
 /**

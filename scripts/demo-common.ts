@@ -120,3 +120,23 @@ export function block(source: string, name: string): string {
   const end = source.indexOf(`</${name}>`, start);
   return start >= 0 && end > start ? source.slice(start, end + name.length + 3) : "";
 }
+
+/**
+ * B's first request: its shared memory block, which must hold A's decision, with no tool call yet; printed as the
+ * demo shows it. Returns the block. `joiner` joins the user messages' texts (V1 leads B's message with memory).
+ */
+export function showFirstRequest(first: CapturedRequest, joiner: string): string {
+  const messages = (first.body as { messages: { role: string; content?: unknown; tool_calls?: unknown[] }[] }).messages;
+  const memory = messages
+    .filter((m) => m.role === "user")
+    .map((m) => text(m.content))
+    .join(joiner);
+  const shared = block(memory, "shared_memory");
+  if (!shared.includes("LISTEN/NOTIFY")) throw new Error(`B's first request lacks A's decision:\n${memory}`);
+  if (messages.some((m) => m.role === "tool" || (m.tool_calls?.length ?? 0) > 0)) {
+    throw new Error("B's first request already contains tool calls");
+  }
+  say(`   B's first model request (#${first.index}) carried, before any tool call:`);
+  for (const line of shared.split("\n")) say(`   | ${line}`);
+  return shared;
+}

@@ -3,7 +3,7 @@
 // memory target as `npm run demo`. A decides; B's first request already holds the decision; B zooms to A's words.
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { admin, block, type DemoTarget, ROOT, say, text, until, WAIT_MS } from "./demo-common.js";
+import { admin, type DemoTarget, ROOT, say, showFirstRequest, text, until, WAIT_MS } from "./demo-common.js";
 import { startModelServer } from "./model-server.js";
 import {
   cleanupOpencode2Env,
@@ -74,19 +74,7 @@ export async function demoV2(target: DemoTarget): Promise<void> {
     if (b.code !== 0 || !b.sessionId) throw new Error(`B's run failed (exit ${b.code}): ${b.stderr.slice(-2000)}`);
     const first = mainRequests()[0];
     if (!first) throw new Error("B's request never reached the model");
-    const messages = (first.body as { messages: { role: string; content?: unknown; tool_calls?: unknown[] }[] })
-      .messages;
-    const memory = messages
-      .filter((m) => m.role === "user")
-      .map((m) => text(m.content))
-      .join("\n");
-    const shared = block(memory, "shared_memory");
-    if (!shared.includes("LISTEN/NOTIFY")) throw new Error(`B's first request lacks A's decision:\n${memory}`);
-    if (messages.some((m) => m.role === "tool" || (m.tool_calls?.length ?? 0) > 0)) {
-      throw new Error("B's first request already contains tool calls");
-    }
-    say(`   B's first model request (#${first.index}) carried, before any tool call:`);
-    for (const line of shared.split("\n")) say(`   | ${line}`);
+    const shared = showFirstRequest(first, "\n");
 
     say();
     say("3. B zooms from the shared line to A's original message, one memory_zoom per step:");

@@ -6,7 +6,7 @@
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { isOptchatError } from "../src/core/errors.js";
-import { admin, block, demoTarget, lastUser, ROOT, say, text, until, WAIT_MS } from "./demo-common.js";
+import { admin, demoTarget, lastUser, ROOT, say, showFirstRequest, text, until, WAIT_MS } from "./demo-common.js";
 import { startModelServer } from "./model-server.js";
 import {
   cleanupOpencodeEnv,
@@ -85,20 +85,8 @@ async function main(): Promise<void> {
     await b.waitIdle(sessionB, WAIT_MS);
     const first = model.requests().find((r) => r.kind === "main" && lastUser(r).includes(question));
     if (!first) throw new Error("B's request never reached the model");
-    const messages = (first.body as { messages: { role: string; content?: unknown; tool_calls?: unknown[] }[] })
-      .messages;
     // The stable memory message, then the volatile part that leads B's message (docs/caching.md).
-    const memory = messages
-      .filter((m) => m.role === "user")
-      .map((m) => text(m.content))
-      .join("");
-    const shared = block(memory, "shared_memory");
-    if (!shared.includes("LISTEN/NOTIFY")) throw new Error(`B's first request lacks A's decision:\n${memory}`);
-    if (messages.some((m) => m.role === "tool" || (m.tool_calls?.length ?? 0) > 0)) {
-      throw new Error("B's first request already contains tool calls");
-    }
-    say(`   B's first model request (#${first.index}) carried, before any tool call:`);
-    for (const line of shared.split("\n")) say(`   | ${line}`);
+    showFirstRequest(first, "");
 
     say();
     say("3. B zooms from the shared line to A's original message, one memory_zoom per step:");

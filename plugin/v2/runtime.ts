@@ -22,6 +22,8 @@ import { modelWindows } from "./window.js";
 /** Host name of V2 sessions in optchat (V1's are "opencode"): the two lines keep their own session ids. */
 export const V2_HOST = "opencode-v2";
 
+/** How often the finalizer looks whether this process's finished turns are published. */
+const PUBLICATION_POLL_MS = 100;
 /** How long the finalizer lets events already published arrive before it flushes. */
 const CLOSE_GRACE_MS = 300;
 
@@ -115,13 +117,7 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
       );
       return entry.queue;
     },
-    async close() {
-      // Events published just before the scope closes (the turn's last text, its end) are still on their way.
-      await delay(CLOSE_GRACE_MS);
-      const flush = Promise.all([...sessions.values()].map((entry) => entry.queue));
-      await Promise.race([flush, delay(config.plugin.closeFlushMs)]);
-      await opener.close();
-    },
+    close: () => closeRuntime(config, opener, sessions),
   };
 }
 
@@ -211,6 +207,39 @@ function memoryOpener(
     await opened?.close().catch((error: unknown) => report("closing memory", error));
   };
   return { memory, close };
+}
+
+/**
+ * V2's finalizer: late events, a bounded flush of every session's queue, the publications of the turns finished here
+ * (bounded), then the worker and the memory service closed.
+ */
+async function closeRuntime(
+  config: ResolvedPluginConfig,
+  opener: { memory(): Promise<Memory>; close(): Promise<void> },
+  sessions: ReadonlyMap<string, SessionEntry>,
+): Promise<void> {
+  // Events published just before the scope closes (the turn's last text, its end) are still on their way.
+  await delay(CLOSE_GRACE_MS);
+  const flush = Promise.all([...sessions.values()].map((entry) => entry.queue));
+  await Promise.race([flush, delay(config.plugin.closeFlushMs)]);
+  // A standalone run's worker stops with its process, and the next process's turn sees only what was published
+  // when it was admitted: the turns finished here are given the same bound to be published first.
+  await Promise.race([publicationsOf(opener, sessions.values()), delay(config.plugin.closeFlushMs)]);
+  await opener.close();
+}
+
+/** Resolves once no turn finished in this process waits for its publication (polled; the caller bounds it). */
+async function publicationsOf(opener: { memory(): Promise<Memory> }, entries: Iterable<SessionEntry>): Promise<void> {
+  const memory = await opener.memory().catch(() => undefined);
+  const turns = [...entries].flatMap((entry) =>
+    entry.turn ? [{ sessionId: entry.sessionId, turnId: entry.turn.turnId }] : [],
+  );
+  if (!memory || turns.length === 0) return;
+  for (;;) {
+    const states = await Promise.all(turns.map((turn) => memory.getTurn(turn).catch(() => undefined)));
+    if (states.every((turn) => turn?.publicationState !== "pending" || turn.state === "active")) return;
+    await delay(PUBLICATION_POLL_MS);
+  }
 }
 
 function delay(ms: number): Promise<void> {

@@ -13,6 +13,7 @@ export {
   waitForLockWaiters,
   waitForPublications,
 } from "./helpers/database.js";
+export { firstPublication } from "./helpers/embedded.js";
 export { readFixture, seededRandom, shuffled, useScratchDirs } from "./helpers/fixtures.js";
 export {
   finishTurnNeedingSummary,

@@ -3,14 +3,12 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
-import pg from "pg";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { stopLocalServers } from "../../plugin/transport/local-server/client.js";
 import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
 import { CLOSED_REGISTRY } from "../../scripts/opencode-harness.js";
-import { embeddedUrl } from "../../src/embedded/paths.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import { ROOT, retrying } from "../helpers.js";
+import { firstPublication, ROOT } from "../helpers.js";
 
 /**
  * Issue 40 (then the README's quick start; since issue 44 the README leads with the install by name, proven by
@@ -86,25 +84,6 @@ beforeAll(async () => {
     OPENCODE_DISABLE_AUTOUPDATE: "1",
   };
 }, 60_000);
-
-/** Waits (up to 60 s) until the embedded server's memory holds a publication. */
-async function firstPublication(socketDir: string | undefined): Promise<void> {
-  if (!socketDir) throw new Error("no embedded server configured for the test's HOME");
-  await retrying(
-    async () => {
-      const client = new pg.Client({ connectionString: embeddedUrl(socketDir) });
-      await client.connect();
-      try {
-        const rows = await client.query<{ n: number }>("SELECT count(*)::int AS n FROM optchat.publications");
-        if ((rows.rows[0]?.n ?? 0) < 1) throw new Error("no publication yet");
-      } finally {
-        await client.end();
-      }
-    },
-    60_000,
-    "the first run's turn published",
-  );
-}
 
 afterAll(async () => {
   await stopLocalServers(join(root, "tmp", `optchat-${process.getuid?.() ?? "user"}`)).catch(() => []);

@@ -29,7 +29,7 @@ export const MAX_RATIO = 2;
 
 /**
  * The line through the samples (least squares): ratio = its slope within [MIN_RATIO, MAX_RATIO], overhead = what is
- * left of the latest sample. Undefined without two samples whose estimates differ by MIN_SPREAD_TOKENS.
+ * left of the latest sample (never negative). Undefined without two samples whose estimates differ by MIN_SPREAD_TOKENS.
  */
 export function fitRequestSize(samples: readonly SizeSample[]): FittedSize | undefined {
   const latest = samples.at(-1);
@@ -44,8 +44,22 @@ export function fitRequestSize(samples: readonly SizeSample[]): FittedSize | und
     cov += (s.estimated - meanX) * (s.reported - meanY);
     varX += (s.estimated - meanX) ** 2;
   }
-  const ratio = Math.min(MAX_RATIO, Math.max(MIN_RATIO, cov / varX));
-  return { ratio, overhead: Math.max(0, Math.round(latest.reported - ratio * latest.estimated)) };
+  const ratio = clampRatio(cov / varX);
+  const overhead = latest.reported - ratio * latest.estimated;
+  if (overhead >= 0) return { ratio, overhead: Math.round(overhead) };
+  // Whole-token reports can tilt the slope past a request with almost no instructions, to a negative overhead: the
+  // least-squares line with no overhead (through the origin) fits the reports instead.
+  let xy = 0;
+  let xx = 0;
+  for (const s of samples) {
+    xy += s.estimated * s.reported;
+    xx += s.estimated ** 2;
+  }
+  return { ratio: clampRatio(xy / xx), overhead: 0 };
+}
+
+function clampRatio(ratio: number): number {
+  return Math.min(MAX_RATIO, Math.max(MIN_RATIO, ratio));
 }
 
 /** A sample added to the kept ones (the oldest dropped past SIZE_SAMPLES). */

@@ -203,6 +203,8 @@ export class Admission {
       sessionId: session.sessionId,
       turnId: message.id,
       ...(query ? { query } : {}),
+      // A prompt sees what another session finished a moment ago (`opencode run` after `opencode run`).
+      awaitRecent: true,
     });
     state.pinned.set(admitted.turnId, admitted);
     turn.admitted = true;

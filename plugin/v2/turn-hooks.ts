@@ -25,6 +25,7 @@ export function registerTurnHooks(ctx: V2Context, runtime: V2Runtime, records: R
         sessionId: entry.sessionId,
         turnId: input.messageID,
         query: input.prompt.text,
+        awaitRecent: true,
       });
       entry.memoryText = undefined;
       await memory.ingest(records.user(entry.sessionId, input));

@@ -207,6 +207,11 @@ export const admitTurnSchema = z
      */
     query: z.string().max(100_000, "longer than 100000 characters").transform(storableText).optional(),
     publishes: z.boolean().optional(),
+    /**
+     * True for a person's prompt: first wait (OPTCHAT_ADMISSION_WAIT_MS) for the publications of turns other sessions
+     * of the scope just finished, so the snapshot pinned at admission holds them (src/memory/turns.ts).
+     */
+    awaitRecent: z.boolean().optional(),
   })
   .strict();
 

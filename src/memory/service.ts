@@ -119,7 +119,13 @@ export interface Memory {
   /** Opens a line `start+count` of the session's tree into its two lines, or a single message into its record. */
   zoomSession(sessionId: string, ref: string): Promise<ZoomResult>;
   /** Admits a turn and pins its snapshot (seed 000 §9); re-admitting returns the same turn. */
-  admitTurn(input: { sessionId: string; turnId: string; query?: string; publishes?: boolean }): Promise<Turn>;
+  admitTurn(input: {
+    sessionId: string;
+    turnId: string;
+    query?: string;
+    publishes?: boolean;
+    awaitRecent?: boolean;
+  }): Promise<Turn>;
   /** Records the turn's outcome once and schedules its publication in the same transaction. */
   finishTurn(ctx: TurnContext, outcome: TurnOutcome): Promise<{ turn: Turn; finished: boolean }>;
   getTurn(ctx: TurnContext): Promise<Turn>;

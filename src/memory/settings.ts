@@ -290,6 +290,12 @@ export const SETTINGS = {
     [0, 600_000],
     ": how long to wait for the compactor before reporting MEMORY_NOT_READY",
   ),
+  admissionWaitMs: integer(
+    "OPTCHAT_ADMISSION_WAIT_MS",
+    10_000,
+    [0, 600_000],
+    " (0: never waits): how long after another session of the scope finished a turn a new turn waits for that turn's publication before it is admitted without it",
+  ),
   jobRetentionSeconds: integer(
     "OPTCHAT_JOB_RETENTION_SECONDS",
     3600,

@@ -3,7 +3,14 @@ import { schedulePublicationIfReady } from "../compactor/schedule-publication.js
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { lockCurrentSessionTree } from "../store/trees.js";
-import { admitTurn as admitTurnRow, finishTurn as finishTurnRow, type Turn, type TurnOutcome } from "../store/turns.js";
+import {
+  admitTurn as admitTurnRow,
+  finishTurn as finishTurnRow,
+  recentUnpublishedMs,
+  type Turn,
+  type TurnOutcome,
+} from "../store/turns.js";
+import type { Config } from "./config.js";
 import type { TurnContext } from "./reader.js";
 
 /**
@@ -11,9 +18,10 @@ import type { TurnContext } from "./reader.js";
  * read by the insert itself (a separate read of it was one more round trip of every prompt, issue 9 item 2).
  */
 export async function admitTurn(
-  deps: { readonly pool: Pool },
-  input: { sessionId: string; turnId: string; query?: string; publishes?: boolean },
+  deps: { readonly pool: Pool; readonly config: Pick<Config, "admissionWaitMs"> },
+  input: { sessionId: string; turnId: string; query?: string; publishes?: boolean; awaitRecent?: boolean },
 ): Promise<Turn> {
+  if (input.awaitRecent === true) await awaitRecentPublications(deps, input);
   const admitted = await admitTurnRow(deps.pool, {
     sessionId: input.sessionId,
     turnId: input.turnId,
@@ -24,6 +32,28 @@ export async function admitTurn(
   });
   if (!admitted) throw new OptchatError("SESSION_NOT_FOUND", `No session ${input.sessionId}`, { field: "sessionId" });
   return admitted.turn;
+}
+
+/** How often a new turn looks again whether the scope's recently finished turns are published. */
+const RECENT_POLL_MS = 100;
+
+/**
+ * A new turn is admitted once the turns other sessions of its scope finished moments ago (within
+ * OPTCHAT_ADMISSION_WAIT_MS) are published, or once they are that old: its snapshot is pinned at admission, so
+ * `opencode run` started right after another would otherwise not see the turn that just ended. Bounded by the setting
+ * from each turn's end, so a stalled compactor delays only prompts that follow a finished turn closely.
+ */
+async function awaitRecentPublications(
+  deps: { readonly pool: Pool; readonly config: Pick<Config, "admissionWaitMs"> },
+  input: { sessionId: string; turnId: string },
+): Promise<void> {
+  const withinMs = deps.config.admissionWaitMs;
+  if (withinMs === 0) return;
+  for (;;) {
+    const remaining = await recentUnpublishedMs(deps.pool, { ...input, withinMs });
+    if (remaining === 0) return;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(RECENT_POLL_MS, remaining)));
+  }
 }
 
 /**

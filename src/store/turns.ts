@@ -139,6 +139,31 @@ export async function admitTurn(
   return existing ? { turn: existing, created: false } : undefined;
 }
 
+/**
+ * Milliseconds until every turn of another session of `sessionId`'s scope that finished less than `withinMs` ago and
+ * still waits for its publication is `withinMs` old; 0 when there is none, or when `turnId` is admitted already (a
+ * re-admission never waits).
+ */
+export async function recentUnpublishedMs(
+  db: Queryable,
+  input: { sessionId: string; turnId: string; withinMs: number },
+): Promise<number> {
+  const result = await db.query<{ remaining: number }>(
+    `SELECT coalesce(ceil(extract(epoch FROM max(t.finished_at + w.span) - clock_timestamp()) * 1000), 0)::int AS remaining
+       FROM optchat.sessions s
+      CROSS JOIN LATERAL (SELECT make_interval(secs => $3::int / 1000.0) AS span) w
+       JOIN optchat.turns t ON t.scope_id = s.scope_id AND t.session_id <> s.session_id
+      WHERE s.session_id = $1::text
+        AND t.publication_state = 'pending' AND t.finished_at IS NOT NULL
+        AND t.finished_at > clock_timestamp() - w.span
+        AND NOT EXISTS (SELECT 1 FROM optchat.turns o
+                         WHERE o.session_id = s.session_id AND o.generation = s.current_generation
+                           AND o.turn_id = $2::text)`,
+    [input.sessionId, input.turnId, input.withinMs],
+  );
+  return Math.max(0, result.rows[0]?.remaining ?? 0);
+}
+
 /** A turn of a given generation (current or not). */
 export async function findTurnInGeneration(
   db: Queryable,

@@ -52,7 +52,7 @@ export const doctorCommand: Command = {
         name: "opencode",
         ok: false,
         text: `no opencode.json loads optchat (read: ${read.length > 0 ? read.join(", ") : "none found"})`,
-        fix: `add "plugin": [["${PLUGIN_ENTRY}", {"databaseUrl": "${redactUrl(ctx.config.databaseUrl)}"}]] to the project's opencode.json or the global one (\`npm run opencode-setup\` prints it)`,
+        fix: missingEntryFix(ctx.config),
       });
     } else if (!entry.exists) {
       checks.push({
@@ -150,4 +150,19 @@ async function resolveModel(
     from: `auto: ${found.from} in opencode.json`,
     fix: "check that provider's baseURL, model and key in opencode.json (or OpenCode's auth) and that its server runs",
   };
+}
+
+/**
+ * How to load optchat: by name when this CLI is the npm package (OpenCode installs it at its next start), by this
+ * checkout's path from a clone (`npm run opencode-setup` writes that entry); the database only when it is not the
+ * embedded server, which needs no setting.
+ */
+function missingEntryFix(config: Config): string {
+  const packaged = !PLUGIN_ENTRY.endsWith(".ts");
+  const name = packaged ? "optchat" : PLUGIN_ENTRY;
+  const entry = config.embedded ? `"${name}"` : `["${name}", {"databaseUrl": "${redactUrl(config.databaseUrl)}"}]`;
+  const where = "to the project's opencode.json or the global one (~/.config/opencode/opencode.json)";
+  return packaged
+    ? `add "plugin": [${entry}] ${where}; OpenCode installs it from npm at its next start`
+    : `add "plugin": [${entry}] ${where} (\`npm run opencode-setup\` in this checkout writes it)`;
 }

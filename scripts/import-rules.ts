@@ -182,7 +182,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "src/compactor/node-job.ts",
   "src/compactor/publish.ts",
   "src/compactor/worker.ts",
-  "src/core/health.ts",
   "src/embedded/cluster.ts",
   "src/embedded/server.ts",
   "src/memory/assembly.ts",

@@ -183,8 +183,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "src/memory/assembly.ts",
   "src/memory/browse-tree.ts",
   "src/memory/browse.ts",
-  "src/memory/import.ts",
-  "src/memory/search.ts",
   "src/memory/service.ts",
   "src/store/ingest-write.ts",
   "src/store/status.ts",

@@ -177,7 +177,6 @@ export const SPLIT_PENDING: ReadonlySet<string> = new Set([
   "plugin/request/transform.ts",
   "plugin/transport/local-server/server.ts",
   "src/browse/server.ts",
-  "src/cli/commands/doctor.ts",
   "src/compactor/worker.ts",
   "src/embedded/server.ts",
   "src/memory/assembly.ts",

@@ -8,8 +8,9 @@ import {
   resolveSettings,
   SETTINGS,
   type SettingName,
+  zeroOrIntegerFrom,
 } from "../../src/memory/index.js";
-import { PLUGIN_SETTINGS, type PluginSettingName } from "./settings.js";
+import { PLUGIN_SETTINGS, type PluginSettingName, type SettingForm, type SettingValue } from "./settings.js";
 
 export { PLUGIN_SETTINGS, type PluginSettingName } from "./settings.js";
 
@@ -18,36 +19,37 @@ const onOff = z.union([z.boolean(), z.enum(["on", "off", "true", "false", "1", "
   return v === "on" || v === "true" || v === "1";
 });
 
-const pluginSchema = z.object({
-  mode: z.enum(["replace", "augment"], { errorMap: () => ({ message: "not replace or augment" }) }),
-  scope: z
-    .string()
-    .regex(/^(project|isolated|profile:[A-Za-z0-9_.-]{1,100})$/, "not project, isolated or profile:<name>"),
-  readiness: z.enum(["strict", "partial"], { errorMap: () => ({ message: "not strict or partial" }) }),
-  readinessWaitMs: integerFrom(0, 600_000),
-  previousExchange: onOff,
-  cacheEpochTurns: integerFrom(1, 1000),
-  cacheEpochKeptTokens: integerFrom(0, 1_000_000),
-  embeddedWorker: onOff,
-  thread: onOff,
-  localServer: z.enum(["auto", "on", "off"], { errorMap: () => ({ message: "not auto, on or off" }) }),
-  localServerRuntime: z.enum(["auto", "node", "bun"], { errorMap: () => ({ message: "not auto, node or bun" }) }),
-  localServerIdleSeconds: integerFrom(1, 86_400),
-  embeddedWorkerConcurrency: integerFrom(1, 64),
-  embeddedWorkerStartMs: integerFrom(0, 600_000),
-  closeFlushMs: integerFrom(0, 60_000),
-  windowTokens: integerFrom(0, 10_000_000).refine((v) => v === 0 || v >= 1000, "below 1000"),
-  outputTokens: integerFrom(0, 1_000_000),
-  toolsTokens: integerFrom(0, 1_000_000),
-  reserveTokens: integerFrom(0, 1_000_000),
-  leaseSeconds: integerFrom(5, 3600),
-  onSessionDelete: z.enum(["delete", "archive", "keep"], {
-    errorMap: () => ({ message: "not delete, archive or keep" }),
-  }),
-  timingsFile: z.string().max(4096, "longer than 4096 characters"),
-});
+/** "a, b or c". */
+const orList = (words: readonly string[]) =>
+  words.length > 1 ? `${words.slice(0, -1).join(", ")} or ${words.at(-1)}` : words.join("");
 
-export type PluginSettings = Readonly<z.infer<typeof pluginSchema>>;
+/** The schema of a setting's form (plugin/base/settings.ts): the same numbers and words its accepted text says. */
+function schemaOf(form: SettingForm): z.ZodTypeAny {
+  switch (form.kind) {
+    case "integer":
+      return integerFrom(...form.range);
+    case "zeroOrInteger":
+      return zeroOrIntegerFrom(...form.range);
+    case "words": {
+      const words = Object.keys(form.meanings) as [string, ...string[]];
+      return z.enum(words, { errorMap: () => ({ message: `not ${orList(words)}` }) });
+    }
+    case "switch":
+      return onOff;
+    case "pattern":
+      return z.string().regex(new RegExp(form.pattern), form.message);
+    case "text":
+      return z.string().max(form.maxLength, `longer than ${form.maxLength} characters`);
+  }
+}
+
+export type PluginSettings = {
+  readonly [Name in PluginSettingName]: SettingValue<(typeof PLUGIN_SETTINGS)[Name]["form"]>;
+};
+
+const pluginSchema = z.object(
+  Object.fromEntries(Object.entries(PLUGIN_SETTINGS).map(([name, setting]) => [name, schemaOf(setting.form)])),
+) as unknown as z.ZodType<PluginSettings>;
 
 export interface ResolvedPluginConfig {
   /** The memory service's settings (database, compactor, views). */

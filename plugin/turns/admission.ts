@@ -16,10 +16,20 @@ import type { TurnOutcomes } from "./outcomes.js";
 import type { SessionJobs } from "./session-jobs.js";
 import type { SessionMemory } from "./session-memory.js";
 import type { SessionRewinds } from "./session-rewind.js";
-import { newOpenTurn, type OpenTurn, type SessionState } from "./session-state.js";
+import type { OpenTurn, SessionState } from "./session-state.js";
 import type { HostSessions } from "./sessions.js";
 import type { StaleTurns } from "./stale-turns.js";
 import { stoppedBeforePrompt } from "./tracking.js";
+import {
+  countAdmission,
+  drivenElsewhere,
+  forgetUnadmitted,
+  markAdmitted,
+  openPromptTurn,
+  setAdmission,
+  setReconciled,
+  setSeqsLoaded,
+} from "./turn-slice.js";
 
 export interface AdmissionDeps {
   readonly memory: Memory;
@@ -60,13 +70,13 @@ export class Admission {
    */
   async admit(state: SessionState, message: HostMessageInfo, parts: readonly HostPart[]): Promise<void> {
     // Counted from the first await: an idle job of the previous turn must not release the lease claimed here.
-    state.admitting += 1;
+    countAdmission(state, 1);
     // One admission at a time per session, in the order OpenCode called the hook: prompts queued during a tool loop
     // are admitted concurrently, and the memory's turn order (boundaries, publication order) must be the host's.
     try {
       await state.admissions.run(() => this.admitCounted(state, message, parts));
     } finally {
-      state.admitting -= 1;
+      countAdmission(state, -1);
     }
   }
 
@@ -95,8 +105,7 @@ export class Admission {
    */
   private async claim(state: SessionState, session: Session, deferred: boolean): Promise<void> {
     if (!(await this.deps.lease.claim(state, session, deferred))) return;
-    state.seqsLoaded = false;
-    state.reconciled = false;
+    drivenElsewhere(state);
     state.request.forgetEpoch();
   }
 
@@ -139,28 +148,22 @@ export class Admission {
   ): void {
     const { jobs, records, diagnostics } = this.deps;
     const stopped = stoppedBeforePrompt(state);
-    const known = state.turns.get(message.id);
-    const turn = known ?? newOpenTurn(message.id);
-    if (!known) state.turns.set(message.id, turn);
-    state.turnOfMessage.set(message.id, message.id);
-    state.busy = true;
+    const turn = openPromptTurn(state, message.id);
     /** The turn runs without memory, as if it had never been admitted here. */
-    const forget = () => {
-      if (!turn.admitted && state.turns.get(turn.turnId) === turn) {
-        state.turns.delete(turn.turnId);
-        state.turnOfMessage.delete(turn.turnId);
-      }
-    };
-    turn.admission = jobs.runOnce(state, async () => {
-      try {
-        const session = await claimed();
-        if (session) await this.admitInMemory(state, session, turn, stopped, message, parts);
-        else forget();
-      } catch (error) {
-        forget();
-        await diagnostics.problem(error instanceof PromptRefused ? "lease" : "admit", state.hostSessionId, error);
-      }
-    });
+    const forget = () => forgetUnadmitted(state, turn);
+    setAdmission(
+      turn,
+      jobs.runOnce(state, async () => {
+        try {
+          const session = await claimed();
+          if (session) await this.admitInMemory(state, session, turn, stopped, message, parts);
+          else forget();
+        } catch (error) {
+          forget();
+          await diagnostics.problem(error instanceof PromptRefused ? "lease" : "admit", state.hostSessionId, error);
+        }
+      }),
+    );
     // The user record is the session's next job, not part of the admission: the request does not wait for it (its
     // message is at the turn's boundary, never replaced), and as a job it is retried and flushed at close like every
     // other record.
@@ -188,8 +191,8 @@ export class Admission {
     if (!inherited && state.lease.lastFence === 1 && this.deps.sessions.createdHere(state.hostSessionId)) {
       // Created in this process and never claimed before: no process left a turn or a record in it, so there is
       // nothing to reconcile or load (two round trips less before the first request).
-      state.reconciled = true;
-      state.seqsLoaded = true;
+      setReconciled(state, true);
+      setSeqsLoaded(state, true);
     }
     await this.deps.rewinds.commitStagedRevert(state, session);
     await this.deps.staleTurns.reconcile(state, session);
@@ -206,8 +209,7 @@ export class Admission {
       // A prompt sees what another session finished a moment ago (`opencode run` after `opencode run`).
       awaitRecent: true,
     });
-    state.pinned.set(admitted.turnId, admitted);
-    turn.admitted = true;
+    markAdmitted(state, admitted.turnId, admitted, turn);
     // Read now what the first request's memory needs (plugin/request/prepared-context.ts); its transform only fits it. Its
     // readiness wait begins now, so a worker that would be needed must start now too.
     this.deps.prepare(state, { sessionId: session.sessionId, turnId: admitted.turnId });
@@ -246,7 +248,7 @@ export class Admission {
         "info",
         `optchat: session ${id} is a fork of ${result.from.sessionId}: ${result.records} records inherited, ${result.nodes} summaries reused`,
       );
-      state.seqsLoaded = false; // the copies are held now: the transform may replace them
+      setSeqsLoaded(state, false); // the copies are held now: the transform may replace them
       return true;
     } catch (error) {
       // The copies then stay OpenCode's alone, sent verbatim, as for any message memory does not hold.

@@ -1,20 +1,13 @@
+import type { Session } from "../../src/memory/index.js";
+import { rewoundTo } from "./session-open.js";
+import type { SessionState } from "./session-state.js";
+import { rewindTurns } from "./turn-slice.js";
+
 /**
  * What a committed revert does to a session's state in this process, once the memory service has rewound its history
- * (memory.rewindSession, a new generation): pure, so the decision is tested alone (tests/unit/plugin-history-rewind).
+ * (memory.rewindSession, a new generation): no I/O, so the decision is tested alone (tests/unit/plugin-history-rewind);
+ * the writes are the slices' own transitions (session-open.ts `rewoundTo`, turn-slice.ts `rewindTurns`).
  */
-
-/** The parts of the adapter's per-session state a rewind changes (plugin/turns/session-state.ts SessionState). */
-export interface RewoundState<Session extends { readonly currentGeneration: number }> {
-  session: Session | undefined;
-  readonly turns: Map<string, { readonly turnId: string; admitted: boolean; finished: boolean }>;
-  readonly turnOfMessage: Map<string, string>;
-  readonly pinned: Map<string, unknown>;
-  readonly ingested: Set<string>;
-  readonly seqs: Map<string, number>;
-  seqsLoaded: boolean;
-  /** What the requests were built from (plugin/request/slice.ts): the old generation's. */
-  readonly request: { forgetHistory(): void };
-}
 
 export type RewindDecision =
   | { readonly type: "rewound" }
@@ -27,8 +20,8 @@ export type RewindDecision =
  * another process and its `message.removed` events came after this prompt's admission) belongs to the generation the
  * rewind ended, which cannot be repaired reliably: memory then goes off for the session (seed 000 §12).
  */
-export function applyRewind<Session extends { readonly currentGeneration: number }>(
-  state: RewoundState<Session>,
+export function applyRewind(
+  state: SessionState,
   session: Session,
   removed: readonly string[],
   generation: number,
@@ -41,15 +34,8 @@ export function applyRewind<Session extends { readonly currentGeneration: number
       reason: `OpenCode committed a revert for a prompt (${stranded.turnId}) that optchat had already admitted in the history before the revert`,
     };
   }
-  state.session = { ...session, currentGeneration: generation };
-  state.seqs.clear();
-  state.seqsLoaded = false;
+  rewoundTo(state, session, generation);
+  rewindTurns(state, gone);
   state.request.forgetHistory();
-  for (const id of gone) {
-    state.turns.delete(id);
-    state.turnOfMessage.delete(id);
-    state.pinned.delete(id);
-    state.ingested.delete(id);
-  }
   return { type: "rewound" };
 }

@@ -15,6 +15,17 @@ import {
   turnForAssistant,
   turnsEndedBy,
 } from "./tracking.js";
+import {
+  addToIdleCheck,
+  firstIngestion,
+  markBusy,
+  markFinished,
+  markIdle,
+  markNotBusy,
+  noteAssistantMessage,
+  noteStep,
+  setIdleCheck,
+} from "./turn-slice.js";
 
 export interface TurnOutcomesDeps {
   readonly memory: Memory;
@@ -41,16 +52,18 @@ export class TurnOutcomes {
     if (!turnId) return;
     const turn = state.turns.get(turnId);
     if (!turn) return;
-    turn.assistantMessages.add(info.id);
+    noteAssistantMessage(turn, info.id);
     const step = stepOutcome(info);
     if (!step.final) {
-      turn.lastStep = { messageId: info.id, final: false, terminal: false };
+      noteStep(turn, { messageId: info.id, final: false, terminal: false }, undefined);
       return;
     }
-    if (state.ingested.has(info.id)) return;
-    state.ingested.add(info.id);
-    turn.lastStep = { messageId: info.id, final: true, terminal: step.terminal };
-    if (step.terminal) turn.ending = step.outcome;
+    if (!firstIngestion(state, info.id)) return;
+    noteStep(
+      turn,
+      { messageId: info.id, final: true, terminal: step.terminal },
+      step.terminal ? step.outcome : undefined,
+    );
     const { records, diagnostics } = this.deps;
     const parts = records.partsOf(info.id);
     this.deps.jobs.enqueue(state, "ingest", async (session) => {
@@ -66,13 +79,12 @@ export class TurnOutcomes {
 
   /** `session.status` busy (or retrying) of a session this process drives: the next idle decides its turns. */
   onBusy(state: SessionState): void {
-    state.busy = true;
-    state.idleSince = undefined;
+    markBusy(state);
   }
 
   /** `session.status` idle (or `session.idle`) of a session this process drives. */
   onIdle(state: SessionState): void {
-    state.idleSince ??= this.deps.clock.now();
+    markIdle(state, this.deps.clock.now());
     this.deps.worker()?.onSessionIdle(() => state.idleSince !== undefined && !this.deps.closed());
     const decision = decideIdle(state);
     if (decision.undecided.length > 0) this.scheduleIdleCheck(state, decision.undecided);
@@ -87,7 +99,7 @@ export class TurnOutcomes {
       }
       if (state.turns.size === admitted) {
         state.request.clearError();
-        state.busy = false;
+        markNotBusy(state);
       }
       await this.deps.lease.release(state);
     });
@@ -101,7 +113,7 @@ export class TurnOutcomes {
    */
   private scheduleIdleCheck(state: SessionState, turns: readonly OpenTurn[]): void {
     if (state.idleCheck) {
-      for (const turn of turns) state.idleCheck.turnIds.add(turn.turnId);
+      addToIdleCheck(state, turns);
       return;
     }
     const { clock, jobs, lease } = this.deps;
@@ -111,14 +123,14 @@ export class TurnOutcomes {
         if (this.deps.closed()) return;
         const left = idleCheckWait(state.idleSince, clock.now());
         if (left === undefined) {
-          state.idleCheck = undefined;
+          setIdleCheck(state, undefined);
           return;
         }
         if (left > 0) {
           look(left);
           return;
         }
-        state.idleCheck = undefined;
+        setIdleCheck(state, undefined);
         jobs.enqueue(state, "idle", async (session) => {
           if (state.idleSince === undefined) return;
           const stuck = [...turnIds].flatMap((id) => state.turns.get(id) ?? []).filter((turn) => !turn.finished);
@@ -126,7 +138,7 @@ export class TurnOutcomes {
           await lease.release(state);
         });
       }, wait);
-      state.idleCheck = { timer, turnIds };
+      setIdleCheck(state, { timer, turnIds });
     };
     look(IDLE_GRACE_MS);
   }
@@ -160,7 +172,7 @@ export class TurnOutcomes {
         // A continuation turn that never reached a request or a tool has no row: nothing to record.
         if (turn.admitted)
           await this.deps.memory.finishTurn({ sessionId: session.sessionId, turnId: turn.turnId }, outcome);
-        turn.finished = true;
+        markFinished(turn);
       } catch (error) {
         failure ??= error;
       }

@@ -3,7 +3,8 @@ import type { Clock } from "../base/clock.js";
 import type { Diagnostics } from "../base/diagnostics.js";
 import type { HostPart, RecordDraft } from "../opencode/messages.js";
 import { recordEvents } from "../opencode/record-events.js";
-import { noteSeq, type SessionState } from "./session-state.js";
+import type { SessionState } from "./session-state.js";
+import { markAdmitted, noteSeq, setSeqsLoaded } from "./turn-slice.js";
 
 /**
  * A session's memory as this process writes and reads it: the parts of messages still being streamed, the records of
@@ -81,15 +82,15 @@ export class SessionMemory {
         );
       }
     }
-    if (max >= 0) noteSeq(state.seqs, messageId, max);
+    if (max >= 0) noteSeq(state, messageId, max);
   }
 
   /** Merges the database's host message seqs into this process's once per session (see `SessionState.seqs`). */
   async loadSeqs(state: SessionState, session: Session): Promise<void> {
     if (state.seqsLoaded) return;
     const stored = await this.memory.host.hostMessageSeqs(session.sessionId, session.currentGeneration);
-    for (const [id, seq] of stored) noteSeq(state.seqs, id, seq);
-    state.seqsLoaded = true;
+    for (const [id, seq] of stored) noteSeq(state, id, seq);
+    setSeqsLoaded(state, true);
   }
 
   /** The turn at its pinned snapshot, once its admission's queued part has run. */
@@ -104,8 +105,7 @@ export class SessionMemory {
       open && !open.admitted
         ? await this.memory.admitTurn({ sessionId: session.sessionId, turnId })
         : await this.memory.getTurn({ sessionId: session.sessionId, turnId });
-    if (open) open.admitted = true;
-    state.pinned.set(turnId, turn);
+    markAdmitted(state, turnId, turn);
     return turn;
   }
 }

@@ -1,6 +1,7 @@
 import type { Memory, Session } from "../../src/memory/index.js";
 import type { Diagnostics } from "../base/diagnostics.js";
 import { HOST } from "../base/identity.js";
+import { memoryWasSwitchedOff } from "./session-diagnostics.js";
 import type { SessionState } from "./session-state.js";
 import type { HostSessions } from "./sessions.js";
 
@@ -15,6 +16,19 @@ export interface SessionOpenDeps {
   readonly diagnostics: Diagnostics;
 }
 
+/** What this module alone writes of a session's state. */
+interface OpenFields {
+  session: Session | undefined;
+  opening: Promise<Session | undefined> | undefined;
+}
+
+const fields = (state: SessionState): OpenFields => state as unknown as OpenFields;
+
+/** The session's history was rewound in memory (plugin/turns/history-rewind.ts): it goes on at `generation`. */
+export function rewoundTo(state: SessionState, session: Session, generation: number): void {
+  fields(state).session = { ...session, currentGeneration: generation };
+}
+
 /**
  * A host session's session in memory, opened once per process (with its parent and scope): the one writer of a
  * state's `session` and `opening` (concurrent callers share the open under way and its result).
@@ -25,10 +39,11 @@ export class SessionOpener {
   /** The session in memory; undefined when it cannot be opened (the problem is recorded). */
   async open(state: SessionState): Promise<Session | undefined> {
     if (state.session) return state.session;
-    state.opening ??= this.openOnce(state).finally(() => {
-      state.opening = undefined;
+    const open = fields(state);
+    open.opening ??= this.openOnce(state).finally(() => {
+      open.opening = undefined;
     });
-    return await state.opening;
+    return await open.opening;
   }
 
   private async openOnce(state: SessionState): Promise<Session | undefined> {
@@ -57,8 +72,8 @@ export class SessionOpener {
       });
       const rewritten = await rewrittenLookup;
       // Memory was switched off for this session by an earlier process (plugin/turns/session-rewind.ts says why).
-      if (rewritten) state.disabled = rewritten.message;
-      state.session = session;
+      if (rewritten) memoryWasSwitchedOff(state, rewritten.message);
+      fields(state).session = session;
       return session;
     } catch (error) {
       await this.deps.diagnostics.problem("open", state.hostSessionId, error);

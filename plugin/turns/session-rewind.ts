@@ -2,8 +2,18 @@ import { isOptchatError, type Memory, type Session } from "../../src/memory/inde
 import { type Diagnostics, describe } from "../base/diagnostics.js";
 import { HOST } from "../base/identity.js";
 import { applyRewind } from "./history-rewind.js";
+import { switchMemoryOff } from "./session-diagnostics.js";
 import type { SessionJobs } from "./session-jobs.js";
 import type { SessionState } from "./session-state.js";
+
+/** What this module alone writes of a session's state: its reverts. */
+interface RevertFields {
+  readonly removed: Set<string>;
+  rewinding: Promise<void> | undefined;
+  revertStaged: string | undefined;
+}
+
+const fields = (state: SessionState): RevertFields => state as unknown as RevertFields;
 
 /**
  * Reverts as the session's jobs (issue 15 item 2): OpenCode removed messages (a revert committed at the next prompt,
@@ -26,8 +36,8 @@ export class SessionRewinds {
       this.disable(state, "OpenCode removed a message without naming it");
       return;
     }
-    state.removed.add(messageId);
-    state.rewinding = this.jobs.enqueue(state, "rewind", (session) => this.rewind(state, session));
+    fields(state).removed.add(messageId);
+    fields(state).rewinding = this.jobs.enqueue(state, "rewind", (session) => this.rewind(state, session));
   }
 
   /**
@@ -35,7 +45,7 @@ export class SessionRewinds {
    * next prompt commits it (`commitStagedRevert`); undefined when it was undone.
    */
   onRevertStaged(state: SessionState, revertTo: string | undefined): void {
-    state.revertStaged = revertTo;
+    fields(state).revertStaged = revertTo;
   }
 
   /**
@@ -43,9 +53,10 @@ export class SessionRewinds {
    * admission), so the session's history is rewound first and the turn is admitted in the new generation.
    */
   async commitStagedRevert(state: SessionState, session: Session): Promise<void> {
-    if (!state.revertStaged) return;
-    state.removed.add(state.revertStaged);
-    state.revertStaged = undefined;
+    const reverts = fields(state);
+    if (!reverts.revertStaged) return;
+    reverts.removed.add(reverts.revertStaged);
+    reverts.revertStaged = undefined;
     await this.rewind(state, session);
   }
 
@@ -66,7 +77,7 @@ export class SessionRewinds {
       );
       return;
     }
-    for (const id of removed) state.removed.delete(id);
+    for (const id of removed) fields(state).removed.delete(id);
     if (result.status !== "rewound") return;
     const decision = applyRewind(state, session, removed, result.generation);
     if (decision.type === "disable") {
@@ -81,7 +92,7 @@ export class SessionRewinds {
 
   /** Switches memory off for the session (its native history is sent as it is) and records why for inspect. */
   private disable(state: SessionState, why: string): void {
-    state.disabled = `${why}; memory is off for this session and its native history is sent as it is`;
+    const shown = switchMemoryOff(state, why);
     this.jobs.enqueue(state, "lifecycle", async () => {
       await this.memory.host.reportProblem({
         host: HOST,
@@ -89,7 +100,7 @@ export class SessionRewinds {
         holder: this.holder,
         operation: "lifecycle",
         code: "HISTORY_REWRITTEN",
-        message: state.disabled ?? "",
+        message: shown,
       });
     });
   }

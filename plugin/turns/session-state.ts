@@ -2,27 +2,38 @@ import type { Session, Turn } from "../../src/memory/index.js";
 import type { Timer } from "../base/clock.js";
 import { SerialQueue } from "../base/serial-queue.js";
 import { LeaseSlice } from "./lease.js";
+import { DiagnosticsSlice } from "./session-diagnostics.js";
 
 /**
- * What the adapter knows of a host session in this process, in slices, each written by one part and read by the
- * others through a view: its requests (`request`, plugin/request/slice.ts), its lease (`lease`, plugin/turns/lease.ts),
- * its serial work (`work`, plugin/turns/session-jobs.ts), its admissions (`admissions`, plugin/turns/admission.ts), and
- * its turns (the rest: the state machine of plugin/turns/tracking.ts, kept by plugin/turns/ alone). One object per
- * session, made by plugin/turns/sessions.ts; every part of plugin/ that works on a session gets it passed in. No
- * promise is kept as a lock: what must not overlap goes through a SerialQueue (plugin/base/serial-queue.ts).
+ * What the adapter knows of a host session in this process, in slices, each written by one module and read by the
+ * others as readonly: its requests (`request`, plugin/request/slice.ts), its lease (`lease`, plugin/turns/lease.ts),
+ * its serial work (`work`, plugin/turns/session-jobs.ts), its admissions (`admissions`, plugin/turns/admission.ts),
+ * what is shown of it (`diagnostics`, plugin/turns/session-diagnostics.ts), its session in memory (`session`,
+ * `opening`: plugin/turns/session-open.ts), its reverts (`removed`, `rewinding`, `revertStaged`:
+ * plugin/turns/session-rewind.ts), and its turns (the rest: plugin/turns/turn-slice.ts, whose transitions carry out the
+ * decisions of plugin/turns/tracking.ts). One object per session, made by plugin/turns/sessions.ts; every part of
+ * plugin/ that works on a session gets it passed in. No promise is kept as a lock: what must not overlap goes through a
+ * SerialQueue (plugin/base/serial-queue.ts).
  */
+export interface TurnStep {
+  readonly messageId: string;
+  readonly final: boolean;
+  readonly terminal: boolean;
+}
+
+/** A turn this process tracks (written by plugin/turns/turn-slice.ts alone). */
 export interface OpenTurn {
   readonly turnId: string;
   /** False for a continuation turn the adapter opened itself until its ingestion job admits it. */
-  admitted: boolean;
-  finished: boolean;
+  readonly admitted: boolean;
+  readonly finished: boolean;
   /** Set when a terminal step was seen; its ingestion job finishes the turn (an idle before that must not). */
-  ending: "completed" | "interrupted" | "failed" | undefined;
+  readonly ending: "completed" | "interrupted" | "failed" | undefined;
   /** Assistant messages seen for the turn, in progress or final. */
-  readonly assistantMessages: Set<string>;
-  lastStep: { messageId: string; final: boolean; terminal: boolean } | undefined;
+  readonly assistantMessages: ReadonlySet<string>;
+  readonly lastStep: TurnStep | undefined;
   /** The queued part of the turn's admission (plugin/turns/admission.ts `admitCounted`); undefined for a continuation turn. */
-  admission: Promise<void> | undefined;
+  readonly admission: Promise<void> | undefined;
 }
 
 /**
@@ -53,6 +64,12 @@ export interface LeaseView {
   readonly claimRefused: string | undefined;
 }
 
+/** What is shown of a session (memory_inspect), written by plugin/turns/session-diagnostics.ts alone. */
+export interface DiagnosticsView {
+  /** Set when the memory cannot serve this session (history rewritten by a revert); the reason is shown in inspect. */
+  readonly memoryOff: string | undefined;
+}
+
 export interface SessionState {
   readonly hostSessionId: string;
   /** Owned by plugin/request/ (slice.ts): what the session's requests were built from. */
@@ -70,49 +87,53 @@ export interface SessionState {
   readonly admissions: SerialQueue;
   /** As `lease.claimRefused`, for the request transform. */
   readonly claimRefused: string | undefined;
-  session: Session | undefined;
-  /** The open under way (plugin/host/adapter.ts `open`): concurrent callers share its result, not a lock. */
-  opening: Promise<Session | undefined> | undefined;
+  /** Owned by plugin/turns/session-diagnostics.ts: what is shown of the session. */
+  readonly diagnostics: DiagnosticsView;
+  /** As `diagnostics.memoryOff`, for the request transform and inspect. */
+  readonly disabled: string | undefined;
+  /** The session in memory (written by plugin/turns/session-open.ts alone). */
+  readonly session: Session | undefined;
+  /** The open under way (plugin/turns/session-open.ts): concurrent callers share its result, not a lock. */
+  readonly opening: Promise<Session | undefined> | undefined;
   /** Turns admitted by this process, by the user message that opened them, in admission order. */
-  readonly turns: Map<string, OpenTurn>;
+  readonly turns: ReadonlyMap<string, OpenTurn>;
   /** User message → the turn it belongs to (a turn's own message, or a continuation's synthetic one). */
-  readonly turnOfMessage: Map<string, string>;
-  readonly pinned: Map<string, Turn>;
+  readonly turnOfMessage: ReadonlyMap<string, string>;
+  readonly pinned: ReadonlyMap<string, Turn>;
   /**
    * Host message → the highest seq of its records, as far as this process knows: filled by its own ingestion and merged
    * with the database's at the first request (and after another process drove the session). Merged, never replaced: a
    * job that commits while the load is on its way must not be lost from it (replacement would stop at that message).
    */
-  readonly seqs: Map<string, number>;
-  seqsLoaded: boolean;
-  readonly ingested: Set<string>;
+  readonly seqs: ReadonlyMap<string, number>;
+  readonly seqsLoaded: boolean;
+  readonly ingested: ReadonlySet<string>;
   /** Admissions under way (plugin/turns/admission.ts): the lease is not released meanwhile. */
-  admitting: number;
-  reconciled: boolean;
-  /** Set when the memory cannot serve this session (history rewritten by a revert); the reason is shown in inspect. */
-  disabled: string | undefined;
+  readonly admitting: number;
+  readonly reconciled: boolean;
   /**
    * Host messages OpenCode removed (a revert committed, `message.removed`) that no rewind has taken into account yet:
    * while any is here, no request of the session gets memory (it would still hold their records).
    */
-  readonly removed: Set<string>;
+  readonly removed: ReadonlySet<string>;
   /** The rewind job queued for `removed` (its completion, not a lock), which a request waits for before it reads memory. */
-  rewinding: Promise<void> | undefined;
+  readonly rewinding: Promise<void> | undefined;
   /**
    * The message a staged revert goes back to (`session.updated` with `info.revert`, seen when the revert was made in
    * this process): the next prompt commits it, so its admission rewinds first.
    */
-  revertStaged: string | undefined;
-  busy: boolean;
+  readonly revertStaged: string | undefined;
+  readonly busy: boolean;
   /** Since when OpenCode reports the session idle (its last status event); undefined while it is busy or retrying. */
-  idleSince: number | undefined;
+  readonly idleSince: number | undefined;
   /** A pending look at turns an idle could not decide (plugin/turns/outcomes.ts `scheduleIdleCheck`). */
-  idleCheck: { timer: Timer; turnIds: Set<string> } | undefined;
+  readonly idleCheck: { readonly timer: Timer; readonly turnIds: ReadonlySet<string> } | undefined;
 }
 
 /** A session seen for the first time in this process. */
 export function newSessionState(hostSessionId: string, request: RequestSliceView): SessionState {
   const lease = new LeaseSlice();
+  const diagnostics = new DiagnosticsSlice();
   const work = new SerialQueue();
   return {
     hostSessionId,
@@ -126,6 +147,10 @@ export function newSessionState(hostSessionId: string, request: RequestSliceView
     get claimRefused() {
       return lease.claimRefused;
     },
+    diagnostics,
+    get disabled() {
+      return diagnostics.memoryOff;
+    },
     session: undefined,
     opening: undefined,
     turns: new Map(),
@@ -136,30 +161,12 @@ export function newSessionState(hostSessionId: string, request: RequestSliceView
     ingested: new Set(),
     admitting: 0,
     reconciled: false,
-    disabled: undefined,
     removed: new Set(),
     rewinding: undefined,
     revertStaged: undefined,
     busy: false,
     idleSince: undefined,
     idleCheck: undefined,
-  };
-}
-
-export function noteSeq(seqs: Map<string, number>, messageId: string, seq: number): void {
-  seqs.set(messageId, Math.max(seqs.get(messageId) ?? -1, seq));
-}
-
-/** A turn this process tracks, not yet admitted in memory (plugin/turns/admission.ts, and continuations in turn-tracking.ts `turnForAssistant`). */
-export function newOpenTurn(turnId: string): OpenTurn {
-  return {
-    turnId,
-    admitted: false,
-    finished: false,
-    ending: undefined,
-    assistantMessages: new Set(),
-    lastStep: undefined,
-    admission: undefined,
   };
 }
 

@@ -8,6 +8,7 @@ import type { SessionJobs } from "./session-jobs.js";
 import type { SessionMemory } from "./session-memory.js";
 import type { SessionState } from "./session-state.js";
 import type { HostSessions } from "./sessions.js";
+import { setReconciled } from "./turn-slice.js";
 
 /**
  * How long after the process opened the pass over the project's stuck turns runs (see `scheduleProjectPass`): after
@@ -47,7 +48,7 @@ export class StaleTurns {
         (t) => !state.turns.has(t.turnId),
       );
       await repairStaleTurns(this.repairDeps(state, session), session, stale, "prompt");
-      state.reconciled = true;
+      setReconciled(state, true);
     } catch (error) {
       // The new turn is admitted anyway.
       await this.deps.diagnostics.problem("reconcile", state.hostSessionId, error);

@@ -1,10 +1,12 @@
 import type { HostMessageInfo } from "../opencode/messages.js";
-import { byTurnId, inFlight, newOpenTurn, type OpenTurn, type SessionState } from "./session-state.js";
+import { byTurnId, inFlight, type OpenTurn, type SessionState } from "./session-state.js";
+import { fileMessage, openContinuation } from "./turn-slice.js";
 
 /**
- * The turn state machine of a session in this process, as pure decisions over its `SessionState` (no I/O, no clock):
+ * The turn state machine of a session in this process, as decisions over its `SessionState` (no I/O, no clock):
  * which turn an assistant message belongs to, what an idle ends and what it leaves undecided, which turns one reply
- * finishes. plugin/turns/outcomes.ts carries the decisions out (writes outcomes, schedules the idle check).
+ * finishes. plugin/turns/outcomes.ts carries the decisions out (writes outcomes, schedules the idle check); the turns
+ * slice changes only through plugin/turns/turn-slice.ts.
  */
 
 /**
@@ -31,14 +33,12 @@ export function turnForAssistant(state: SessionState, info: HostMessageInfo): st
   const latest = [...state.turns.values()].at(-1);
   if (!latest) return undefined;
   if (!latest.finished && latest.ending === undefined) {
-    if (info.parentID) state.turnOfMessage.set(info.parentID, latest.turnId);
+    if (info.parentID) fileMessage(state, info.parentID, latest.turnId);
     return latest.turnId;
   }
   if (!info.parentID) return undefined;
   // The turn ended but OpenCode goes on from a message of its own (the "Continue…" after a native compaction).
-  state.turns.set(info.parentID, newOpenTurn(info.parentID));
-  state.turnOfMessage.set(info.parentID, info.parentID);
-  return info.parentID;
+  return openContinuation(state, info.parentID).turnId;
 }
 
 export interface IdleDecision {

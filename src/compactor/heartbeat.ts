@@ -40,6 +40,115 @@ export interface Heartbeat {
   stop(): Promise<void>;
 }
 
+type Registration = Parameters<typeof registerWorker>[1] & { readonly workerId: string };
+
+/**
+ * The beats of one registered worker: the state a beat writes, the beats one after the other (a beat asked while one
+ * runs follows it), the timer between them.
+ */
+class HeartbeatLoop implements Heartbeat {
+  private paused = false;
+  private jobsFinished = 0;
+  private finishedSinceBeat = false;
+  private lastError: string | null = null;
+  private errorChanged = false;
+  /** The last beat failed: the next failure is not reported again. */
+  failing = false;
+  private stopped = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  /** The beat under way, which the next one follows (not a lock: the order of beats). */
+  private running: Promise<void> | undefined;
+
+  constructor(
+    private readonly pool: Pool,
+    private readonly registration: Registration,
+    private readonly report: (error: string) => void,
+    private readonly intervalMs: number,
+  ) {}
+
+  get workerId(): string {
+    return this.registration.workerId;
+  }
+
+  jobFinished(): void {
+    this.jobsFinished += 1;
+    this.finishedSinceBeat = true;
+  }
+
+  error(message: string): void {
+    this.lastError = message.slice(0, 2000);
+    this.errorChanged = true;
+  }
+
+  setPaused(next: boolean): void {
+    if (this.paused === next || this.stopped) return;
+    this.paused = next;
+    void this.beatNow();
+  }
+
+  /** The next beat after `intervalMs`, unless stopped; the timer never keeps the process alive by itself. */
+  schedule(): void {
+    if (this.stopped) return;
+    this.timer = setTimeout(() => {
+      void this.beatNow().finally(() => this.schedule());
+    }, this.intervalMs);
+    this.timer.unref?.();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    // Bounded: a process stopping while the database is unreachable must not wait for a connection (10 s) to say
+    // so; its row then stops beating and counts as gone after WORKER_ALIVE_SECONDS.
+    let bound: ReturnType<typeof setTimeout> | undefined;
+    const written = (async () => {
+      await this.running?.catch(() => {});
+      await markWorkerStopped(this.pool, this.workerId).catch(() => {});
+    })();
+    await Promise.race([
+      written,
+      new Promise((done) => {
+        bound = setTimeout(done, STOP_WRITE_MS);
+      }),
+    ]);
+    clearTimeout(bound);
+  }
+
+  private beatNow(): Promise<void> {
+    const next = (this.running ?? Promise.resolve()).then(() => this.beat());
+    this.running = next.finally(() => {
+      if (this.running === next) this.running = undefined;
+    });
+    return next;
+  }
+
+  private async beat(): Promise<void> {
+    const state = {
+      paused: this.paused,
+      jobsFinished: this.jobsFinished,
+      jobFinished: this.finishedSinceBeat,
+      lastError: this.lastError,
+      errorChanged: this.errorChanged,
+    };
+    this.finishedSinceBeat = false;
+    this.errorChanged = false;
+    try {
+      // Gone (a restored or cleaned database): registered again, then the beat's state written.
+      if (!(await beatWorker(this.pool, this.workerId, state))) {
+        await registerWorker(this.pool, this.registration, HEARTBEAT_KEEP_SECONDS);
+        await beatWorker(this.pool, this.workerId, state);
+      }
+      this.failing = false;
+    } catch (error) {
+      // Written again at the next beat.
+      this.finishedSinceBeat ||= state.jobFinished;
+      this.errorChanged ||= state.errorChanged;
+      if (!this.failing) this.report(`heartbeat: ${(error as Error).message}`);
+      this.failing = true;
+    }
+  }
+}
+
 /**
  * Registers the worker and beats every `intervalMs` until stopped. A beat that fails is reported once per streak of
  * failures (the database may be restarting; pg-boss reports that too) and tried again at the next interval. The timer
@@ -58,89 +167,13 @@ export async function startHeartbeat(
     runsIn: identity.runsIn,
     summarizer: identity.summarizer,
   };
-  let paused = false;
-  let jobsFinished = 0;
-  let jobFinished = false;
-  let lastError: string | null = null;
-  let errorChanged = false;
-  let failing = false;
-  let stopped = false;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  let running: Promise<void> | undefined;
-
-  const beat = async (): Promise<void> => {
-    const state = { paused, jobsFinished, jobFinished, lastError, errorChanged };
-    jobFinished = false;
-    errorChanged = false;
-    try {
-      // Gone (a restored or cleaned database): registered again, then the beat's state written.
-      if (!(await beatWorker(pool, registration.workerId, state))) {
-        await registerWorker(pool, registration, HEARTBEAT_KEEP_SECONDS);
-        await beatWorker(pool, registration.workerId, state);
-      }
-      failing = false;
-    } catch (error) {
-      // Written again at the next beat.
-      jobFinished ||= state.jobFinished;
-      errorChanged ||= state.errorChanged;
-      if (!failing) report(`heartbeat: ${(error as Error).message}`);
-      failing = true;
-    }
-  };
-  const beatNow = (): Promise<void> => {
-    const next = (running ?? Promise.resolve()).then(beat);
-    running = next.finally(() => {
-      if (running === next) running = undefined;
-    });
-    return next;
-  };
-  const schedule = (): void => {
-    if (stopped) return;
-    timer = setTimeout(() => {
-      void beatNow().finally(schedule);
-    }, intervalMs);
-    timer.unref?.();
-  };
-
+  const loop = new HeartbeatLoop(pool, registration, report, intervalMs);
   try {
     await registerWorker(pool, registration, HEARTBEAT_KEEP_SECONDS);
   } catch (error) {
-    failing = true;
+    loop.failing = true;
     report(`heartbeat: ${(error as Error).message}`);
   }
-  schedule();
-  return {
-    workerId: registration.workerId,
-    jobFinished() {
-      jobsFinished += 1;
-      jobFinished = true;
-    },
-    error(message) {
-      lastError = message.slice(0, 2000);
-      errorChanged = true;
-    },
-    setPaused(next) {
-      if (paused === next || stopped) return;
-      paused = next;
-      void beatNow();
-    },
-    async stop() {
-      stopped = true;
-      clearTimeout(timer);
-      // Bounded: a process stopping while the database is unreachable must not wait for a connection (10 s) to say
-      // so; its row then stops beating and counts as gone after WORKER_ALIVE_SECONDS.
-      let bound: ReturnType<typeof setTimeout> | undefined;
-      const written = (async () => {
-        await running?.catch(() => {});
-        await markWorkerStopped(pool, registration.workerId).catch(() => {});
-      })();
-      await Promise.race([
-        written,
-        new Promise((done) => {
-          bound = setTimeout(done, STOP_WRITE_MS);
-        }),
-      ]);
-      clearTimeout(bound);
-    },
-  };
+  loop.schedule();
+  return loop;
 }

@@ -129,6 +129,107 @@ async function buildOne(deps: CompactorDeps, job: NodeJob, signal?: AbortSignal)
 }
 
 /**
+ * How a node gets its text: the free text when there is one; else the model's summary within the budget (its context
+ * the view's lines up to `bound`), the labelled fallback past it (`fallback` then says so).
+ */
+interface NodeText {
+  text(
+    free: string | undefined,
+    bound: number,
+    summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
+    fallbackText: () => string,
+  ): Promise<SummaryOutcome>;
+  /** The one summary of `node` (not batched), with its inputs' hashes. */
+  single(outcome: SummaryOutcome, inputHashes: Buffer[]): BuiltSummary[];
+}
+
+function nodeTextFor(
+  deps: CompactorDeps,
+  state: JobState,
+  node: NodeAddress,
+  job: NodeJob,
+  record: (call: CallRecord) => void,
+  signal: AbortSignal | undefined,
+): NodeText {
+  const { tree } = state;
+  let fallback = false;
+  return {
+    async text(free, bound, summarize, fallbackText) {
+      if (free !== undefined) return freeOutcome(free);
+      if (!(await withinBudget(deps, tree))) {
+        fallback = true;
+        return freeOutcome(fallbackText());
+      }
+      deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
+      const step: StepContext = {
+        summarizer: deps.summarizer,
+        purpose: node.level === 0 ? "leaf" : "merge",
+        cacheKey: treeCacheKey(tree.treeId),
+        record,
+        ...(deps.gate ? { gate: deps.gate } : {}),
+        ...(signal ? { signal } : {}),
+      };
+      // The context (seed 002 §4.2): the view's lines before a leaf, or up to a parent's last leaf, every one a built
+      // summary by the readiness rule, checkpointed so the provider's cache can reuse it (context.ts).
+      return await summarize(step, await compactorContextLines(deps.pool, tree.treeId, state.latest, bound));
+    },
+    single: (outcome, inputHashes) => [
+      { node, summary: { outcome, inputHashes, fallback, byModel: outcome.calls > 0 } },
+    ],
+  };
+}
+
+/** A leaf's text, with the run of sealed messages from it compressed in one call when there is one (batch.ts). */
+async function summarizeLeafNode(deps: CompactorDeps, tree: JobState["tree"], node: NodeAddress, texts: NodeText) {
+  const leaf = await leafInput(deps.pool, tree, node.index);
+  const source: LeafSource = { index: node.index, ...leaf };
+  let batched: BuiltSummary[] | undefined;
+  const outcome = await texts.text(
+    leafLineWithoutModel(leaf, toolResultsOf(deps)),
+    startOf(node),
+    async (step, context) => {
+      // The run of sealed messages from this one, compressed in one call (batch.ts); a run of one is a single step.
+      const run = await leafRun(deps, tree, source, async (index) => ({
+        index,
+        ...(await leafInput(deps.pool, tree, index)),
+      }));
+      if (run.length < 2) return await summarizeLeaf(step, context, leaf.kind, leaf.text);
+      batched = await summarizeLeafRun(step, context, run, toolResultsOf(deps));
+      return (batched[0] as BuiltSummary).summary.outcome;
+    },
+    () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
+  );
+  return batched ?? texts.single(outcome, [leaf.hash]);
+}
+
+/** A parent's text, with the tree's other merges due now in the same call (batch.ts). */
+async function summarizeParentNode(deps: CompactorDeps, tree: JobState["tree"], node: NodeAddress, texts: NodeText) {
+  const children = childrenOf(node);
+  const nodes = await findNodes(deps.pool, tree.treeId, children);
+  const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
+  if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
+  const free = freeParentText(a.text, b.text);
+  // The context reaches the last merge's end.
+  const others: ParentInputs[] =
+    free === undefined
+      ? await otherDueMerges(deps, tree, node, await openParentJobsOfTree(deps.pool, tree.treeId, 4 * MAX_BATCH_ITEMS))
+      : [];
+  const bound = Math.max(endOf(node), ...others.map((other) => endOf(other.node)));
+  let batched: BuiltSummary[] | undefined;
+  const outcome = await texts.text(
+    free,
+    bound,
+    async (step, context) => {
+      if (others.length === 0) return await summarizeParent(step, context, a.text, b.text);
+      batched = await summarizeMerges(step, context, [{ node, left: a.text, right: b.text }, ...others]);
+      return (batched[0] as BuiltSummary).summary.outcome;
+    },
+    () => fallbackParentText(2 ** node.level),
+  );
+  return batched ?? texts.single(outcome, [sha256(a.text), sha256(b.text)]);
+}
+
+/**
  * The node's text: free when it fits (seed 002 §3); else, within the budget, from the model (say so first: a worker
  * busy in a long call must not look dead); past the budget, the labelled fallback (seed 000 §10, issue 13 item 5).
  */
@@ -140,83 +241,10 @@ async function summarizeNode(
   record: (call: CallRecord) => void,
   signal: AbortSignal | undefined,
 ): Promise<BuiltSummary[]> {
-  const { tree } = state;
-  let fallback = false;
-  /**
-   * The free text when there is one; else the model's summary within the budget (its context the view's lines up to
-   * `bound`), the labelled fallback past it.
-   */
-  const nodeText = async (
-    free: string | undefined,
-    bound: number,
-    summarize: (step: StepContext, context: string[]) => Promise<SummaryOutcome>,
-    fallbackText: () => string,
-  ): Promise<SummaryOutcome> => {
-    if (free !== undefined) return freeOutcome(free);
-    if (!(await withinBudget(deps, tree))) {
-      fallback = true;
-      return freeOutcome(fallbackText());
-    }
-    deps.report({ type: "summarizing", treeId: tree.treeId, ref: refOf(node), level: node.level, jobId: job.id });
-    const step: StepContext = {
-      summarizer: deps.summarizer,
-      purpose: node.level === 0 ? "leaf" : "merge",
-      cacheKey: treeCacheKey(tree.treeId),
-      record,
-      ...(deps.gate ? { gate: deps.gate } : {}),
-      ...(signal ? { signal } : {}),
-    };
-    // The context (seed 002 §4.2): the view's lines before a leaf, or up to a parent's last leaf, every one a built
-    // summary by the readiness rule, checkpointed so the provider's cache can reuse it (context.ts).
-    return await summarize(step, await compactorContextLines(deps.pool, tree.treeId, state.latest, bound));
-  };
-  const single = (outcome: SummaryOutcome, inputHashes: Buffer[]): BuiltSummary[] => [
-    { node, summary: { outcome, inputHashes, fallback, byModel: outcome.calls > 0 } },
-  ];
-  if (node.level === 0) {
-    const leaf = await leafInput(deps.pool, tree, node.index);
-    const source: LeafSource = { index: node.index, ...leaf };
-    let batched: BuiltSummary[] | undefined;
-    const outcome = await nodeText(
-      leafLineWithoutModel(leaf, toolResultsOf(deps)),
-      startOf(node),
-      async (step, context) => {
-        // The run of sealed messages from this one, compressed in one call (batch.ts); a run of one is a single step.
-        const run = await leafRun(deps, tree, source, async (index) => ({
-          index,
-          ...(await leafInput(deps.pool, tree, index)),
-        }));
-        if (run.length < 2) return await summarizeLeaf(step, context, leaf.kind, leaf.text);
-        batched = await summarizeLeafRun(step, context, run, toolResultsOf(deps));
-        return (batched[0] as BuiltSummary).summary.outcome;
-      },
-      () => fallbackLeafText(leaf.kind, utf8Bytes(leaf.text)),
-    );
-    return batched ?? single(outcome, [leaf.hash]);
-  }
-  const children = childrenOf(node);
-  const nodes = await findNodes(deps.pool, tree.treeId, children);
-  const [a, b] = children.map((child) => nodes.get(nodeKey(child)));
-  if (!a || !b) throw new Error(`children of ${refOf(node)} are not built (the job ran before its inputs existed)`);
-  const free = freeParentText(a.text, b.text);
-  // The tree's other merges due now go in the same call (batch.ts); the context reaches the last one's end.
-  const others: ParentInputs[] =
-    free === undefined
-      ? await otherDueMerges(deps, tree, node, await openParentJobsOfTree(deps.pool, tree.treeId, 4 * MAX_BATCH_ITEMS))
-      : [];
-  const bound = Math.max(endOf(node), ...others.map((other) => endOf(other.node)));
-  let batched: BuiltSummary[] | undefined;
-  const outcome = await nodeText(
-    free,
-    bound,
-    async (step, context) => {
-      if (others.length === 0) return await summarizeParent(step, context, a.text, b.text);
-      batched = await summarizeMerges(step, context, [{ node, left: a.text, right: b.text }, ...others]);
-      return (batched[0] as BuiltSummary).summary.outcome;
-    },
-    () => fallbackParentText(2 ** node.level),
-  );
-  return batched ?? single(outcome, [sha256(a.text), sha256(b.text)]);
+  const texts = nodeTextFor(deps, state, node, job, record, signal);
+  return node.level === 0
+    ? await summarizeLeafNode(deps, state.tree, node, texts)
+    : await summarizeParentNode(deps, state.tree, node, texts);
 }
 
 type Committed =

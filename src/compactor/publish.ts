@@ -36,6 +36,45 @@ export interface PublishJob {
 
 export type PublishOutcome = "published" | "duplicate" | "not_published" | "not_ready" | "lease_lost" | "failed";
 
+/** A turn ready to publish, with its session tree and runs; or, for a stale job, what it ended as. */
+type Publishable =
+  | { readonly ready: false; readonly outcome: PublishOutcome }
+  | {
+      readonly ready: true;
+      readonly turn: NonNullable<Awaited<ReturnType<typeof findTurnInGeneration>>>;
+      readonly sessionTree: NonNullable<Awaited<ReturnType<typeof findSessionTree>>>;
+      readonly runs: readonly RecordRun[];
+      readonly lastRun: RecordRun;
+    };
+
+/**
+ * Whether the job's turn is ready to publish now. Published already (a replay, or a crash after the publication
+ * commit), nothing to publish (a superseded generation, a turn without records), or not ready: only a stale job gets
+ * here, since jobs are created when ready and readiness only grows. It is completed, not retried: whatever makes it
+ * ready schedules it.
+ */
+async function publishable(deps: CompactorDeps, job: PublishJob): Promise<Publishable> {
+  const { sessionId, generation, turnId } = job.data;
+  const turn = await findTurnInGeneration(deps.pool, sessionId, generation, turnId);
+  const sessionTree = turn ? await findSessionTree(deps.pool, sessionId, generation) : undefined;
+  const next = turn ? await nextTurnToPublish(deps.pool, sessionId, generation) : undefined;
+  const runs = turn?.runs ?? [];
+  const lastRun = runs[runs.length - 1];
+  if (
+    turn &&
+    sessionTree &&
+    turn.publicationState === "pending" &&
+    next?.turnId === turnId &&
+    lastRun &&
+    sessionTree.builtLeaves >= lastRun.end
+  ) {
+    return { ready: true, turn, sessionTree, runs, lastRun };
+  }
+  await completeAndScheduleNext(deps, job, sessionTree?.treeId, sessionId, generation);
+  if (turn?.publicationState === "published") return { ready: false, outcome: "duplicate" };
+  return { ready: false, outcome: turn?.publicationState === "pending" ? "not_ready" : "not_published" };
+}
+
 /**
  * Publishes a finished turn (seed 000 §5). The job exists only once the publication is ready (schedule-publication.ts:
  * the turn is finished, it is its session's next turn to publish, and its records are summarized), so it never
@@ -50,27 +89,10 @@ export type PublishOutcome = "published" | "duplicate" | "not_published" | "not_
  * turn published and does the second step). Unique per turn: a replay publishes nothing.
  */
 export async function publishTurnJob(deps: CompactorDeps, job: PublishJob): Promise<PublishOutcome> {
+  const ready = await publishable(deps, job);
+  if (!ready.ready) return ready.outcome;
+  const { turn, sessionTree, runs, lastRun } = ready;
   const { sessionId, generation, turnId } = job.data;
-  const turn = await findTurnInGeneration(deps.pool, sessionId, generation, turnId);
-  const sessionTree = turn ? await findSessionTree(deps.pool, sessionId, generation) : undefined;
-  const next = turn ? await nextTurnToPublish(deps.pool, sessionId, generation) : undefined;
-  const runs = turn?.runs ?? [];
-  const lastRun = runs[runs.length - 1];
-  if (
-    !turn ||
-    !sessionTree ||
-    turn.publicationState !== "pending" ||
-    next?.turnId !== turnId ||
-    !lastRun ||
-    sessionTree.builtLeaves < lastRun.end
-  ) {
-    // Published already (a replay, or a crash after the publication commit), nothing to publish (a superseded
-    // generation, a turn without records), or not ready: only a stale job gets here, since jobs are created when
-    // ready and readiness only grows. Not retried: whatever makes it ready schedules it.
-    await completeAndScheduleNext(deps, job, sessionTree?.treeId, sessionId, generation);
-    if (turn?.publicationState === "published") return "duplicate";
-    return turn?.publicationState === "pending" ? "not_ready" : "not_published";
-  }
   const scope = await findScope(deps.pool, turn.snapshot.scopeId);
   const sharedTree = scope ? await findSharedTreeOfScope(deps.pool, scope.scopeId) : undefined;
   if (!scope || !sharedTree) throw new Error(`turn ${turnId}: its scope or shared tree is missing (integrity error)`);

@@ -105,70 +105,90 @@ export function setupVerdict(problem: SetupProblem): Verdict {
 
 const plural = (n: number, word: string, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 
-/** The verdict of a database that is set up. */
-export function compactorVerdict(facts: HealthFacts): Verdict {
-  const alive = facts.workers.filter(isAlive);
-  const running = alive.filter((w) => !w.paused);
-  const reasons: VerdictReason[] = [];
-  const notes: string[] = [];
-  const waits = facts.waitingJobs > 0;
-  const waitText = waits
+/** What a queue that waits says: how many jobs, and since when. */
+function waitTextOf(facts: HealthFacts): string {
+  return facts.waitingJobs > 0
     ? `${facts.waitingJobs === 1 ? "1 job waits" : `${facts.waitingJobs} jobs wait`}, the oldest since ${facts.oldestWaitingSince ?? "?"} (${facts.oldestWaitingSeconds} s)`
     : "nothing waits";
+}
+
+/**
+ * Failing summaries or publications: the model itself fails (a reason) when no call has succeeded since the newest
+ * failure; otherwise only some odd inputs fail (a note).
+ */
+function failureVerdict(facts: HealthFacts): { readonly reason?: VerdictReason; readonly note?: string } {
   const failing = facts.failingNodes + facts.failingPublications;
-  // Failing, and no call has succeeded since the newest failure: the model itself fails, not one odd input.
+  if (failing === 0) return {};
   const modelFails =
-    failing > 0 &&
-    (facts.lastOkCallSecondsAgo === null ||
-      facts.lastFailureSecondsAgo === null ||
-      facts.lastOkCallSecondsAgo >= facts.lastFailureSecondsAgo);
-  if (modelFails) {
-    reasons.push({
+    facts.lastOkCallSecondsAgo === null ||
+    facts.lastFailureSecondsAgo === null ||
+    facts.lastOkCallSecondsAgo >= facts.lastFailureSecondsAgo;
+  if (!modelFails) {
+    return {
+      note: `${plural(failing, "node or publication", "nodes or publications")} keep failing although other calls succeed; last error: ${facts.lastError ?? "none recorded"}`,
+    };
+  }
+  return {
+    reason: {
       cause: "model-failing",
       text: `the compactor model fails: ${plural(facts.failingNodes, "summary", "summaries")} and ${plural(facts.failingPublications, "publication")} keep failing${facts.lastFailureSecondsAgo !== null ? `, last ${facts.lastFailureSecondsAgo} s ago` : ""}: ${facts.lastError ?? "no error recorded"}`,
       fix: "fix the compactor model (OPTCHAT_SUMMARIZER, OPTCHAT_SUMMARIZER_MODEL, OPTCHAT_SUMMARIZER_URL and its key, or OpenCode's small_model); `optchat doctor` makes one test call",
-    });
-  } else if (failing > 0) {
-    notes.push(
-      `${plural(failing, "node or publication", "nodes or publications")} keep failing although other calls succeed; last error: ${facts.lastError ?? "none recorded"}`,
-    );
-  }
-  const stalledWait = waits && facts.oldestWaitingSeconds > STALLED_AFTER_SECONDS;
-  if (stalledWait && alive.length === 0) {
+    },
+  };
+}
+
+/**
+ * Why jobs have waited past STALLED_AFTER_SECONDS: no worker alive, all paused, or (when the model does not fail) a
+ * backlog the running ones cannot take; undefined when nothing has waited that long.
+ */
+function stalledWaitReason(facts: HealthFacts, modelFails: boolean): VerdictReason | undefined {
+  if (facts.waitingJobs === 0 || facts.oldestWaitingSeconds <= STALLED_AFTER_SECONDS) return undefined;
+  const alive = facts.workers.filter(isAlive);
+  const running = alive.filter((w) => !w.paused);
+  const waitText = waitTextOf(facts);
+  if (alive.length === 0) {
     const seen = facts.workers.length > 0 ? Math.min(...facts.workers.map((w) => w.beatAgeSeconds)) : null;
-    reasons.push({
+    return {
       cause: "no-worker",
       text: `${seen === null ? "no compactor worker has run on this database in the last day" : `no compactor worker alive for ${seen} s`}; ${waitText}`,
       fix:
         facts.embeddedWorker === "off"
           ? "start `optchat worker` (this OpenCode's embedded worker is off)"
           : "start `optchat worker`, or prompt in OpenCode with this plugin (its embedded worker starts when jobs wait)",
-    });
-  } else if (stalledWait && running.length === 0) {
-    reasons.push({
+    };
+  }
+  if (running.length === 0) {
+    return {
       cause: "workers-paused",
       text: `${plural(alive.length, "worker")} alive but paused (the local server pauses its worker while OpenCode processes run); ${waitText}`,
       fix: "start `optchat worker` to work while they run",
-    });
-  } else if (stalledWait && !modelFails) {
-    reasons.push({
-      cause: "backlog",
-      text: `${plural(running.length, "worker")} alive but ${waitText}`,
-      fix: "the workers cannot keep up or cannot take jobs: see their last errors; start another `optchat worker` or raise OPTCHAT_WORKER_CONCURRENCY",
-    });
-  } else if (waits) notes.push(waitText);
+    };
+  }
+  if (modelFails) return undefined;
+  return {
+    cause: "backlog",
+    text: `${plural(running.length, "worker")} alive but ${waitText}`,
+    fix: "the workers cannot keep up or cannot take jobs: see their last errors; start another `optchat worker` or raise OPTCHAT_WORKER_CONCURRENCY",
+  };
+}
+
+/** The verdict of a database that is set up. */
+export function compactorVerdict(facts: HealthFacts): Verdict {
+  const alive = facts.workers.filter(isAlive);
+  const running = alive.filter((w) => !w.paused);
+  const waitText = waitTextOf(facts);
+  const failure = failureVerdict(facts);
+  const stalled = stalledWaitReason(facts, failure.reason !== undefined);
+  const reasons = [failure.reason, stalled].filter((reason): reason is VerdictReason => reason !== undefined);
+  const notes = failure.note ? [failure.note] : [];
+  if (!stalled && facts.waitingJobs > 0) notes.push(waitText);
   if (facts.budgetCapReached) {
     notes.push(
       `the compactor's daily budget is spent (${facts.budgetCapReached}): new summaries are labelled fallbacks until the next UTC day`,
     );
   }
   if (reasons.length > 0) {
-    return {
-      state: "stalled",
-      summary: `stalled: ${reasons.map((r) => r.text).join("; ")}`,
-      reasons,
-      notes,
-    };
+    return { state: "stalled", summary: `stalled: ${reasons.map((r) => r.text).join("; ")}`, reasons, notes };
   }
   const workers =
     alive.length === 0

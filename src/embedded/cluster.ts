@@ -121,6 +121,66 @@ export function clusterMajor(clusterDir: string): number | undefined {
   }
 }
 
+/** An existing cluster must be of our major version and owned by the server's user. */
+function checkCluster(settings: EmbeddedSettings, user: ServerUser, major: number): void {
+  const dir = settings.clusterDir;
+  if (major !== EMBEDDED_MAJOR) throw otherMajor(settings, major);
+  const owner = statSync(dir).uid;
+  if (owner !== user.uid) {
+    throw embeddedFault(
+      "foreign-owner",
+      `The embedded PostgreSQL cluster ${dir} belongs to user id ${owner}; the server must run as its owner (${user.uid})`,
+      `give it back (chown -R ${user.uid} ${dir}) or set OPTCHAT_DATA_DIR to a directory of your own`,
+      { directory: dir, owner },
+    );
+  }
+}
+
+/** initdb into `scratch`, as the server's user. */
+function initdb(bins: Binaries, user: ServerUser, scratch: string): Promise<void> {
+  const args = [
+    `--pgdata=${scratch}`,
+    "--username=postgres",
+    "--auth-local=trust",
+    "--auth-host=reject",
+    "--encoding=UTF8",
+    "--no-locale",
+    "--text-search-config=pg_catalog.english",
+    "--no-instructions",
+  ];
+  return new Promise<void>((resolve, reject) => {
+    const run = asServerUser(user, bins.initdb, args);
+    execFile(
+      run.command,
+      run.args,
+      { ...run.options, env: { ...process.env, LC_ALL: "C" }, timeout: 120_000 },
+      (error, _stdout, stderr) => (error ? reject(Object.assign(error, { log: stderr })) : resolve()),
+    );
+  });
+}
+
+/** What a failed initdb means for the person: a full disk, or what else its log says. */
+function initdbFault(settings: EmbeddedSettings, error: unknown): Error {
+  const log = String((error as { log?: string }).log ?? "");
+  const fault = faultOfFailure((error as NodeJS.ErrnoException).code, log);
+  if (fault === "disk-full") {
+    return embeddedFault(
+      "disk-full",
+      `initdb could not make the embedded cluster in ${settings.dataDir}: the disk is full (${lastLine(log)})`,
+      "free some space on that disk, or set OPTCHAT_DATA_DIR to a directory on another disk",
+      { directory: settings.dataDir },
+      error,
+    );
+  }
+  return embeddedFault(
+    fault ?? "start-failed",
+    `initdb could not make the embedded cluster in ${settings.dataDir}: ${lastLine(log) || (error as Error).message}`,
+    "check that the directory is writable by you and the disk has space, or set OPTCHAT_DATA_DIR (or DATABASE_URL for a server of your own)",
+    { directory: settings.dataDir },
+    error,
+  );
+}
+
 /**
  * Checks the cluster (major version, owner), or makes it with initdb when there is none: into a scratch directory
  * renamed into place at the end, so a crash or a full disk midway never leaves half a cluster. Returns true when it
@@ -130,16 +190,7 @@ export async function ensureCluster(settings: EmbeddedSettings, bins: Binaries, 
   const dir = settings.clusterDir;
   const major = clusterMajor(dir);
   if (major !== undefined) {
-    if (major !== EMBEDDED_MAJOR) throw otherMajor(settings, major);
-    const owner = statSync(dir).uid;
-    if (owner !== user.uid) {
-      throw embeddedFault(
-        "foreign-owner",
-        `The embedded PostgreSQL cluster ${dir} belongs to user id ${owner}; the server must run as its owner (${user.uid})`,
-        `give it back (chown -R ${user.uid} ${dir}) or set OPTCHAT_DATA_DIR to a directory of your own`,
-        { directory: dir, owner },
-      );
-    }
+    checkCluster(settings, user, major);
     return false;
   }
   if (existsSync(dir) && readdirSync(dir).length > 0) {
@@ -152,46 +203,11 @@ export async function ensureCluster(settings: EmbeddedSettings, bins: Binaries, 
   }
   const scratch = `${dir}.init`;
   rmSync(scratch, { recursive: true, force: true });
-  const args = [
-    `--pgdata=${scratch}`,
-    "--username=postgres",
-    "--auth-local=trust",
-    "--auth-host=reject",
-    "--encoding=UTF8",
-    "--no-locale",
-    "--text-search-config=pg_catalog.english",
-    "--no-instructions",
-  ];
   try {
-    await new Promise<void>((resolve, reject) => {
-      const run = asServerUser(user, bins.initdb, args);
-      execFile(
-        run.command,
-        run.args,
-        { ...run.options, env: { ...process.env, LC_ALL: "C" }, timeout: 120_000 },
-        (error, _stdout, stderr) => (error ? reject(Object.assign(error, { log: stderr })) : resolve()),
-      );
-    });
+    await initdb(bins, user, scratch);
   } catch (error) {
     rmSync(scratch, { recursive: true, force: true });
-    const log = String((error as { log?: string }).log ?? "");
-    const fault = faultOfFailure((error as NodeJS.ErrnoException).code, log);
-    if (fault === "disk-full") {
-      throw embeddedFault(
-        "disk-full",
-        `initdb could not make the embedded cluster in ${settings.dataDir}: the disk is full (${lastLine(log)})`,
-        "free some space on that disk, or set OPTCHAT_DATA_DIR to a directory on another disk",
-        { directory: settings.dataDir },
-        error,
-      );
-    }
-    throw embeddedFault(
-      fault ?? "start-failed",
-      `initdb could not make the embedded cluster in ${settings.dataDir}: ${lastLine(log) || (error as Error).message}`,
-      "check that the directory is writable by you and the disk has space, or set OPTCHAT_DATA_DIR (or DATABASE_URL for a server of your own)",
-      { directory: settings.dataDir },
-      error,
-    );
+    throw initdbFault(settings, error);
   }
   rmSync(dir, { recursive: true, force: true });
   renameSync(scratch, dir);

@@ -15,7 +15,7 @@ import {
 } from "../embedded/paths.js";
 import { SETTINGS, type SettingName, settingsSchema } from "./settings.js";
 
-export { databaseNameOf, integerFrom, SETTINGS, type SettingName } from "./settings.js";
+export { databaseNameOf, integerFrom, SETTINGS, type SettingName, zeroOrIntegerFrom } from "./settings.js";
 
 export type Config = Readonly<
   z.infer<typeof settingsSchema> & {

@@ -133,6 +133,15 @@ export async function checkModel(
       text: `${summarizer.identity} (${from})${summarizer.provider === "fake" ? "; the fake summarizer only trims text (tests and demos)" : ""}`,
     },
   ];
+  checks.push(await answerCheck(resolved, timeoutMs), priceCheck(config, summarizer));
+  return checks;
+}
+
+/** One tiny real call to the model, bounded by `timeoutMs`. */
+async function answerCheck(
+  { summarizer, fix }: { summarizer: Summarizer; fix?: string },
+  timeoutMs: number,
+): Promise<Check> {
   const started = Date.now();
   try {
     const prompt = buildSummaryPrompt([], {
@@ -142,36 +151,37 @@ export async function checkModel(
     });
     const answer = await summarizer.complete(prompt, { signal: AbortSignal.timeout(timeoutMs) });
     if (!answer.text.trim()) throw new Error(`an empty answer (finish reason ${answer.finishReason})`);
-    checks.push({
+    return {
       name: "answers",
       ok: true,
       text: `answered in ${Date.now() - started} ms (${answer.usage.inputTokens} + ${answer.usage.outputTokens} tokens): ${JSON.stringify(answer.text.slice(0, 80))}`,
-    });
+    };
   } catch (error) {
     const elapsed = Date.now() - started;
-    checks.push({
+    return {
       name: "answers",
       ok: false,
       text: `${summarizer.identity} did not answer a test call${elapsed >= timeoutMs ? ` within ${timeoutMs} ms` : ""}: ${(error as Error).message}`,
       fix:
-        resolved.fix ??
+        fix ??
         "check the model's URL, name and key (OPTCHAT_SUMMARIZER_URL, OPTCHAT_SUMMARIZER_MODEL, OPTCHAT_SUMMARIZER_API_KEY or the provider's key) and that the server runs",
-    });
+    };
   }
+}
+
+/** The model's price in the price table: without one, its spend cannot be held to the daily cap. */
+function priceCheck(config: Config, summarizer: Summarizer): Check {
   const price = priceOf(budgetSettingsOf(config).prices, summarizer.provider, summarizer.model);
-  checks.push(
-    price
-      ? {
-          name: "price",
-          ok: true,
-          text: `${summarizer.provider}:${summarizer.model} costs $${price.input} input / $${price.output} output per million tokens; today's cap ${config.budgetDailyUsd > 0 ? `$${config.budgetDailyUsd}` : "none"} (OPTCHAT_BUDGET_DAILY_USD)`,
-        }
-      : {
-          name: "price",
-          ok: false,
-          text: `no price for ${summarizer.provider}:${summarizer.model}: its spend cannot be held to OPTCHAT_BUDGET_DAILY_USD`,
-          fix: `add it to OPTCHAT_PRICES, e.g. OPTCHAT_PRICES='{"${summarizer.provider}:${summarizer.model}":{"input":0.8,"output":4}}' (US dollars per million tokens; 0 for a local model)`,
-        },
-  );
-  return checks;
+  return price
+    ? {
+        name: "price",
+        ok: true,
+        text: `${summarizer.provider}:${summarizer.model} costs $${price.input} input / $${price.output} output per million tokens; today's cap ${config.budgetDailyUsd > 0 ? `$${config.budgetDailyUsd}` : "none"} (OPTCHAT_BUDGET_DAILY_USD)`,
+      }
+    : {
+        name: "price",
+        ok: false,
+        text: `no price for ${summarizer.provider}:${summarizer.model}: its spend cannot be held to OPTCHAT_BUDGET_DAILY_USD`,
+        fix: `add it to OPTCHAT_PRICES, e.g. OPTCHAT_PRICES='{"${summarizer.provider}:${summarizer.model}":{"input":0.8,"output":4}}' (US dollars per million tokens; 0 for a local model)`,
+      };
 }

@@ -8,7 +8,13 @@
 import { InputInvalidError, OptchatError } from "../core/errors.js";
 import type { Session } from "../store/sessions.js";
 import type { TurnOutcome } from "../store/turns.js";
-import { ImportLineChecker, ImportLineError, type ImportTurnLine, payloadOf } from "./import-format.js";
+import {
+  ImportLineChecker,
+  ImportLineError,
+  type ImportSessionLine,
+  type ImportTurnLine,
+  payloadOf,
+} from "./import-format.js";
 import type { IngestEvent } from "./schemas.js";
 import type { IngestResult, Memory } from "./service.js";
 
@@ -114,19 +120,7 @@ export async function importJsonl(
   const checker = new ImportLineChecker();
   const sessions = new Map<string, Session>();
   const problems: ImportProblem[] = [];
-  const counts = {
-    lines: 0,
-    sessions: 0,
-    turns: 0,
-    finished: 0,
-    alreadyFinished: 0,
-    publicationsScheduled: 0,
-    records: 0,
-    sealed: 0,
-    duplicates: 0,
-    conflicts: 0,
-    errors: 0,
-  };
+  const counts = newCounts();
   const problem = (entry: ImportProblem) => {
     counts.errors += 1;
     if (problems.length < MAX_LISTED_PROBLEMS) problems.push(entry);
@@ -138,17 +132,7 @@ export async function importJsonl(
     const line = checker.check(lineNumber, text);
     await onLine(lineNumber, async () => {
       if (line?.type === "session") {
-        const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
-        const session = await memory.openSession({
-          host: line.host ?? IMPORT_HOST,
-          hostSessionId: line.id,
-          projectId: line.project,
-          ...(line.title !== undefined ? { title: line.title } : {}),
-          ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
-          ...(line.scope !== undefined ? { scopeId: line.scope } : {}),
-          ...(parent ? { parentSessionId: parent.sessionId } : {}),
-        });
-        sessions.set(line.id, session);
+        sessions.set(line.id, await importSession(memory, line, sessions));
         counts.sessions += 1;
       } else if (line?.type === "turn") {
         const session = sessions.get(line.session) as Session; // the checker saw its declaration
@@ -166,6 +150,30 @@ export async function importJsonl(
     });
   }
 
+  return summaryOf(counts, problems, seconds());
+}
+
+/** What an import counts as it goes. */
+type ImportCounts = ReturnType<typeof newCounts>;
+
+function newCounts() {
+  return {
+    lines: 0,
+    sessions: 0,
+    turns: 0,
+    finished: 0,
+    alreadyFinished: 0,
+    publicationsScheduled: 0,
+    records: 0,
+    sealed: 0,
+    duplicates: 0,
+    conflicts: 0,
+    errors: 0,
+  };
+}
+
+/** The import's summary from its counts. */
+function summaryOf(counts: ImportCounts, problems: ImportProblem[], seconds: number): ImportSummary {
   return {
     lines: counts.lines,
     sessions: counts.sessions,
@@ -183,8 +191,26 @@ export async function importJsonl(
     },
     errors: counts.errors,
     problems,
-    seconds: seconds(),
+    seconds,
   };
+}
+
+/** A session line: the session opened (with its parent, declared earlier in the file), as the file names it. */
+async function importSession(
+  memory: Memory,
+  line: ImportSessionLine,
+  sessions: ReadonlyMap<string, Session>,
+): Promise<Session> {
+  const parent = line.parent === undefined ? undefined : sessions.get(line.parent);
+  return await memory.openSession({
+    host: line.host ?? IMPORT_HOST,
+    hostSessionId: line.id,
+    projectId: line.project,
+    ...(line.title !== undefined ? { title: line.title } : {}),
+    ...(line.sharing !== undefined ? { sharing: line.sharing } : {}),
+    ...(line.scope !== undefined ? { scopeId: line.scope } : {}),
+    ...(parent ? { parentSessionId: parent.sessionId } : {}),
+  });
 }
 
 /**

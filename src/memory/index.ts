@@ -37,6 +37,7 @@ export {
   SETTINGS,
   type SettingName,
   summarizerSettingsOf,
+  zeroOrIntegerFrom,
 } from "./config.js";
 export type { HostSupport, Injection, SessionHealth } from "./host.js";
 export type { RecordTally } from "./import.js";

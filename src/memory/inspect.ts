@@ -40,14 +40,7 @@ export async function inspectStoredSession(
     ...(options.embeddedWorker ? { embeddedWorker: options.embeddedWorker } : {}),
     budgetCapReached: spend?.capReached ?? null,
   });
-  // An unexpired lease whose holder is known to be gone leaves its active turns as stuck as an expired one does.
-  const stuck =
-    health.stuckTurns.length === 0 &&
-    health.turns.active > 0 &&
-    health.lease?.live &&
-    options.holderIsGone?.(health.lease.holder)
-      ? await memory.host.stuckTurns({ sessionId: session.sessionId, holderGone: true })
-      : health.stuckTurns;
+  const stuck = await stuckTurnsOf(memory, session, health, options.holderIsGone);
   const verdict = sessionVerdict({
     stuckTurnIds: stuck.map((t) => t.turnId),
     stuckHolder: stuck[0]?.holder ?? null,
@@ -79,21 +72,41 @@ export async function inspectStoredSession(
       pendingLeaves: health.leaves - health.builtLeaves,
       verdict,
     },
-    lastInjection: last
-      ? {
-          at: last.createdAt.toISOString(),
-          status: last.status,
-          turn: last.turnId,
-          query: last.query,
-          error: last.error,
-          ...last.detail,
-        }
-      : null,
+    lastInjection: last ? injectionShown(last) : null,
     recentProblems: problems.map((p) => ({
       at: p.createdAt.toISOString(),
       operation: p.operation,
       code: p.code,
       message: p.message,
     })),
+  };
+}
+
+type SessionHealth = Awaited<ReturnType<Memory["host"]["sessionHealth"]>>;
+
+/** An unexpired lease whose holder is known to be gone leaves its active turns as stuck as an expired one does. */
+async function stuckTurnsOf(
+  memory: Memory,
+  session: Session,
+  health: SessionHealth,
+  holderIsGone: ((holder: string) => boolean) | undefined,
+): Promise<SessionHealth["stuckTurns"]> {
+  const gone =
+    health.stuckTurns.length === 0 &&
+    health.turns.active > 0 &&
+    health.lease?.live &&
+    holderIsGone?.(health.lease.holder);
+  return gone ? await memory.host.stuckTurns({ sessionId: session.sessionId, holderGone: true }) : health.stuckTurns;
+}
+
+/** The session's last injection as inspect shows it. */
+function injectionShown(last: Awaited<ReturnType<Memory["host"]["listInjections"]>>[number]): Record<string, unknown> {
+  return {
+    at: last.createdAt.toISOString(),
+    status: last.status,
+    turn: last.turnId,
+    query: last.query,
+    error: last.error,
+    ...last.detail,
   };
 }

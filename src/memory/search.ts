@@ -6,7 +6,7 @@
 import { excerptAround } from "../core/context.js";
 import { InputInvalidError } from "../core/errors.js";
 import { sessionRef, sharedRef } from "../core/refs.js";
-import { distinctPlaces } from "../core/search-places.js";
+import { distinctPlaces, type Place } from "../core/search-places.js";
 import {
   BM25_B,
   BM25_K1,
@@ -120,19 +120,7 @@ export async function searchPlaces(
   const limit = Math.min(50, Math.max(1, options.limit ?? 10));
   const offset = parseCursor(options.cursor);
 
-  const statistics = await readSearchStatistics(
-    db,
-    turn.snapshot.scopeId,
-    units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
-    units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
-    PREFIX_EXPANSION_TERMS,
-  );
-  const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
-  const generating = ranked.filter((unit) => unit.generates);
-  const matches = generating.map((unit) => termsTsquery(unit.terms, unit.prefix)).join(" | ");
-  const expansionOf = (stem: string) => statistics.expansions.get(stem);
-  const candidates = generating.map((unit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string))).join(" | ");
-  const preferred = required ?? preferredCandidates(ranked, expansionOf, candidateCap) ?? candidates;
+  const ranking = await rankingPlan(db, turn.snapshot.scopeId, units, required, candidateCap);
   const hits = await searchRanked(
     db,
     {
@@ -144,19 +132,7 @@ export async function searchPlaces(
       ownBoundary: turn.snapshot.ownBoundary,
       revisionEpoch: turn.snapshot.revisionEpoch,
     },
-    {
-      matches: required ?? matches,
-      candidates: required ?? candidates,
-      preferred,
-      ownTail: OWN_TAIL_RECORDS,
-      units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
-      recordAverageLength: statistics.records.averageLength,
-      nodeAverageLength: statistics.nodes.averageLength,
-      k1: BM25_K1,
-      b: BM25_B,
-      candidateCap,
-      nodeCandidateCap: NODE_CANDIDATE_CAP,
-    },
+    ranking,
     {
       ...(options.sessionId ? { sessionId: options.sessionId } : {}),
       ...(before ? { before } : {}),
@@ -165,7 +141,65 @@ export async function searchPlaces(
     Math.min(MAX_FETCH, (offset + limit + 1) * HITS_PER_PLACE),
   );
   const places = distinctPlaces(hits);
-  const terms = units.flatMap((unit) => unit.terms);
+  const page = places.slice(offset, offset + limit);
+  return {
+    hits: await answerHits(
+      db,
+      turn,
+      page,
+      units.flatMap((unit) => unit.terms),
+    ),
+    nextCursor: places.length > offset + limit ? `s2.${offset + limit}` : null,
+  };
+}
+
+/**
+ * How the query's units are weighed in the scope (their document frequencies, the prefixes' expansions): the ranking
+ * the search runs with (its units' weights, the tsqueries that match, that generate candidates, and that are preferred
+ * when the candidates are capped; BM25's constants and caps).
+ */
+async function rankingPlan(
+  db: Queryable,
+  scopeId: string,
+  units: ReturnType<typeof queryUnits>,
+  required: string | undefined,
+  candidateCap: number,
+) {
+  const statistics = await readSearchStatistics(
+    db,
+    scopeId,
+    units.filter((unit) => !unit.prefix).flatMap((unit) => unit.terms),
+    units.filter((unit) => unit.prefix).map((unit) => unit.terms[0] as string),
+    PREFIX_EXPANSION_TERMS,
+  );
+  const ranked = planRanking(units, (term) => statistics.documentFrequency.get(term) ?? 0, statistics.records);
+  const generating = ranked.filter((unit) => unit.generates);
+  const matches = generating.map((unit) => termsTsquery(unit.terms, unit.prefix)).join(" | ");
+  const expansionOf = (stem: string) => statistics.expansions.get(stem);
+  const candidates = generating.map((unit) => candidateTsquery(unit, expansionOf(unit.terms[0] as string))).join(" | ");
+  const preferred = required ?? preferredCandidates(ranked, expansionOf, candidateCap) ?? candidates;
+  return {
+    matches: required ?? matches,
+    candidates: required ?? candidates,
+    preferred,
+    ownTail: OWN_TAIL_RECORDS,
+    units: ranked.map((unit) => ({ tsquery: termsTsquery(unit.terms, unit.prefix), weight: unit.weight })),
+    recordAverageLength: statistics.records.averageLength,
+    nodeAverageLength: statistics.nodes.averageLength,
+    k1: BM25_K1,
+    b: BM25_B,
+    candidateCap,
+    nodeCandidateCap: NODE_CANDIDATE_CAP,
+  };
+}
+
+/** A page of places as the answer names them (refs the searcher can zoom to), each with its excerpt. */
+async function answerHits(
+  db: Queryable,
+  turn: Searcher,
+  page: readonly Place<SearchHit>[],
+  terms: readonly string[],
+): Promise<SearchAnswerHit[]> {
   const name = (hit: SearchHit) => {
     const node = { level: hit.level, index: hit.index };
     if (hit.source === "shared_node") return sharedRef(node);
@@ -173,21 +207,17 @@ export async function searchPlaces(
       ? refOf(node)
       : sessionRef(hit.sessionId as string, hit.generation ?? 0, node);
   };
-  const page = places.slice(offset, offset + limit);
   const heads = await readRecordHeads(
     db,
     page.flatMap(({ hit }) => (hit.payloadHash ? [hit.payloadHash] : [])),
   );
-  return {
-    hits: page.map(({ hit, within }) => ({
-      ref: name(hit),
-      source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
-      sessionId: hit.sessionId,
-      kind: hit.kind,
-      occurredAt: hit.occurredAt?.toISOString() ?? null,
-      excerpt: excerptAround(hit.text ?? heads.get(hit.payloadHash?.toString("hex") ?? "") ?? "", terms),
-      within: within ? name(within) : null,
-    })),
-    nextCursor: places.length > offset + limit ? `s2.${offset + limit}` : null,
-  };
+  return page.map(({ hit, within }) => ({
+    ref: name(hit),
+    source: hit.source === "record" ? "message" : hit.source === "session_node" ? "summary" : "shared summary",
+    sessionId: hit.sessionId,
+    kind: hit.kind,
+    occurredAt: hit.occurredAt?.toISOString() ?? null,
+    excerpt: excerptAround(hit.text ?? heads.get(hit.payloadHash?.toString("hex") ?? "") ?? "", terms),
+    within: within ? name(within) : null,
+  }));
 }

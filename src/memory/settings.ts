@@ -10,6 +10,7 @@ import { z } from "zod";
 import { parsePriceOverrides } from "../compactor/prices.js";
 import { AUTO, providerNamed, SUMMARIZER_NAMES } from "../compactor/registry.js";
 import { nearest } from "../core/suggest.js";
+import { integerText, wordsText, zeroOrIntegerText } from "./setting-text.js";
 
 /** One setting as declared: the accepted text is what an error and the reference say of the values the schema takes. */
 export interface SettingDeclaration<Schema extends z.ZodTypeAny = z.ZodTypeAny> {
@@ -27,13 +28,16 @@ export const integerFrom = (min: number, max: number) =>
     .min(min, `below ${min}`)
     .max(max, `above ${max}`);
 
+/** 0, or an integer within [min, max]. */
+export const zeroOrIntegerFrom = (min: number, max: number) =>
+  integerFrom(0, max).refine((v) => v === 0 || v >= min, `below ${min}`);
+
 /**
  * An integer in [min, max]; `rest` is what the accepted text says after the range (`: what it means`, ` (a note)`,
  * ` milliseconds: …`).
  */
-function integer(env: string, fallback: number, [min, max]: readonly [number, number], rest: string) {
-  const accepted = `an integer from ${min} to ${max}${rest}`;
-  return { env, default: fallback, schema: integerFrom(min, max), accepted };
+function integer(env: string, fallback: number, range: readonly [number, number], rest: string) {
+  return { env, default: fallback, schema: integerFrom(...range), accepted: integerText(range, rest) };
 }
 
 /**
@@ -43,14 +47,12 @@ function integer(env: string, fallback: number, [min, max]: readonly [number, nu
 function zeroOrInteger(
   env: string,
   fallback: number,
-  [min, max]: readonly [number, number],
+  range: readonly [number, number],
   words: { readonly zero: string; readonly upTo?: string },
   rest: string,
 ) {
-  const upper = words.upTo ? `up to ${words.upTo}` : `to ${max}`;
-  const accepted = `0 (${words.zero}) or an integer from ${min} ${upper}${rest}`;
-  const schema = integerFrom(0, max).refine((v) => v === 0 || v >= min, `below ${min}`);
-  return { env, default: fallback, schema, accepted };
+  const accepted = zeroOrIntegerText(range, words, rest);
+  return { env, default: fallback, schema: zeroOrIntegerFrom(...range), accepted };
 }
 
 const MAX_DOLLARS = 1_000_000;
@@ -67,9 +69,7 @@ function dollars(env: string, fallback: number, rest: string) {
 /** One of a few words, each with what it means: `'a' (…) or 'b' (…)`. */
 function oneOf<Word extends string>(env: string, fallback: NoInfer<Word>, meanings: Readonly<Record<Word, string>>) {
   const words = Object.keys(meanings) as [Word, ...Word[]];
-  const said = words.map((word) => `'${word}' (${meanings[word]})`);
-  const accepted = said.length > 1 ? `${said.slice(0, -1).join(", ")} or ${said.at(-1)}` : said.join("");
-  return { env, default: fallback as string, schema: z.enum(words), accepted };
+  return { env, default: fallback as string, schema: z.enum(words), accepted: wordsText(meanings) };
 }
 
 /** " (did you mean anthropic?)" for a summarizer name one slip away from a known one, else "". */

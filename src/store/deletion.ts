@@ -97,6 +97,15 @@ export async function removeSessionContent(
   sessionIds: readonly string[],
   treeIds: readonly number[],
 ): Promise<ContentRemoved> {
+  const nodes = await removeTrees(db, treeIds);
+  const { records, blobs } = await removeRecords(db, sessionIds);
+  const staged = await removeSessionRows(db, sessionIds);
+  const turns = await tombstoneTurns(db, sessionIds);
+  return { records, blobs, nodes, staged, turns };
+}
+
+/** The session trees with their nodes, chunks, failures, views, projections and statistics; the nodes removed. */
+async function removeTrees(db: Queryable, treeIds: readonly number[]): Promise<number> {
   const nodes = await db.query<{ n: string }>(
     `WITH c AS (DELETE FROM optchat.node_chunks WHERE tree_id = ANY($1::bigint[])),
           f AS (DELETE FROM optchat.node_failures WHERE tree_id = ANY($1::bigint[])),
@@ -112,6 +121,14 @@ export async function removeSessionContent(
     [treeIds],
   );
   await db.query("DELETE FROM optchat.trees WHERE tree_id = ANY($1::bigint[])", [treeIds]);
+  return Number(nodes.rows[0]?.n ?? 0);
+}
+
+/** The records, and every blob no surviving record references (blobs are shared by hash). */
+async function removeRecords(
+  db: Queryable,
+  sessionIds: readonly string[],
+): Promise<{ records: number; blobs: number }> {
   const records = await db.query<{ records: string; blobs: string }>(
     `WITH gone AS (
        DELETE FROM optchat.records WHERE session_id = ANY($1::text[]) RETURNING payload_hash
@@ -127,6 +144,11 @@ export async function removeSessionContent(
      SELECT (SELECT count(*) FROM gone) AS records, (SELECT count(*) FROM blobs_gone) AS blobs`,
     [sessionIds],
   );
+  return { records: Number(records.rows[0]?.records ?? 0), blobs: Number(records.rows[0]?.blobs ?? 0) };
+}
+
+/** Staged partials, conflicts, injections, leases, publication failures, adapter problems; the staged items removed. */
+async function removeSessionRows(db: Queryable, sessionIds: readonly string[]): Promise<number> {
   const staged = await db.query<{ n: string }>(
     `WITH x AS (DELETE FROM optchat.staged_items WHERE session_id = ANY($1::text[]) RETURNING 1),
           c AS (DELETE FROM optchat.ingest_conflicts WHERE session_id = ANY($1::text[])),
@@ -138,6 +160,14 @@ export async function removeSessionContent(
      SELECT count(*) AS n FROM x`,
     [sessionIds],
   );
+  return Number(staged.rows[0]?.n ?? 0);
+}
+
+/**
+ * The turns no publication names go; the kept ones lose their query text; the sessions become tombstones (no title,
+ * no attributes). The turns removed.
+ */
+async function tombstoneTurns(db: Queryable, sessionIds: readonly string[]): Promise<number> {
   const turns = await db.query<{ n: string }>(
     `WITH gone AS (
        DELETE FROM optchat.turns t WHERE t.session_id = ANY($1::text[]) AND NOT EXISTS (
@@ -155,13 +185,7 @@ export async function removeSessionContent(
      SELECT count(*) AS n FROM gone`,
     [sessionIds],
   );
-  return {
-    records: Number(records.rows[0]?.records ?? 0),
-    blobs: Number(records.rows[0]?.blobs ?? 0),
-    nodes: Number(nodes.rows[0]?.n ?? 0),
-    staged: Number(staged.rows[0]?.n ?? 0),
-    turns: Number(turns.rows[0]?.n ?? 0),
-  };
+  return Number(turns.rows[0]?.n ?? 0);
 }
 
 /** Bumps the scopes' retention epochs: every snapshot pinned before this transaction re-pins before it reads. */

@@ -118,23 +118,26 @@ export interface SessionHealth {
   readonly stuckTurns: readonly StuckTurn[];
 }
 
+/** The row of a session's health query (snake_case as SQL gives it), mapped by `sessionHealthOf`. */
+interface SessionHealthRow {
+  records: number;
+  last_sealed_at: Date | null;
+  leaves: number | null;
+  built_leaves: number | null;
+  failing_nodes: number;
+  last_node_error: string | null;
+  turns: Record<string, number> | null;
+  last_turn: { turn_id: string; state: string; admitted_at: string; finished_at: string | null } | null;
+  publications: number;
+  last_publication: { seq: number; outcome: string; published_at: string } | null;
+  unpublished: number;
+  failing_publications: number;
+  last_publication_error: string | null;
+  lease: { holder: string; fence: number; expires_at: string; live: boolean } | null;
+}
+
 export async function readSessionHealth(db: Queryable, sessionId: string): Promise<SessionHealth> {
-  const result = await db.query<{
-    records: number;
-    last_sealed_at: Date | null;
-    leaves: number | null;
-    built_leaves: number | null;
-    failing_nodes: number;
-    last_node_error: string | null;
-    turns: Record<string, number> | null;
-    last_turn: { turn_id: string; state: string; admitted_at: string; finished_at: string | null } | null;
-    publications: number;
-    last_publication: { seq: number; outcome: string; published_at: string } | null;
-    unpublished: number;
-    failing_publications: number;
-    last_publication_error: string | null;
-    lease: { holder: string; fence: number; expires_at: string; live: boolean } | null;
-  }>(
+  const result = await db.query<SessionHealthRow>(
     `WITH s AS (SELECT session_id, current_generation AS generation FROM optchat.sessions WHERE session_id = $1::text),
           t AS (SELECT tr.* FROM optchat.trees tr JOIN s ON tr.kind = 'session' AND tr.session_id = s.session_id
                                                        AND tr.generation = s.generation)
@@ -167,16 +170,20 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
   );
   const row = result.rows[0];
   if (!row) throw new Error("readSessionHealth returned no row");
-  const jobs = { node: 0, publish: 0 };
-  let oldestWaitingJobSeconds = 0;
-  if (await jobQueueInstalled(db)) {
-    const open = await openJobsSummary(db);
-    jobs.node = open.node;
-    jobs.publish = open.publish;
-    oldestWaitingJobSeconds = open.oldestWaitingSeconds;
-  }
+  const queue = (await jobQueueInstalled(db))
+    ? await openJobsSummary(db)
+    : { node: 0, publish: 0, oldestWaitingSeconds: 0 };
+  const stuckTurns = (row.turns?.active ?? 0) > 0 ? await listStuckTurns(db, { sessionId }) : [];
+  return sessionHealthOf(row, queue, stuckTurns);
+}
+
+/** The domain form of a session's health row, with the job queue's state and the stuck turns read beside it. */
+function sessionHealthOf(
+  row: SessionHealthRow,
+  queue: { readonly node: number; readonly publish: number; readonly oldestWaitingSeconds: number },
+  stuckTurns: readonly StuckTurn[],
+): SessionHealth {
   const turns = row.turns ?? {};
-  const stuckTurns = (turns.active ?? 0) > 0 ? await listStuckTurns(db, { sessionId }) : [];
   return {
     records: row.records,
     lastSealedAt: row.last_sealed_at,
@@ -217,8 +224,8 @@ export async function readSessionHealth(db: Queryable, sessionId: string): Promi
           live: row.lease.live,
         }
       : null,
-    queuedJobs: jobs,
-    oldestWaitingJobSeconds,
+    queuedJobs: { node: queue.node, publish: queue.publish },
+    oldestWaitingJobSeconds: queue.oldestWaitingSeconds,
     stuckTurns,
   };
 }

@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import type { HostMessageInfo } from "../../plugin/opencode/messages.js";
 import { RequestSlice, requestSlice } from "../../plugin/request/slice.js";
-import { newOpenTurn, newSessionState, type OpenTurn, type SessionState } from "../../plugin/turns/session-state.js";
+import { newSessionState, type OpenTurn, type SessionState } from "../../plugin/turns/session-state.js";
 import {
   decideIdle,
   IDLE_GRACE_MS,
@@ -11,14 +11,15 @@ import {
   turnOfToolCall,
   turnsEndedBy,
 } from "../../plugin/turns/tracking.js";
+import { markBusy, markIdle, openContinuation } from "../../plugin/turns/turn-slice.js";
 
 /** The turn state machine alone (plugin/turns/tracking.ts): decisions over a session's state, no database, no clock. */
 
 function sessionWith(...turns: Array<[string, Partial<OpenTurn>?]>): SessionState {
   const state = newSessionState("ses_unit", new RequestSlice());
   for (const [id, fields] of turns) {
-    state.turns.set(id, Object.assign(newOpenTurn(id), fields ?? {}));
-    state.turnOfMessage.set(id, id);
+    // A turn tracked here (filed under its own message), with the fields the case needs.
+    Object.assign(openContinuation(state, id), fields ?? {});
   }
   return state;
 }
@@ -32,13 +33,13 @@ describe("turnForAssistant", () => {
     const state = sessionWith(["msg_1"], ["msg_2"]);
     expect(turnForAssistant(state, assistant("msg_a", "msg_1"))).toBe("msg_1");
     expect(turnForAssistant(state, assistant("msg_b"))).toBeUndefined();
-    state.busy = true;
+    markBusy(state);
     expect(turnForAssistant(state, assistant("msg_b"))).toBe("msg_2");
   });
 
   it("gives a continuation from an unknown message after the latest turn ended a turn of its own", () => {
     const state = sessionWith(["msg_1", { finished: true }]);
-    state.busy = true;
+    markBusy(state);
     expect(turnForAssistant(state, assistant("msg_c", "msg_continue"))).toBe("msg_continue");
     expect(state.turns.get("msg_continue")?.admitted).toBe(false);
     expect(state.turnOfMessage.get("msg_continue")).toBe("msg_continue");
@@ -46,7 +47,7 @@ describe("turnForAssistant", () => {
 
   it("files an unknown parent under the running turn while it is still open", () => {
     const state = sessionWith(["msg_1"]);
-    state.busy = true;
+    markBusy(state);
     expect(turnForAssistant(state, assistant("msg_c", "msg_synthetic"))).toBe("msg_1");
     expect(state.turnOfMessage.get("msg_synthetic")).toBe("msg_1");
     expect(state.turns.has("msg_synthetic")).toBe(false);
@@ -107,7 +108,7 @@ describe("stoppedBeforePrompt and turnOfToolCall", () => {
   it("counts open turns as stopped only when the session was idle at the prompt", () => {
     const state = sessionWith(["msg_1"], ["msg_2", { finished: true }]);
     expect(stoppedBeforePrompt(state)).toEqual([]);
-    state.idleSince = 5;
+    markIdle(state, 5);
     expect(stoppedBeforePrompt(state).map((t) => t.turnId)).toEqual(["msg_1"]);
   });
 

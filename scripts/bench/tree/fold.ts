@@ -120,6 +120,120 @@ export function foldIncremental(settings: Settings): void {
 }
 
 /**
+ * One message with the compactor keeping up: appended, its leaf built at once, then every parent it completes
+ * (readiness: both children built, leaves in order), each event folded as the store does.
+ */
+function foldMessage(
+  state: FoldState,
+  i: number,
+  built: Uint8Array[],
+  bytesOf: NodeBytes,
+  params: FoldParams,
+): { state: FoldState; merges: number; events: number } {
+  let result = applyFoldEvent(state, { type: "append", index: i }, bytesOf, params);
+  let merges = result.merged.length;
+  (built[0] as Uint8Array)[i] = 1;
+  result = applyFoldEvent(result.state, { type: "built", node: { level: 0, index: i } }, bytesOf, params);
+  merges += result.merged.length;
+  let events = 2;
+  for (let level = 1; (i + 1) % 2 ** level === 0; level++) {
+    const node = { level, index: (i + 1) / 2 ** level - 1 };
+    (built[level] as Uint8Array)[node.index] = 1;
+    result = applyFoldEvent(result.state, { type: "built", node }, bytesOf, params);
+    merges += result.merged.length;
+    events += 1;
+  }
+  return { state: result.state, merges, events };
+}
+
+interface Render {
+  readonly parts: readonly NodeAddress[];
+  readonly lengths: number[];
+  readonly chars: number;
+}
+
+/** The characters a render shares with the one before it (its common prefix), and whether it only appended. */
+function sharedWith(previous: Render, next: Render, texts: TextModel): { common: number; appendOnly: boolean } {
+  const old = previous.parts;
+  const { parts, lengths } = next;
+  let k = 0;
+  let prefix = 0;
+  while (k < old.length && k < parts.length) {
+    const a = old[k] as NodeAddress;
+    const b = parts[k] as NodeAddress;
+    if (a.level !== b.level || a.index !== b.index) break;
+    prefix += (lengths[k] as number) + 1;
+    k += 1;
+  }
+  // The old render is a prefix of the new one.
+  if (k === old.length) return { common: previous.chars, appendOnly: true };
+  if (k === parts.length) return { common: next.chars, appendOnly: false };
+  const a = texts.line(old[k] as NodeAddress);
+  const b = texts.line(parts[k] as NodeAddress);
+  let c = 0;
+  while (c < a.length && c < b.length && a.charCodeAt(c) === b.charCodeAt(c)) c += 1;
+  return { common: prefix + c, appendOnly: false };
+}
+
+/** What the replay measured, per message (see `viewPrefixSharing`). */
+interface PrefixSeries {
+  readonly shared: Float64Array;
+  readonly sharedFraction: Float64Array;
+  readonly viewChars: Float64Array;
+  readonly viewLines: Float64Array;
+  readonly foldMs: Float64Array;
+  readonly appendOnly: number;
+  readonly events: number;
+  readonly merges: number;
+  readonly fullAt: number | null;
+}
+
+/** Replays the messages, rendering the view after each (one line per part, joined by newlines). */
+function replayRenders(n: number, sizes: SizeModel, texts: TextModel, params: FoldParams): PrefixSeries {
+  const built = sizes.levels.map((row) => new Uint8Array(row.length));
+  const bytesOf: NodeBytes = (node) => (built[node.level]?.[node.index] === 1 ? sizes.bytes(node) : undefined);
+  const series = {
+    shared: new Float64Array(n - 1),
+    sharedFraction: new Float64Array(n - 1),
+    viewChars: new Float64Array(n),
+    viewLines: new Float64Array(n),
+    foldMs: new Float64Array(n),
+  };
+  let appendOnly = 0;
+  let events = 0;
+  let merges = 0;
+  let state = EMPTY_FOLD;
+  let previous: Render | undefined;
+  let fullAt: number | null = null;
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const folded = foldMessage(state, i, built, bytesOf, params);
+    series.foldMs[i] = performance.now() - t0;
+    ({ state } = folded);
+    merges += folded.merges;
+    events += folded.events;
+    if (fullAt === null && merges > 0) fullAt = i;
+    const parts = state.parts;
+    const lengths = parts.map((part) => texts.line(part).length);
+    const render = {
+      parts,
+      lengths,
+      chars: lengths.reduce((sum, length) => sum + length, Math.max(0, parts.length - 1)),
+    };
+    series.viewChars[i] = render.chars;
+    series.viewLines[i] = parts.length;
+    if (previous) {
+      const { common, appendOnly: appended } = sharedWith(previous, render, texts);
+      if (appended) appendOnly += 1;
+      series.shared[i - 1] = common;
+      series.sharedFraction[i - 1] = previous.chars > 0 ? common / previous.chars : 1;
+    }
+    previous = render;
+  }
+  return { ...series, appendOnly, events, merges, fullAt };
+}
+
+/**
  * Replays `messages` with the compactor keeping up: each message is appended, its leaf built at once, then every
  * parent it completes (readiness: both children built, leaves in order). Every event is folded, as the store does.
  * After each message the view is rendered and compared with the previous render.
@@ -128,79 +242,12 @@ export function viewPrefixSharing(settings: Settings): void {
   const n = settings.messages;
   const sizes = new SizeModel(n, settings.seed);
   const texts = new TextModel(sizes);
-  const params = foldParams(settings);
-  const built = sizes.levels.map((row) => new Uint8Array(row.length));
-  const bytesOf: NodeBytes = (node) => (built[node.level]?.[node.index] === 1 ? sizes.bytes(node) : undefined);
-
-  const shared = new Float64Array(n - 1);
-  const sharedFraction = new Float64Array(n - 1);
-  const viewChars = new Float64Array(n);
-  const viewLines = new Float64Array(n);
-  const foldMs = new Float64Array(n);
-  let appendOnly = 0;
-  let events = 0;
-  let merges = 0;
-  let state = EMPTY_FOLD;
-  let previous: { parts: readonly NodeAddress[]; lengths: number[]; chars: number } | undefined;
-  let fullAt: number | null = null;
-
-  for (let i = 0; i < n; i++) {
-    const t0 = performance.now();
-    let result = applyFoldEvent(state, { type: "append", index: i }, bytesOf, params);
-    merges += result.merged.length;
-    (built[0] as Uint8Array)[i] = 1;
-    result = applyFoldEvent(result.state, { type: "built", node: { level: 0, index: i } }, bytesOf, params);
-    merges += result.merged.length;
-    events += 2;
-    for (let level = 1; (i + 1) % 2 ** level === 0; level++) {
-      const node = { level, index: (i + 1) / 2 ** level - 1 };
-      (built[level] as Uint8Array)[node.index] = 1;
-      result = applyFoldEvent(result.state, { type: "built", node }, bytesOf, params);
-      merges += result.merged.length;
-      events += 1;
-    }
-    foldMs[i] = performance.now() - t0;
-    state = result.state;
-    if (fullAt === null && merges > 0) fullAt = i;
-
-    // Render: one line per part, joined by newlines.
-    const parts = state.parts;
-    const lengths = parts.map((part) => texts.line(part).length);
-    let chars = parts.length > 0 ? parts.length - 1 : 0;
-    for (const length of lengths) chars += length;
-    viewChars[i] = chars;
-    viewLines[i] = parts.length;
-
-    if (previous) {
-      const old = previous.parts;
-      let k = 0;
-      let prefix = 0;
-      while (k < old.length && k < parts.length) {
-        const a = old[k] as NodeAddress;
-        const b = parts[k] as NodeAddress;
-        if (a.level !== b.level || a.index !== b.index) break;
-        prefix += (lengths[k] as number) + 1;
-        k += 1;
-      }
-      let common: number;
-      if (k === old.length) {
-        common = previous.chars; // the old render is a prefix of the new one
-        appendOnly += 1;
-      } else if (k === parts.length) {
-        common = chars;
-      } else {
-        const a = texts.line(old[k] as NodeAddress);
-        const b = texts.line(parts[k] as NodeAddress);
-        let c = 0;
-        while (c < a.length && c < b.length && a.charCodeAt(c) === b.charCodeAt(c)) c += 1;
-        common = prefix + c;
-      }
-      shared[i - 1] = common;
-      sharedFraction[i - 1] = previous.chars > 0 ? common / previous.chars : 1;
-    }
-    previous = { parts, lengths, chars };
-  }
-
+  const { shared, sharedFraction, viewChars, viewLines, foldMs, appendOnly, events, merges, fullAt } = replayRenders(
+    n,
+    sizes,
+    texts,
+    foldParams(settings),
+  );
   // "At N messages": the last tenth of the replay (at 20,000 messages: 18,001..20,000).
   const window = Math.max(1, Math.floor((n - 1) / 10));
   const from = n - 1 - window;

@@ -66,6 +66,44 @@ export async function jobTimings(memory: Memory, sessions: readonly BenchSession
   return { jobs: row?.jobs ?? 0, waitMs: ms(row?.wait), runMs: ms(row?.run) };
 }
 
+/** What a phase timed: the ingest, the build (to a drained queue), and the CPU and time the build started at. */
+interface PhaseTimes {
+  readonly sealed: number;
+  readonly ingestSeconds: number;
+  readonly buildSeconds: number;
+  readonly cpuBefore: NodeJS.CpuUsage;
+  readonly buildStartedAt: Date;
+}
+
+/**
+ * Times a phase: `live` starts the worker, then ingests while it runs (the build counted from the first ingest);
+ * `backlog` ingests first, then starts the worker (the build counted from its start).
+ */
+async function timePhase(
+  phase: "live" | "backlog",
+  steps: { start(): Promise<void>; ingest(): Promise<number>; drain(from: number): Promise<void> },
+): Promise<PhaseTimes> {
+  if (phase === "live") {
+    await steps.start();
+    const cpuBefore = process.cpuUsage();
+    const buildStartedAt = new Date();
+    const start = performance.now();
+    const sealed = await steps.ingest();
+    const ingestSeconds = (performance.now() - start) / 1000;
+    await steps.drain(start);
+    return { sealed, ingestSeconds, buildSeconds: (performance.now() - start) / 1000, cpuBefore, buildStartedAt };
+  }
+  const start = performance.now();
+  const sealed = await steps.ingest();
+  const ingestSeconds = (performance.now() - start) / 1000;
+  const cpuBefore = process.cpuUsage();
+  const buildStartedAt = new Date();
+  const buildStart = performance.now();
+  await steps.start();
+  await steps.drain(buildStart);
+  return { sealed, ingestSeconds, buildSeconds: (performance.now() - buildStart) / 1000, cpuBefore, buildStartedAt };
+}
+
 /**
  * One compactor phase: `live` (worker running while messages arrive) or `backlog` (messages first). `inner` is the
  * summarizer (default the fake); `label` names the phase's sessions, so several live phases can share a database.
@@ -94,42 +132,28 @@ export async function runPhase(
     fold: foldParams(settings),
     failureRetrySeconds: 10,
   };
-  let compactor: RunningCompactor | undefined;
-  let cpuBefore = process.cpuUsage();
-  let buildStartedAt = new Date();
+  const running: { compactor?: RunningCompactor } = {};
+  const start = async () => {
+    running.compactor = await startCompactor(memory.pool, compactorSettings, summarizer, recorder.report);
+  };
   try {
-    let ingestSeconds: number;
-    let buildSeconds: number;
-    let sealed: number;
     const wallStart = performance.now();
-    if (phase === "live") {
-      compactor = await startCompactor(memory.pool, compactorSettings, summarizer, recorder.report);
-      note(`tree: live phase: ${messages} messages in ${sessions.length} sessions, worker running`);
-      cpuBefore = process.cpuUsage();
-      buildStartedAt = new Date();
-      const start = performance.now();
-      sealed = await ingestAll(memory, sessions, signal);
-      ingestSeconds = (performance.now() - start) / 1000;
-      await waitDrained(memory, sessions, start + settings.drainSeconds * 1000, signal);
-      buildSeconds = (performance.now() - start) / 1000;
-    } else {
-      note(`tree: backlog phase: ${messages} messages in ${sessions.length} sessions, then the worker`);
-      const start = performance.now();
-      sealed = await ingestAll(memory, sessions, signal);
-      ingestSeconds = (performance.now() - start) / 1000;
-      cpuBefore = process.cpuUsage();
-      buildStartedAt = new Date();
-      const buildStart = performance.now();
-      compactor = await startCompactor(memory.pool, compactorSettings, summarizer, recorder.report);
-      await waitDrained(memory, sessions, buildStart + settings.drainSeconds * 1000, signal);
-      buildSeconds = (performance.now() - buildStart) / 1000;
-    }
+    note(
+      phase === "live"
+        ? `tree: live phase: ${messages} messages in ${sessions.length} sessions, worker running`
+        : `tree: backlog phase: ${messages} messages in ${sessions.length} sessions, then the worker`,
+    );
+    const { sealed, ingestSeconds, buildSeconds, cpuBefore, buildStartedAt } = await timePhase(phase, {
+      start,
+      ingest: () => ingestAll(memory, sessions, signal),
+      drain: (from) => waitDrained(memory, sessions, from + settings.drainSeconds * 1000, signal),
+    });
     const wallSeconds = (performance.now() - wallStart) / 1000;
     const cpu = process.cpuUsage(cpuBefore);
     const cpuPct = round(((cpu.user + cpu.system) / 1000 / (buildSeconds * 1000)) * 100, 1);
     if (signal.aborted) return undefined;
-    await compactor.stop(10_000);
-    compactor = undefined;
+    await running.compactor?.stop(10_000);
+    running.compactor = undefined;
     const counts = await countNodes(memory, sessions);
     return {
       phase: label,
@@ -148,7 +172,7 @@ export async function runPhase(
       jobs: await jobTimings(memory, sessions, buildStartedAt),
     };
   } finally {
-    await compactor?.stop(5000).catch(() => {});
+    await running.compactor?.stop(5000).catch(() => {});
   }
 }
 

@@ -1,7 +1,7 @@
 import { AUTO, createSummarizer, MODEL_SETTINGS_HINT } from "../../compactor/registry.js";
 import { type Config, redactUrl, summarizerSettingsOf } from "../../memory/config.js";
 import { type Check, checkDatabase, checkModel, checkWorker, DOCTOR_CALL_TIMEOUT_MS } from "../../memory/doctor.js";
-import { type Command, integerFlag, parseCommand } from "../command.js";
+import { type Command, integerFlag, type Output, parseCommand } from "../command.js";
 import {
   configSourceFromFiles,
   findOptchatPlugin,
@@ -31,94 +31,18 @@ export const doctorCommand: Command = {
     const env = process.env;
     const configs = readOpencodeConfigs(values.project ?? process.cwd(), env);
     const entry = findOptchatPlugin(configs);
-    const checks: Check[] = [];
-
-    // OpenCode's config: the entry, and the settings it gives the plugin (an unknown or bad option stops the plugin).
-    let config: Config = ctx.config;
-    let plugin: ReturnType<typeof resolvePluginConfig> | undefined;
-    const read = configs.files.map((f) => f.path);
-    if (configs.unreadable.length > 0) {
-      for (const bad of configs.unreadable) {
-        checks.push({
-          name: "opencode",
-          ok: false,
-          text: `${bad.path} cannot be read: ${bad.error}`,
-          fix: "fix the file (OpenCode refuses it too)",
-        });
-      }
-    }
-    if (!entry) {
-      checks.push({
-        name: "opencode",
-        ok: false,
-        text: `no opencode.json loads optchat (read: ${read.length > 0 ? read.join(", ") : "none found"})`,
-        fix: missingEntryFix(ctx.config),
-      });
-    } else if (!entry.exists) {
-      checks.push({
-        name: "opencode",
-        ok: false,
-        text: `${entry.file} loads ${entry.module}, which does not exist`,
-        fix: `point the entry at ${PLUGIN_ENTRY}`,
-      });
-    } else {
-      try {
-        plugin = resolvePluginConfig(entry.options, env);
-        config = plugin.core;
-        checks.push({
-          name: "opencode",
-          ok: true,
-          text: `${entry.file} loads ${entry.thisCheckout ? "this checkout's plugin" : `another copy of optchat (${entry.module})`}${Object.keys(entry.options).length > 0 ? ` with options ${Object.keys(entry.options).join(", ")}` : ""}`,
-        });
-      } catch (error) {
-        checks.push({
-          name: "opencode",
-          ok: false,
-          text: `${entry.file}: the plugin's settings are refused: ${(error as Error).message}`,
-          fix: "correct the option or environment variable named above",
-        });
-      }
-    }
-
+    const { checks, plugin, config } = opencodeChecks(configs, entry, env, ctx.config);
     const database = await checkDatabase(config);
     checks.push(
       config.databaseUrl !== ctx.config.databaseUrl && database.ok
         ? { ...database, text: `${database.text} (the plugin's databaseUrl in ${entry?.file})` }
         : database,
     );
-    const embedded = plugin
-      ? {
-          on: plugin.plugin.embeddedWorker,
-          source:
-            entry?.options.embeddedWorker !== undefined
-              ? `option embeddedWorker in ${entry.file}`
-              : env.OPTCHAT_EMBEDDED_WORKER
-                ? "OPTCHAT_EMBEDDED_WORKER"
-                : "the default",
-        }
-      : undefined;
-    checks.push(await checkWorker(config, embedded, database.ok, plugin === undefined));
+    checks.push(await checkWorker(config, embeddedWorkerOf(plugin, entry, env), database.ok, plugin === undefined));
     checks.push(
       ...(await checkModel(config, () => resolveModel(config, configs.files.length > 0, configs, env), timeoutMs)),
     );
-
-    const failed = checks.filter((c) => !c.ok && !c.skipped);
-    const passed = failed.length === 0 && checks.every((c) => c.ok);
-    if (ctx.output.json) {
-      ctx.output.out(JSON.stringify({ ok: passed, checks }));
-    } else {
-      const width = Math.max(...checks.map((c) => c.name.length));
-      for (const check of checks) {
-        ctx.output.out(
-          `${check.ok ? "ok  " : check.skipped ? "skip" : "FAIL"}  ${check.name.padEnd(width)}  ${check.text}${check.ok || check.skipped ? "" : ` — fix: ${check.fix}`}`,
-        );
-      }
-      ctx.output.out(
-        passed
-          ? `doctor: all ${checks.length} checks passed`
-          : `doctor: ${failed.length} of ${checks.length} checks failed${checks.some((c) => c.skipped) ? ", others skipped until they pass" : ""}`,
-      );
-    }
+    const passed = printChecks(ctx.output, checks);
     return passed ? 0 : 1;
   },
 };
@@ -150,6 +74,103 @@ async function resolveModel(
     from: `auto: ${found.from} in opencode.json`,
     fix: "check that provider's baseURL, model and key in opencode.json (or OpenCode's auth) and that its server runs",
   };
+}
+
+/** OpenCode's config: the entry, and the settings it gives the plugin (an unknown or bad option stops the plugin). */
+function opencodeChecks(
+  configs: ReturnType<typeof readOpencodeConfigs>,
+  entry: ReturnType<typeof findOptchatPlugin>,
+  env: NodeJS.ProcessEnv,
+  baseConfig: Config,
+): { checks: Check[]; plugin: ReturnType<typeof resolvePluginConfig> | undefined; config: Config } {
+  const checks: Check[] = [];
+  // OpenCode's config: the entry, and the settings it gives the plugin (an unknown or bad option stops the plugin).
+  let config: Config = baseConfig;
+  let plugin: ReturnType<typeof resolvePluginConfig> | undefined;
+  const read = configs.files.map((f) => f.path);
+  if (configs.unreadable.length > 0) {
+    for (const bad of configs.unreadable) {
+      checks.push({
+        name: "opencode",
+        ok: false,
+        text: `${bad.path} cannot be read: ${bad.error}`,
+        fix: "fix the file (OpenCode refuses it too)",
+      });
+    }
+  }
+  if (!entry) {
+    checks.push({
+      name: "opencode",
+      ok: false,
+      text: `no opencode.json loads optchat (read: ${read.length > 0 ? read.join(", ") : "none found"})`,
+      fix: missingEntryFix(baseConfig),
+    });
+  } else if (!entry.exists) {
+    checks.push({
+      name: "opencode",
+      ok: false,
+      text: `${entry.file} loads ${entry.module}, which does not exist`,
+      fix: `point the entry at ${PLUGIN_ENTRY}`,
+    });
+  } else {
+    try {
+      plugin = resolvePluginConfig(entry.options, env);
+      config = plugin.core;
+      checks.push({
+        name: "opencode",
+        ok: true,
+        text: `${entry.file} loads ${entry.thisCheckout ? "this checkout's plugin" : `another copy of optchat (${entry.module})`}${Object.keys(entry.options).length > 0 ? ` with options ${Object.keys(entry.options).join(", ")}` : ""}`,
+      });
+    } catch (error) {
+      checks.push({
+        name: "opencode",
+        ok: false,
+        text: `${entry.file}: the plugin's settings are refused: ${(error as Error).message}`,
+        fix: "correct the option or environment variable named above",
+      });
+    }
+  }
+  return { checks, plugin, config };
+}
+
+/** Whether the plugin runs its embedded worker, and which setting says so. */
+function embeddedWorkerOf(
+  plugin: ReturnType<typeof resolvePluginConfig> | undefined,
+  entry: ReturnType<typeof findOptchatPlugin>,
+  env: NodeJS.ProcessEnv,
+) {
+  if (!plugin) return undefined;
+  return {
+    on: plugin.plugin.embeddedWorker,
+    source:
+      entry?.options.embeddedWorker !== undefined
+        ? `option embeddedWorker in ${entry.file}`
+        : env.OPTCHAT_EMBEDDED_WORKER
+          ? "OPTCHAT_EMBEDDED_WORKER"
+          : "the default",
+  };
+}
+
+/** One line per check with its fix (or JSON), then the tally; whether every check passed. */
+function printChecks(output: Output, checks: readonly Check[]): boolean {
+  const failed = checks.filter((c) => !c.ok && !c.skipped);
+  const passed = failed.length === 0 && checks.every((c) => c.ok);
+  if (output.json) {
+    output.out(JSON.stringify({ ok: passed, checks }));
+  } else {
+    const width = Math.max(...checks.map((c) => c.name.length));
+    for (const check of checks) {
+      output.out(
+        `${check.ok ? "ok  " : check.skipped ? "skip" : "FAIL"}  ${check.name.padEnd(width)}  ${check.text}${check.ok || check.skipped ? "" : ` — fix: ${check.fix}`}`,
+      );
+    }
+    output.out(
+      passed
+        ? `doctor: all ${checks.length} checks passed`
+        : `doctor: ${failed.length} of ${checks.length} checks failed${checks.some((c) => c.skipped) ? ", others skipped until they pass" : ""}`,
+    );
+  }
+  return passed;
 }
 
 /**

@@ -23,6 +23,7 @@ import {
   runOpencode2,
   startService,
 } from "../opencode2-harness.js";
+import { type AttributedRequest, attribute, billed, promptFor, summarize } from "./cache.js";
 import {
   addFigures,
   type CompactorFigures,
@@ -30,7 +31,6 @@ import {
   readCompactorFigures,
   waitCompactorIdle,
 } from "./cache-dollars.js";
-import { type AttributedRequest, attribute, billed, promptFor, summarize } from "./cache.js";
 import {
   type BenchContext,
   createDatabase,

@@ -51,7 +51,6 @@ import {
   startOpencodeServer,
 } from "../opencode-harness.js";
 import { commonPrefixLength } from "../prompt-cache.js";
-import { runCacheBenchV2 } from "./cache-v2.js";
 import { billedByPiece, type Piece, requestPieces, sumPieces } from "./cache-breakdown.js";
 import {
   addFigures,
@@ -65,6 +64,7 @@ import {
   readCompactorFigures,
   waitCompactorIdle,
 } from "./cache-dollars.js";
+import { runCacheBenchV2 } from "./cache-v2.js";
 import {
   type BenchContext,
   createDatabase,

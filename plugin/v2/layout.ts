@@ -3,8 +3,9 @@
  * its latest checkpoint, which optchat writes: compaction.ts), so the memory carries only what V2 does not have: the
  * other conversations' turns from the shared view. Every request keeps V2's own order and bytes, its history growing at
  * the end, and the memory is text leading a user message of the turn it was first sent with, re-sent with the same
- * bytes at every later request; so each request begins with everything the previous one sent and V2's four cache marks
- * (last tool, system[0], system[3], the last message) read it back.
+ * bytes at every later request (a user message of its own just before the turn's); so each request begins with
+ * everything the previous one sent and V2's four cache marks (last tool, system[0], system[3], the last message) read
+ * it back.
  *
  * - A rendering (the head, the shared lines that are not only this session's turns) leads the user message of the
  *   first turn this process lays out, and again whenever that message has left V2's history (a compaction).
@@ -52,14 +53,18 @@ export function layoutTurn(
   };
 }
 
-/** `messages` (in place) with each user message this layout led re-led by the same text, as a copy of the message. */
+/**
+ * `messages` (in place) with the text each user message this layout led was first sent with, as a user message of its
+ * own just before it. Its own message, not a part of the person's: V2's OpenAI-compatible provider joins a message's
+ * text parts into one string, where the memory and the person's words could no longer be told apart.
+ */
 export function applyLayout(layout: V2Layout, messages: V2Message[]): void {
-  for (let i = 0; i < messages.length; i++) {
+  for (let i = messages.length - 1; i >= 0; i--) {
     const message = messages[i] as V2Message;
     const text = message.role === "user" && message.id ? layout.leading.get(message.id) : undefined;
     if (!text) continue;
     const lead: V2Text = { type: "text", text };
-    messages[i] = { ...message, content: [lead, ...message.content] };
+    messages.splice(i, 0, { role: "user", content: [lead] });
   }
 }
 

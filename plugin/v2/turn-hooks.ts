@@ -1,7 +1,7 @@
 /**
  * The turn's two session hooks. `prompt` (awaited by V2 before the first request): the session opened in memory, the
  * turn admitted (turn id = V2's user message id, a turn still active is ended as interrupted), the user record
- * ingested. `context` (every step): the memory leads the turn's user message (layout.ts: V2's history stays first and
+ * ingested. `context` (every step): the memory goes just before the turn's user message (layout.ts: V2's history stays first and
  * in place, the memory is what V2 does not send, each user message led by the same text at every request); no cache
  * mark is added, so V2's four stay where they were.
  */

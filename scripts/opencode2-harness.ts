@@ -15,6 +15,7 @@
 import { type ChildProcess, spawn } from "node:child_process";
 import { existsSync, readdirSync, readFileSync } from "node:fs";
 import { mkdir, mkdtemp, rm, writeFile } from "node:fs/promises";
+import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { setTimeout as delay } from "node:timers/promises";
@@ -252,10 +253,31 @@ export async function runOpencode2(
   return { code, stdout, stderr, sessionId: sessionId ?? options.session, events, text, errors };
 }
 
-/** `opencode service start` for this environment (its env decides the service's directories and plugins). */
+/**
+ * `opencode service start` for this environment (its env decides the service's directories and plugins), on a free
+ * port set first: V2's managed service listens on one fixed port (49374) by default, so two environments' services
+ * (two benches, two engineers) would collide ("Managed service port … is already in use").
+ */
 export async function startService(env: Opencode2Env): Promise<void> {
+  const port = await freePort();
+  const set = await execOpencode2(env, ["service", "set", "port", String(port)], "", 30_000);
+  if (set.code !== 0) throw new Error(`opencode service set port ${port} failed (${set.code}): ${set.stderr}`);
   const result = await execOpencode2(env, ["service", "start"], "", 60_000);
   if (result.code !== 0) throw new Error(`opencode service start failed (${result.code}): ${result.stderr}`);
+}
+
+/** A port nothing listens on now (the kernel's pick, released at once). */
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === "object" && address ? resolve(address.port) : reject(new Error("no port")),
+      );
+    });
+  });
 }
 
 /** `opencode service stop`; resolves whether it succeeded or not (cleanup kills what is left). */

@@ -15,6 +15,7 @@ import { type ResolvedPluginConfig, resolvePluginConfig } from "../base/config.j
 import { projectScopeId } from "../base/identity.js";
 import { compactorModel } from "../opencode/compactor-model.js";
 import { v2ConfigSource } from "./compactor-source.js";
+import type { V2Layout } from "./layout.js";
 import { copiedEvents, lineageOf } from "./lineage.js";
 import type { V2Context } from "./v2-api.js";
 import { modelWindows } from "./window.js";
@@ -32,8 +33,8 @@ export interface SessionEntry {
   /** The session's generation in memory (the V2 host makes no rewinds, so the one it was opened with). */
   generation: number;
   turn: Turn | undefined;
-  /** The memory message of the current turn, reused by its later steps (cache-stable). */
-  memoryText: { turnId: string; text: string } | undefined;
+  /** Which user messages the memory leads, with what (layout.ts); kept for the process's life. */
+  layout: V2Layout | undefined;
   /** Ingestion and outcomes of this session, in order. */
   queue: Promise<void>;
 }
@@ -104,7 +105,7 @@ export function createV2Runtime(ctx: V2Context, env: NodeJS.ProcessEnv = process
         sessionId: session.sessionId,
         generation: session.currentGeneration,
         turn: undefined,
-        memoryText: undefined,
+        layout: undefined,
         queue: Promise.resolve(),
       };
       sessions.set(hostSessionId, entry);

@@ -34,7 +34,8 @@
  *   OPTCHAT_BENCH_CACHE_PROVIDERS  comma-separated subset of anthropic-sim,openai-sim
  *   OPTCHAT_BENCH_CACHE_VARIANTS   comma-separated subset of native,optchat,optchat-isolated,optchat-250-byte-lines
  *                                  (default native,optchat; optchat-isolated: the plugin with OPTCHAT_SCOPE=isolated, no
- *                                  shared memory; optchat-250-byte-lines: the compactor's lines at most 250 bytes)
+ *                                  shared memory; optchat-250-byte-lines: the compactor's lines at most 250 bytes;
+ *                                  v2: native OpenCode V2 and optchat on V2, cache-v2.ts)
  *   OPTCHAT_BENCH_CACHE_PLOT       where the SVG goes (default $TMPDIR/optchat-bench-cache.svg)
  *   OPTCHAT_BENCH_CACHE_DUMP       a path prefix: every request the model received goes to <prefix>.<provider>.<variant>.jsonl
  */
@@ -63,6 +64,7 @@ import {
   readCompactorFigures,
   waitCompactorIdle,
 } from "./cache-dollars.js";
+import { runCacheBenchV2 } from "./cache-v2.js";
 import {
   type BenchContext,
   createDatabase,
@@ -77,7 +79,8 @@ import {
 
 const ROOT = new URL("../..", import.meta.url).pathname;
 const PROVIDERS = ["anthropic-sim", "openai-sim"] as const;
-const VARIANTS = ["native", "optchat", "optchat-isolated", "optchat-250-byte-lines"] as const;
+// "v2": native OpenCode V2 and optchat on V2, run by cache-v2.ts (issue 38).
+const VARIANTS = ["native", "optchat", "optchat-isolated", "optchat-250-byte-lines", "v2"] as const;
 /**
  * optchat-250-byte-lines: the compactor's lines at most 250 bytes where the deterministic summarizer otherwise fills them
  * to the 512-byte node limit; seed 002 measured real models' lines at ~250 bytes on average. What memory costs then is
@@ -362,7 +365,9 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
     { main: number; compactor: number; compactorFigures: ReturnType<typeof compactorFields> }
   >();
   for (const provider of providers) {
+    if (variants.includes("v2")) await runCacheBenchV2(context, provider, turns);
     for (const variant of variants) {
+      if (variant === "v2") continue;
       const run = await runOne(context, provider, variant, turns);
       runs.push(run);
       const all = summarize(run.requests);
@@ -412,6 +417,7 @@ export async function runCacheBench(context: BenchContext): Promise<void> {
       );
     }
   }
+  if (!variants.includes("native")) return;
   const ratios: Record<string, unknown> = {};
   for (const provider of providers) {
     const of = (variant: Variant, field: "billedInputTokens" | "inputTokens") =>

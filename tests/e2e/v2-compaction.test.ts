@@ -78,7 +78,8 @@ describe("a V2 compaction answered by optchat (real @opencode/cli 2.1.2, 16k win
     const first = withCheckpoint[0] ?? [];
     const conversation = first.filter((message) => message.role !== "system");
     const texts = conversation.map((message) => contentText(message.content));
-    // optchat's own memory message leads every request of the turn (turn-hooks.ts); V2's history starts after it.
+    // A memory message of optchat's may come first (plugin/v2/layout.ts: before the turn's message, which V2 drops
+    // after a mid-turn compaction); V2's history starts after it.
     const historyStart = texts[0]?.startsWith(MEMORY_HEAD) ? 1 : 0;
     const checkpoint = texts[historyStart] ?? "";
     expect(checkpoint.trimStart().startsWith("<conversation-checkpoint>"), texts.join("\n---\n").slice(0, 3000)).toBe(

@@ -111,7 +111,11 @@ BEGIN
       EXECUTE 'CREATE POLICY team_write ON optchat.blobs FOR INSERT WITH CHECK (true)';
     ELSE
       EXECUTE format('CREATE POLICY team_rule ON optchat.%I USING ((SELECT optchat.team_sees_all()) OR %s)'
-                     ' WITH CHECK ((SELECT optchat.team_sees_all()) OR %s)', t.name, t.rule, t.rule);
+                     ' WITH CHECK ((SELECT optchat.team_sees_all()) OR %s)', t.name, t.rule,
+                     -- A member's first session in a project nobody has used creates its empty shared tree, before
+                     -- any grant (it reads nothing: USING still needs the grant).
+                     CASE WHEN t.name = 'trees' THEN t.rule || ' OR (kind = ''shared'' AND leaf_count = 0 AND event_count = 0)'
+                          ELSE t.rule END);
     END IF;
   END LOOP;
 END $policies$;

@@ -62,15 +62,16 @@ async function planChange(pool: Pool, request: TeamRequest): Promise<string[]> {
   if (request.action === "remove") return removeStatements(group, role);
   if (request.scopeId.length === 0 || request.scopeId.length > 300)
     throw new OptchatError("INPUT_INVALID", "the scope must be 1 to 300 characters");
-  return request.action === "grant"
-    ? grantStatements(role, request.scopeId)
-    : revokeStatements(role, request.scopeId);
+  return request.action === "grant" ? grantStatements(role, request.scopeId) : revokeStatements(role, request.scopeId);
 }
 
 async function requireGroup(pool: Pool): Promise<string> {
   const group = await readGroupRole(pool);
   if (group === undefined)
-    throw new OptchatError("INPUT_INVALID", "no team in this database yet: run `optchat team init` first (docs/team.md)");
+    throw new OptchatError(
+      "INPUT_INVALID",
+      "no team in this database yet: run `optchat team init` first (docs/team.md)",
+    );
   return group;
 }
 

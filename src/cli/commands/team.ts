@@ -69,7 +69,10 @@ their display name; remove takes them out of the team and the group (the login s
     const [action, ...rest] = positionals;
     if (action === "list" && rest.length === 0) return await list(output, config);
     if (action === undefined || !["init", "add", "remove", "grant", "revoke"].includes(action))
-      throw new OptchatError("INPUT_INVALID", `name an action: init, add, remove, grant, revoke or list\nUsage: ${usage}`);
+      throw new OptchatError(
+        "INPUT_INVALID",
+        `name an action: init, add, remove, grant, revoke or list\nUsage: ${usage}`,
+      );
     const request = requestOf(action, rest, values);
     const dryRun = values["dry-run"] === true;
     const change = await withMemory(config, "optchat-team", (memory) => changeTeam(memory.pool, request, dryRun));

@@ -112,9 +112,10 @@ BEGIN
     ELSE
       EXECUTE format('CREATE POLICY team_rule ON optchat.%I USING ((SELECT optchat.team_sees_all()) OR %s)'
                      ' WITH CHECK ((SELECT optchat.team_sees_all()) OR %s)', t.name, t.rule,
-                     -- A member's first session in a project nobody has used creates its empty shared tree, before
-                     -- any grant (it reads nothing: USING still needs the grant).
-                     CASE WHEN t.name = 'trees' THEN t.rule || ' OR (kind = ''shared'' AND leaf_count = 0 AND event_count = 0)'
+                     -- A new tree is empty: a session's is inserted in the statement that inserts the session (which
+                     -- that statement's sub-selects cannot see yet), and a member's first session in a project nobody
+                     -- has used creates the project's shared tree before any grant. Reading still needs USING.
+                     CASE WHEN t.name = 'trees' THEN t.rule || ' OR (leaf_count = 0 AND event_count = 0)'
                           ELSE t.rule END);
     END IF;
   END LOOP;

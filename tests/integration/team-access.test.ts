@@ -5,7 +5,7 @@ import { type Memory, openMemory } from "../../src/memory/service.js";
 import { changeTeam, teamMembers } from "../../src/memory/team.js";
 import { startWorker } from "../../src/memory/worker.js";
 import type { Session } from "../../src/store/sessions.js";
-import { createTestDatabase, eventually, LARGE_WINDOW, testRoles, turnWriter } from "../helpers.js";
+import { createTestDatabase, eventually, LARGE_WINDOW, runCli, testRoles, turnWriter } from "../helpers.js";
 
 // Several people on one database (docs/team.md): each connects as their own non-superuser login, member of the team's
 // group role; the operator (the test server's superuser, owner of the tables) runs the team commands and the worker.
@@ -205,6 +205,30 @@ describe("team memory: what each person's role may read", () => {
     expect(before[0]?.n).toBeGreaterThan(0);
     await changeTeam(operator.pool, { action: "remove", role: roles.name("carol") });
     await expect(sqlAs("carol", "SELECT count(*) FROM optchat.records")).rejects.toMatchObject({ code: "42501" });
+  });
+});
+
+describe("optchat team (CLI)", () => {
+  it("prints the SQL it runs, changes nothing with --dry-run, and lists the team", async () => {
+    const env = { DATABASE_URL: url };
+    const dave = roles.name("dave");
+    const planned = await runCli(["team", "add", dave, "--name", "Dave", "--dry-run"], env);
+    expect(planned.code).toBe(0);
+    expect(planned.stdout).toContain(`CREATE ROLE "${dave}" LOGIN;`);
+    expect(planned.stdout).toContain(`GRANT "${roles.name("team")}" TO "${dave}";`);
+    const granted = await runCli(["team", "grant", roles.name("bob"), "prj_cli", "--json"], env);
+    expect(JSON.parse(granted.stdout)).toMatchObject({
+      ok: true,
+      applied: true,
+      statements: [expect.stringContaining("INSERT INTO optchat.team_grants")],
+    });
+    const listed = await runCli(["team", "list", "--json"], env);
+    const team = JSON.parse(listed.stdout) as { members: { role: string; scopes: string[] }[] };
+    expect(team.members.map((m) => m.role)).not.toContain(dave);
+    expect(team.members.find((m) => m.role === roles.name("bob"))?.scopes).toEqual([
+      "project:prj_cli",
+      "project:prj_team",
+    ]);
   });
 });
 

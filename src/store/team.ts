@@ -35,12 +35,16 @@ export function checkRoleName(role: string, what = "role"): string {
   return role;
 }
 
-/** Creates the role unless it exists (roles are cluster-wide: another database's team may have made it). */
+/**
+ * Creates the role unless it exists (roles are cluster-wide: another database's team may have made it, or be making it
+ * at this moment: the loser of that race sees duplicate_object or unique_violation, and the role is there).
+ */
 function createRole(role: string, login: boolean): string {
   return `DO $$ BEGIN
   IF NOT EXISTS (SELECT 1 FROM pg_catalog.pg_roles WHERE rolname = ${literal(role)}) THEN
     CREATE ROLE ${ident(role)} ${login ? "LOGIN" : "NOLOGIN"};
   END IF;
+EXCEPTION WHEN duplicate_object OR unique_violation THEN NULL;
 END $$`;
 }
 

@@ -208,6 +208,39 @@ describe("team memory: what each person's role may read", () => {
   });
 });
 
+/** Tables without row-level security, because they hold no memory text (docs/team.md "The rule, once"). */
+const UNPROTECTED = [
+  "compactor_workers",
+  "generations",
+  "migrations",
+  "revision_clock",
+  "scopes",
+  "session_leases",
+  "team",
+  "team_grants",
+  "team_members",
+];
+
+describe("row-level security on the schema", () => {
+  it("forces it on every table but the few without memory text, each with the operator's policy and the team's rule", async () => {
+    const { rows } = await operator.pool.query<{ name: string; forced: boolean; policies: string[] }>(
+      `SELECT c.relname AS name, c.relrowsecurity AND c.relforcerowsecurity AS forced,
+              coalesce(array_agg(p.polname::text ORDER BY p.polname) FILTER (WHERE p.polname IS NOT NULL), '{}') AS policies
+         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'optchat'
+         LEFT JOIN pg_policy p ON p.polrelid = c.oid
+        WHERE c.relkind = 'r' GROUP BY c.relname, c.relrowsecurity, c.relforcerowsecurity ORDER BY 1`,
+    );
+    // A new table must be classified here: protected (migrations like 016) or listed as holding no memory text.
+    expect(rows.filter((row) => !row.forced).map((row) => row.name)).toEqual(UNPROTECTED);
+    for (const row of rows.filter((r) => r.forced))
+      expect([row.name, row.policies]).toEqual([
+        row.name,
+        row.name === "blobs" ? ["operator_all", "team_read", "team_write"] : ["operator_all", "team_rule"],
+      ]);
+    expect(rows.filter((row) => row.forced).length).toBe(21);
+  });
+});
+
 describe("optchat team (CLI)", () => {
   it("prints the SQL it runs, changes nothing with --dry-run, and lists the team", async () => {
     const env = { DATABASE_URL: url };

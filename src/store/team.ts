@@ -146,3 +146,11 @@ export async function listTeam(db: Queryable): Promise<TeamMember[]> {
     inGroup: row.in_group,
   }));
 }
+
+/** Whether the connected role sees every row (no team configured, or the operator): what a compactor worker needs. */
+export async function seesEverything(db: Queryable): Promise<{ role: string; all: boolean }> {
+  const { rows } = await db.query<{ role: string; all: boolean }>(
+    "SELECT current_user::text AS role, optchat.team_sees_all() AS all",
+  );
+  return { role: rows[0]?.role ?? "", all: rows[0]?.all === true };
+}

@@ -23,6 +23,10 @@ const SHARED_WORD = "kestrelqueue";
 const PRIVATE_WORD = "marmosetsalary";
 const OTHER_WORD = "ocelotlaunch";
 
+function dbName(): string {
+  return new URL(url).pathname.slice(1);
+}
+
 function as(label: string): Memory {
   const memory = members.get(label);
   if (!memory) throw new Error(`no memory for ${label}`);
@@ -30,7 +34,7 @@ function as(label: string): Memory {
 }
 
 async function openAs(label: string): Promise<Memory> {
-  const databaseUrl = roles.url(label, new URL(url).pathname.slice(1));
+  const databaseUrl = roles.url(label, dbName());
   const memory = await openMemory(resolveConfig({ overrides: { poolSize: 4, summarizer: "fake", databaseUrl } }));
   members.set(label, memory);
   return memory;
@@ -38,7 +42,7 @@ async function openAs(label: string): Promise<Memory> {
 
 /** One statement as role `label` on a connection of its own (raw SQL, as a person could send it). */
 async function sqlAs<T extends pg.QueryResultRow>(label: string, sql: string, params: unknown[] = []): Promise<T[]> {
-  const client = new pg.Client({ connectionString: roles.url(label, new URL(url).pathname.slice(1)) });
+  const client = new pg.Client({ connectionString: roles.url(label, dbName()) });
   await client.connect();
   try {
     return (await client.query<T>(sql, params)).rows;
@@ -191,6 +195,14 @@ describe("team memory: what each person's role may read", () => {
     await expect(
       sqlAs("bob", "UPDATE optchat.sessions SET visibility = 'shared' WHERE session_id = $1::text", [secret.sessionId]),
     ).resolves.toEqual([]);
+  });
+
+  it("refuses to start a compactor worker as a member, naming the operator", async () => {
+    const config = resolveConfig({ overrides: { summarizer: "fake", databaseUrl: roles.url("bob", dbName()) } });
+    await expect(startWorker(as("bob"), config, () => {})).rejects.toMatchObject({
+      code: "CONFIG_INVALID",
+      message: expect.stringContaining(`cannot run as "${roles.name("bob")}"`),
+    });
   });
 
   it("takes a revoked grant away on the next statement", async () => {

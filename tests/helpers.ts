@@ -45,4 +45,5 @@ export {
   TEST_SUMMARIZER_ENV,
   waitForLine,
 } from "./helpers/processes.js";
+export { asAdmin, type TestRoles, testRoles } from "./helpers/roles.js";
 export { startWorkerProcess, useWorkerProcesses, type WorkerProcess } from "./helpers/workers.js";

@@ -17,6 +17,7 @@ import { scopesCommand } from "./commands/scopes.js";
 import { searchCommand } from "./commands/search.js";
 import { sessionsCommand } from "./commands/sessions.js";
 import { statusCommand } from "./commands/status.js";
+import { teamCommand } from "./commands/team.js";
 import { uninstallCommand } from "./commands/uninstall.js";
 import { viewCommand } from "./commands/view.js";
 import { workerCommand } from "./commands/worker.js";
@@ -43,6 +44,7 @@ export const COMMANDS: readonly Command[] = [
   isolateCommand,
   inspectCommand,
   costCommand,
+  teamCommand,
   browseCommand,
   uninstallCommand,
 ];

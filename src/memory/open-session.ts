@@ -2,12 +2,16 @@ import { randomBytes } from "node:crypto";
 import type { z } from "zod";
 import { sessionIdFromRandom } from "../core/ids.js";
 import type { Pool } from "../store/db.js";
-import { findOrRegisterSession, type Session } from "../store/sessions.js";
+import { findOrRegisterSession, type Session, type SessionVisibility } from "../store/sessions.js";
 import { sessionDeleted } from "./retention-epoch.js";
 import type { openSessionSchema } from "./schemas.js";
 
 /** The session of a host's session ID, registered (with its scope) on first sight, in one statement. */
-export async function openSession(pool: Pool, valid: z.output<typeof openSessionSchema>): Promise<Session> {
+export async function openSession(
+  pool: Pool,
+  valid: z.output<typeof openSessionSchema>,
+  defaultVisibility: SessionVisibility,
+): Promise<Session> {
   // Scope (seed 000 §11): the project by default; an explicit profile scope shares several projects; an isolated
   // session gets a scope of its own, with no shared tree: it neither publishes nor reads shared memory. A known session
   // is returned as it is (no scope is created for it again: an isolated one would leak a scope).
@@ -24,6 +28,7 @@ export async function openSession(pool: Pool, valid: z.output<typeof openSession
       projectId: valid.projectId ?? null,
       parentSessionId: valid.parentSessionId ?? null,
       title: valid.title ?? null,
+      visibility: valid.visibility ?? defaultVisibility,
     },
     kind,
   );

@@ -143,6 +143,8 @@ export const openSessionSchema = z
     title: sessionTitle.optional(),
     /** 'isolated': the session neither publishes to nor reads from shared memory. */
     sharing: z.enum(["shared", "isolated"]).optional(),
+    /** 'private': only its owner (and the operator) reads it, and its turns never publish (docs/team.md). */
+    visibility: z.enum(["shared", "private"]).optional(),
   })
   .strict()
   .refine((input) => input.projectId !== undefined || input.scopeId !== undefined, {

@@ -271,7 +271,8 @@ function createUnguardedMemory(pool: Pool, config: Config, readOnly: boolean): M
         copies,
       ),
 
-    openSession: (input) => openSession(pool, parseInput(openSessionSchema, input, "openSession")),
+    openSession: (input) =>
+      openSession(pool, parseInput(openSessionSchema, input, "openSession"), config.sessionVisibility),
 
     async listRecords(sessionId, rawOptions = {}) {
       const options = parseInput(listRecordsOptionsSchema, rawOptions, "listRecords");

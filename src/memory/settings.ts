@@ -138,6 +138,10 @@ export const SETTINGS = {
     [0, 600_000],
     " milliseconds: how long a service call that is safe to repeat keeps retrying while PostgreSQL is unreachable (restarting, connection dropped) before failing with DATABASE_UNAVAILABLE (0: fail at once)",
   ),
+  sessionVisibility: oneOf("OPTCHAT_SESSION_VISIBILITY", "shared", {
+    shared: "a new session is shared with its project's team; with no team configured, every session is readable",
+    private: "only its owner and the operator read a new session, and its turns never publish; docs/team.md",
+  }),
   viewBytes: integer(
     "OPTCHAT_VIEW_BYTES",
     128_000,

@@ -2,6 +2,8 @@ import { createSummarizer } from "../compactor/registry.js";
 import { type RunningRetention, startRetention } from "../compactor/retention.js";
 import type { Summarizer } from "../compactor/summarizer.js";
 import { type CompactorEvent, type RunningCompactor, startCompactor } from "../compactor/worker.js";
+import { OptchatError } from "../core/errors.js";
+import { seesEverything } from "../store/team.js";
 import { budgetSettingsOf, type Config, foldParamsOf, summarizerSettingsOf } from "./config.js";
 import { prepareDatabase } from "./database.js";
 import type { Memory } from "./service.js";
@@ -34,6 +36,19 @@ export interface WorkerOverrides {
  * duties (src/compactor/retention.ts). The summarizer comes from the settings (src/compactor/registry.ts; `auto` takes
  * the provider whose standard key is set) unless the caller brings one.
  */
+/**
+ * A team member's role cannot read other people's private sessions, so its worker would meet jobs it cannot do:
+ * on a database with a team, workers run as the operator (docs/team.md "The compactor worker").
+ */
+async function requireOperator(memory: Memory): Promise<void> {
+  const { role, all } = await seesEverything(memory.pool);
+  if (!all)
+    throw new OptchatError(
+      "CONFIG_INVALID",
+      `The compactor worker cannot run as "${role}": it is a member of this database's team and cannot read every session. Run the worker (optchat worker) with a DATABASE_URL of the operator role, and OPTCHAT_EMBEDDED_WORKER=off in members' OpenCode (docs/team.md).`,
+    );
+}
+
 export async function startWorker(
   memory: Memory,
   configured: Config,
@@ -42,6 +57,7 @@ export async function startWorker(
 ): Promise<RunningWorker> {
   // The same database the memory service was opened on (a legacy default database included: database.ts).
   const config = await prepareDatabase(configured);
+  await requireOperator(memory);
   const summarizer = await (overrides.summarizer?.() ?? createSummarizer(summarizerSettingsOf(config)));
   const compactor = await startCompactor(
     memory.pool,

@@ -92,7 +92,7 @@ function recordCtes(p: Parameters, { item, generation, seq }: FreshRecord, tree:
      ), new_blob AS (
        INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
        SELECT ${hash}, ${bytes}, ${p.add(item.validUtf8, "boolean")}, ${p.add(item.payload, "bytea")} FROM guard
-       ON CONFLICT (hash) DO NOTHING
+       ON CONFLICT DO NOTHING
      ), new_record AS (
        INSERT INTO optchat.records ${RECORD_INSERT_COLUMNS}
        -- scope_id: the session's (migrations/011), read by the guard.

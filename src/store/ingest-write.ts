@@ -71,8 +71,10 @@ export async function writeSealed(
       continue;
     }
     await db.query(
+      // No conflict target (the hash is the only unique key): naming one needs SELECT on it, and under row-level
+      // security a team member's new blob is not readable before its record exists (migrations/016).
       `INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
-       VALUES ($1::bytea, $2::bigint, $3::boolean, $4::bytea) ON CONFLICT (hash) DO NOTHING`,
+       VALUES ($1::bytea, $2::bigint, $3::boolean, $4::bytea) ON CONFLICT DO NOTHING`,
       [blob.payloadHash, blob.payload.length, blob.validUtf8, blob.payload],
     );
   }
@@ -165,7 +167,7 @@ export async function writeSealed(
      ), new_blobs AS (
        INSERT INTO optchat.blobs (hash, byte_length, valid_utf8, content)
        SELECT * FROM unnest($1::bytea[], $2::bigint[], $3::boolean[], $4::bytea[]) WHERE ${gate}
-       ON CONFLICT (hash) DO NOTHING
+       ON CONFLICT DO NOTHING
      ), new_records AS (
        INSERT INTO optchat.records ${RECORD_INSERT_COLUMNS}
        -- scope_id: the session's (migrations/011; a session never changes scope), for the search index.

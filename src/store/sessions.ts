@@ -2,6 +2,8 @@ import type { Queryable } from "./db.js";
 import { ofCurrentGeneration, publishedInSnapshot } from "./visibility.js";
 
 export type ScopeKind = "project" | "profile" | "isolated";
+/** Shared with the scope's team, or private to its owner (migration 016, docs/team.md). */
+export type SessionVisibility = "shared" | "private";
 
 export interface SessionRow {
   session_id: string;
@@ -15,6 +17,8 @@ export interface SessionRow {
   created_at: Date;
   deleted_at: Date | null;
   archived_at: Date | null;
+  owner_role: string;
+  visibility: SessionVisibility;
 }
 
 /** A session as stored: the new session with its generation, creation time and lifecycle marks. */
@@ -25,6 +29,8 @@ export interface Session extends NewSession {
   readonly deletedAt: Date | null;
   /** Archived: hidden from listings and discovery, not forgotten. */
   readonly archivedAt: Date | null;
+  /** The role that opened it (docs/team.md). */
+  readonly ownerRole: string;
 }
 
 export function toSession(row: SessionRow): Session {
@@ -40,11 +46,14 @@ export function toSession(row: SessionRow): Session {
     createdAt: row.created_at,
     deletedAt: row.deleted_at ?? null,
     archivedAt: row.archived_at ?? null,
+    ownerRole: row.owner_role,
+    visibility: row.visibility,
   };
 }
 
 export const SESSION_COLUMNS =
-  "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at, deleted_at, archived_at";
+  "session_id, scope_id, host, host_session_id, project_id, parent_session_id, current_generation, title, created_at, deleted_at, archived_at, " +
+  "owner_role, visibility";
 
 export interface Scope {
   readonly scopeId: string;
@@ -150,6 +159,8 @@ export interface NewSession {
   readonly projectId: string | null;
   readonly parentSessionId: string | null;
   readonly title: string | null;
+  /** A private session's turns never publish; only its owner and the operator read it. */
+  readonly visibility: SessionVisibility;
 }
 
 /**
@@ -173,8 +184,10 @@ export async function findOrRegisterSession(
      ), shared_tree AS (
        INSERT INTO optchat.trees (kind, scope_id) SELECT 'shared', scope_id FROM new_scope WHERE kind <> 'isolated'
      ), inserted AS (
-       INSERT INTO optchat.sessions (session_id, scope_id, host, host_session_id, project_id, parent_session_id, title)
-       SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text WHERE NOT EXISTS (SELECT 1 FROM known)
+       INSERT INTO optchat.sessions (session_id, scope_id, host, host_session_id, project_id, parent_session_id, title,
+                                     visibility)
+       SELECT $1::text, $2::text, $3::text, $4::text, $5::text, $6::text, $7::text, $9::text
+        WHERE NOT EXISTS (SELECT 1 FROM known)
        ON CONFLICT (host, host_session_id) DO NOTHING
        RETURNING ${SESSION_COLUMNS}
      ), generation AS (
@@ -192,6 +205,7 @@ export async function findOrRegisterSession(
       candidate.parentSessionId,
       candidate.title,
       kind,
+      candidate.visibility,
     ],
   );
   const row = found.rows[0];

@@ -105,7 +105,7 @@ export const TURN_COLUMNS = `session_id, generation, turn_id, state, admitted_at
  * clock (in the same statement as the shared view, so the two agree: migration 014), its shared
  * tree's current view revision and publication count, and the session's own boundary (the records before the turn's
  * first record; all records so far when the turn has none yet). Re-admitting an existing turn returns it unchanged.
- * A subagent's session (one with a parent) never publishes, whatever `publishes` says. Undefined when the session
+ * A subagent's session (one with a parent) and a private one (migration 016) never publish, whatever `publishes` says. Undefined when the session
  * does not exist.
  */
 export async function admitTurn(
@@ -117,13 +117,13 @@ export async function admitTurn(
                                 retention_epoch, revision_epoch, shared_tree_id, shared_view_revision,
                                 publication_high_water, own_boundary, publication_state)
      SELECT s.session_id, s.current_generation, $2::text, 'active', $3::text,
-            $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated',
+            $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated' AND s.visibility = 'shared',
             sc.scope_id, sc.policy_revision, sc.retention_epoch, rc.epoch, st.tree_id, nullif(st.view_revision, 0),
             coalesce(st.leaf_count, 0),
             coalesce((SELECT min(r.seq) FROM optchat.records r
                        WHERE r.session_id = s.session_id AND r.generation = s.current_generation AND r.turn_id = $2::text),
                      g.next_seq),
-            CASE WHEN $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated' THEN 'pending' ELSE 'none' END
+            CASE WHEN $4::boolean AND s.parent_session_id IS NULL AND sc.kind <> 'isolated' AND s.visibility = 'shared' THEN 'pending' ELSE 'none' END
        FROM optchat.sessions s
        JOIN optchat.scopes sc ON sc.scope_id = s.scope_id
        JOIN optchat.generations g ON g.session_id = s.session_id AND g.generation = s.current_generation

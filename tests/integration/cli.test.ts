@@ -158,6 +158,7 @@ describe("session ids", { timeout: CLI_TEST_TIMEOUT_MS }, () => {
         projectId: "prj_cli",
         parentSessionId: null,
         title: null,
+        visibility: "shared",
       },
       "project",
     );

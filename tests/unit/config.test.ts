@@ -43,6 +43,8 @@ describe("resolveConfig", () => {
       budgetScopeDailyTokens: 0,
       prices: "",
       settleTimeoutMs: 30_000,
+      admissionWaitMs: 10_000,
+      sessionVisibility: "shared",
       jobRetentionSeconds: 3600,
       revisionRetentionSeconds: 86_400,
       retentionSweepSeconds: 300,

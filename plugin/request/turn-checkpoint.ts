@@ -8,6 +8,7 @@
  */
 import {
   type CheckpointStep,
+  checkpointCap,
   estimateTokens,
   growCheckpoint,
   planCut,
@@ -181,8 +182,8 @@ export function applyCheckpoint(
   // A checkpoint sent without some refs is rendered afresh once they are stored (its lines then point at them).
   const sent = memo?.checkpoint;
   const grownFrom = sent?.missingRefs && at.refs && allStored(hosts.slice(0, sent.steps), refs) ? undefined : sent;
-  // The checkpoint takes at most half of the live budget before it folds coarser.
-  const rendered = (cut: number) => growCheckpoint(grownFrom, cut, stepsOf, Math.floor(budget / 2));
+  // The checkpoint takes at most its share of the live budget before it folds coarser.
+  const rendered = (cut: number) => growCheckpoint(grownFrom, cut, stepsOf, checkpointCap(budget));
   // The latest step's results become a line only when they fit a request of their own (else the turn stops, saying so).
   const latest = steps.at(-1);
   const latestCuttable = latest !== undefined && at.fullRoom !== undefined && latest.tokens <= at.fullRoom;

@@ -7,16 +7,29 @@
  *   waits for a result (an outstanding result is never replaced) or whose records are not stored yet (a checkpoint
  *   line must point at a record memory_zoom can open), nor past the latest step, whose results the model has not seen.
  * - The cut never moves back within a turn, and it moves in chunks: when the request outgrows its budget, the cut moves
- *   far enough that the live part drops to a low-water mark, so the next steps only append (the provider's cache keeps
- *   the request's prefix) until the budget is reached again.
+ *   far enough that the steps kept verbatim drop to a low-water mark, so the next steps only append (the provider's
+ *   cache keeps the request's prefix) until the budget is reached again.
  */
 
 /**
- * Where a moved cut leaves the live part, as a share of its budget. Higher keeps more of the turn verbatim after a move
- * (consecutive requests share more: each step adds a smaller share of the request) at the price of more frequent
- * moves, each of which rewrites the part it keeps into the provider's cache.
+ * Where a moved cut leaves the steps kept verbatim, as a share of the live budget. A move rewrites everything after the
+ * request message into the provider's cache (the checkpoint and the steps it keeps, at 1.25× an input token), so what a
+ * move keeps is paid again at every move: a lower mark rewrites less per move and moves less often (docs/checkpoints.md
+ * has the measurements). It is a mark on the verbatim steps, not on the whole live part, so a checkpoint near its share
+ * cannot leave the mark out of reach (the cut would then creep one step per request, rewriting at every step).
  */
-export const LOW_WATER = 0.5;
+export const LOW_WATER = 0.25;
+
+/**
+ * The checkpoint's share of the live budget before it folds coarser (checkpoint-lines.ts growCheckpoint's cap). Every
+ * move rewrites the whole checkpoint; with LOW_WATER it leaves over half the budget for the steps to grow into.
+ */
+export const CHECKPOINT_SHARE = 0.2;
+
+/** The checkpoint's cap in tokens for a live budget. */
+export function checkpointCap(budget: number): number {
+  return Math.floor(Math.max(0, budget) * CHECKPOINT_SHARE);
+}
 
 export interface CutStep {
   /** What the step costs verbatim in the request, in tokens. */
@@ -35,7 +48,7 @@ export interface CutInput {
   readonly budget: number;
   /** The checkpoint's tokens when it stands for the first `cut` steps (0 for cut 0); non-decreasing in `cut`. */
   readonly checkpointTokens: (cut: number) => number;
-  /** Where a moved cut leaves the live part, as a share of the budget (default LOW_WATER). */
+  /** Where a moved cut leaves the verbatim steps, as a share of the budget (default LOW_WATER). */
   readonly lowWater?: number;
   /** The latest step may be cut too (cutLimit). */
   readonly latestCuttable?: boolean;
@@ -73,8 +86,8 @@ export function liveTokens(input: Pick<CutInput, "steps" | "checkpointTokens">, 
 
 /**
  * The cut of this request: the previous one while the live part fits the budget; else the smallest cut past it whose
- * live part is at most the low-water mark (or, failing that, at most the budget), within the limit; else the limit,
- * not fitting.
+ * verbatim steps are at most the low-water mark (or the limit, when the latest step alone is above it), if the live part
+ * then fits the budget; else the smallest that fits the budget, within the limit; else the limit, not fitting.
  */
 export function planCut(input: CutInput): CutPlan {
   const verbatimLimit = cutLimit(input.steps);
@@ -83,17 +96,26 @@ export function planCut(input: CutInput): CutPlan {
   const kept = at(previous);
   if (kept <= input.budget) return { cut: previous, moved: false, fits: true, tokens: kept };
   const lowWater = Math.floor(input.budget * Math.min(1, Math.max(0, input.lowWater ?? LOW_WATER)));
+  // Verbatim tokens from each cut to the end (suffix sums).
+  const verbatim = new Array<number>(input.steps.length + 1).fill(0);
+  for (let i = input.steps.length - 1; i >= 0; i--) verbatim[i] = (verbatim[i + 1] as number) + stepTokens(input, i);
   // The latest step is cut only when no cut that keeps it verbatim fits.
   const limits = input.latestCuttable ? [verbatimLimit, cutLimit(input.steps, true)] : [verbatimLimit];
   for (const limit of limits) {
     if (limit <= previous) continue;
-    for (const target of [lowWater, input.budget]) {
-      const cut = firstCutWithin(at, previous + 1, limit, target);
-      if (cut !== undefined) return { cut, moved: true, fits: true, tokens: at(cut) };
-    }
+    let cut = previous + 1;
+    while (cut < limit && (verbatim[cut] as number) > lowWater) cut += 1;
+    if (at(cut) <= input.budget) return { cut, moved: true, fits: true, tokens: at(cut) };
+    // The checkpoint there is too large for the budget (a fold's bump): the smallest cut that fits, if any.
+    const fitting = firstCutWithin(at, previous + 1, limit, input.budget);
+    if (fitting !== undefined) return { cut: fitting, moved: true, fits: true, tokens: at(fitting) };
   }
   const limit = Math.max(previous, verbatimLimit);
   return { cut: limit, moved: limit !== previous, fits: false, tokens: at(limit) };
+}
+
+function stepTokens(input: Pick<CutInput, "steps">, index: number): number {
+  return (input.steps[index] as CutStep).tokens;
 }
 
 /**

@@ -7,7 +7,7 @@ export type { SummarizerSettings } from "../compactor/providers/provider.js";
 export { AUTO, createSummarizer } from "../compactor/registry.js";
 export type { Summarizer } from "../compactor/summarizer.js";
 // Execution checkpoints (issue 36): where the live turn is cut and what its lines say, for the host's request hook.
-export { liveBudget, planCut } from "../core/checkpoint-cut.js";
+export { checkpointCap, liveBudget, planCut } from "../core/checkpoint-cut.js";
 export {
   type CheckpointStep,
   growCheckpoint,

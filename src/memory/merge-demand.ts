@@ -33,7 +33,8 @@ export async function demandMerges(
   const found = await findNodeSizes(pool, lines.treeId, candidates);
   for (const parent of candidates) sizes.set(nodeKey(parent), found.get(nodeKey(parent)));
   const state = { parts, leafCount: lines.leafCount, shrinking: true };
-  const wanted = wantedParents(state, bytesOf, { upperBytes: targetBytes, lowerBytes: targetBytes });
+  // A request waits for these: only what its cover needs, not a batch ahead.
+  const wanted = wantedParents(state, bytesOf, { upperBytes: targetBytes, lowerBytes: targetBytes, batchBytes: 0 });
   // Parents built since the cover was read (by the compactor, or by an earlier demand) count as arrived.
   const built = candidates.filter((parent) => sizes.get(nodeKey(parent)) !== undefined);
   if (wanted.length === 0 && built.length === 0) return false;

@@ -71,7 +71,7 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
     });
   });
 
-  it("a moved cut is the smallest that reaches the low-water mark (or, failing that, the budget)", () => {
+  it("a moved cut is the smallest whose verbatim steps reach the low-water mark (or, failing that, the budget)", () => {
     fc.assert(
       fc.property(
         fc.array(fc.integer({ min: 1, max: 3000 }), { minLength: 1, maxLength: 80 }),
@@ -82,12 +82,42 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
           const plan = planCut({ steps, previousCut: 0, budget, checkpointTokens });
           if (!plan.moved || !plan.fits) return;
           const at = (cut: number) => liveTokens({ steps, checkpointTokens }, cut);
+          const verbatim = (cut: number) => sizes.slice(cut).reduce((a, b) => a + b, 0);
           const low = Math.floor(budget * LOW_WATER);
-          const target = at(plan.cut) <= low ? low : budget;
-          for (let cut = 1; cut < plan.cut; cut++) expect(at(cut)).toBeGreaterThan(target);
+          if (verbatim(plan.cut) <= low) {
+            // No smaller cut reaches the mark and fits.
+            for (let cut = 1; cut < plan.cut; cut++) expect(verbatim(cut) > low || at(cut) > budget).toBe(true);
+          } else if (plan.cut < cutLimit(steps)) {
+            // The mark is out of reach: the smallest cut that fits.
+            for (let cut = 1; cut < plan.cut; cut++) expect(at(cut)).toBeGreaterThan(budget);
+          }
         },
       ),
     );
+  });
+
+  it("a checkpoint near its share does not make the cut creep: it moves in chunks still", () => {
+    // Every step costs 1,000 verbatim and 100 as a line, and the checkpoint stops growing just under half the budget:
+    // alone with the latest step it is above a low-water mark of half the budget on the whole live part.
+    const budget = 10_000;
+    const cap = 4_800;
+    const checkpointTokens = (cut: number) => (cut === 0 ? 0 : Math.min(cap, 100 * cut));
+    let cut = 0;
+    let moves = 0;
+    const steps: CutStep[] = [];
+    for (let n = 0; n < 200; n++) {
+      steps.push({ tokens: 1_000, complete: true, stored: true });
+      const plan = planCut({ steps, previousCut: cut, budget, checkpointTokens });
+      expect(plan.fits).toBe(true);
+      if (plan.moved) moves += 1;
+      cut = plan.cut;
+    }
+    // A move leaves the checkpoint and at most the low-water mark verbatim (at least the latest step): the steps that
+    // follow fill the rest of the budget before the next move.
+    const left = cap + Math.max(1_000, Math.floor(budget * LOW_WATER));
+    const between = Math.floor((budget - left) / 1_000);
+    expect(between).toBeGreaterThanOrEqual(2);
+    expect(moves).toBeLessThanOrEqual(Math.ceil(200 / between) + 1);
   });
 
   it("moves in chunks: along a growing turn every request fits and the cut moves rarely", () => {
@@ -107,10 +137,10 @@ describe("where a checkpoint cuts the live turn (issue 36)", () => {
             if (plan.moved) moves += 1;
             cut = plan.cut;
           }
-          // Each move frees at least the budget above the low-water mark, less what the checkpoint grows by; steps
-          // add ≤ 500.
+          // Each move leaves the verbatim steps at most at the low-water mark (or the latest step alone, ≤ 500) beside
+          // the checkpoint (≤ 60 + 3 per step), so the next move comes after at least the rest of the budget.
           const total = sizes.reduce((a, b) => a + b, 0);
-          const freed = budget * (1 - LOW_WATER) - 500 - 3 * sizes.length;
+          const freed = budget * (1 - LOW_WATER) - 500 - 60 - 3 * sizes.length;
           expect(freed).toBeGreaterThan(0);
           expect(moves).toBeLessThanOrEqual(Math.ceil(total / freed) + 1);
         },

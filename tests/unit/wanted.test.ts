@@ -1,7 +1,7 @@
 import { describe, expect, it } from "vitest";
 import { applyFoldEvent, type FoldState, type NodeBytes, viewBytes } from "../../src/core/fold.js";
 import { type NodeAddress, nodeKey } from "../../src/core/tree.js";
-import { MAX_WANTED, WANT_HEADROOM_BYTES, wantedParents } from "../../src/core/wanted.js";
+import { MAX_WANTED, WANT_BATCH_BYTES, WANT_HEADROOM_BYTES, wantedParents } from "../../src/core/wanted.js";
 
 /** A view of `leaves` leaves of `bytes` bytes each, every leaf built, no parent built. */
 function leavesView(
@@ -54,5 +54,31 @@ describe("merges on demand (wantedParents)", () => {
     const wanted = wantedParents({ ...state, shrinking: true }, bytesOf, { upperBytes: 10, lowerBytes: 10 });
     expect(wanted.map(nodeKey)).not.toContain(nodeKey({ level: 1, index: 0 }));
     expect(wanted.length).toBe(3);
+  });
+
+  it("asks for a batch at a time: nothing more while built parents cover the next appends, then a batch again", () => {
+    // A session view at its budget, growing by one 400-byte line per append (issue 36: a long turn's tool calls).
+    const { state, bytesOf, sizes } = leavesView(200, 400);
+    const upperBytes = viewBytes(state.parts, bytesOf) + WANT_HEADROOM_BYTES - 1;
+    const params = { upperBytes, lowerBytes: upperBytes };
+    const first = wantedParents(state, bytesOf, params);
+    expect(first).toHaveLength(MAX_WANTED);
+    // Only what the next appends need, without the batch: far fewer.
+    const needed = wantedParents(state, bytesOf, { ...params, batchBytes: 0 });
+    expect(needed.length).toBeLessThan(first.length);
+    expect(WANT_BATCH_BYTES).toBeGreaterThan(WANT_HEADROOM_BYTES);
+    for (const parent of first) sizes.set(nodeKey(parent), 512);
+    expect(wantedParents(state, bytesOf, params)).toEqual([]);
+    // Appended lines use the built parents up; once they no longer cover the headroom, the next batch is wanted.
+    let grown = state;
+    let appended = 0;
+    while (wantedParents(grown, bytesOf, params).length === 0) {
+      const index = grown.leafCount;
+      sizes.set(nodeKey({ level: 0, index }), 400);
+      grown = { ...grown, parts: [...grown.parts, { level: 0, index }], leafCount: index + 1 };
+      appended += 1;
+    }
+    expect(appended).toBeGreaterThan(1);
+    expect(wantedParents(grown, bytesOf, params).length).toBeGreaterThan(1);
   });
 });

@@ -1,6 +1,7 @@
 import type { JobInserter } from "../compactor/queue.js";
 import { schedulePublicationIfReady } from "../compactor/schedule-publication.js";
 import { InputInvalidError, OptchatError } from "../core/errors.js";
+import { WORKER_ALIVE_SECONDS } from "../core/health.js";
 import { type Pool, withTransaction } from "../store/db.js";
 import { lockCurrentSessionTree } from "../store/trees.js";
 import {
@@ -41,7 +42,8 @@ const RECENT_POLL_MS = 100;
  * A new turn is admitted once the turns other sessions of its scope finished moments ago (within
  * OPTCHAT_ADMISSION_WAIT_MS) are published, or once they are that old: its snapshot is pinned at admission, so
  * `opencode run` started right after another would otherwise not see the turn that just ended. Bounded by the setting
- * from each turn's end, so a stalled compactor delays only prompts that follow a finished turn closely.
+ * from each turn's end, so a stalled compactor delays only prompts that follow a finished turn closely; with no live
+ * compactor worker at all (none beat within WORKER_ALIVE_SECONDS) nobody would publish it, and nothing waits.
  */
 async function awaitRecentPublications(
   deps: { readonly pool: Pool; readonly config: Pick<Config, "admissionWaitMs"> },
@@ -50,7 +52,7 @@ async function awaitRecentPublications(
   const withinMs = deps.config.admissionWaitMs;
   if (withinMs === 0) return;
   for (;;) {
-    const remaining = await recentUnpublishedMs(deps.pool, { ...input, withinMs });
+    const remaining = await recentUnpublishedMs(deps.pool, { ...input, withinMs, aliveSeconds: WORKER_ALIVE_SECONDS });
     if (remaining === 0) return;
     await new Promise((resolve) => setTimeout(resolve, Math.min(RECENT_POLL_MS, remaining)));
   }

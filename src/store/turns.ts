@@ -141,12 +141,12 @@ export async function admitTurn(
 
 /**
  * Milliseconds until every turn of another session of `sessionId`'s scope that finished less than `withinMs` ago and
- * still waits for its publication is `withinMs` old; 0 when there is none, or when `turnId` is admitted already (a
- * re-admission never waits).
+ * still waits for its publication is `withinMs` old; 0 when there is none, when no compactor worker has beaten within
+ * `aliveSeconds` (nobody would publish it), or when `turnId` is admitted already (a re-admission never waits).
  */
 export async function recentUnpublishedMs(
   db: Queryable,
-  input: { sessionId: string; turnId: string; withinMs: number },
+  input: { sessionId: string; turnId: string; withinMs: number; aliveSeconds: number },
 ): Promise<number> {
   const result = await db.query<{ remaining: number }>(
     `SELECT coalesce(ceil(extract(epoch FROM max(t.finished_at + w.span) - clock_timestamp()) * 1000), 0)::int AS remaining
@@ -156,10 +156,12 @@ export async function recentUnpublishedMs(
       WHERE s.session_id = $1::text
         AND t.publication_state = 'pending' AND t.finished_at IS NOT NULL
         AND t.finished_at > clock_timestamp() - w.span
+        AND EXISTS (SELECT 1 FROM optchat.compactor_workers cw
+                     WHERE cw.stopped_at IS NULL AND cw.last_beat_at > clock_timestamp() - make_interval(secs => $4::int))
         AND NOT EXISTS (SELECT 1 FROM optchat.turns o
                          WHERE o.session_id = s.session_id AND o.generation = s.current_generation
                            AND o.turn_id = $2::text)`,
-    [input.sessionId, input.turnId, input.withinMs],
+    [input.sessionId, input.turnId, input.withinMs, input.aliveSeconds],
   );
   return Math.max(0, result.rows[0]?.remaining ?? 0);
 }

@@ -8,7 +8,8 @@ import { messageWriter, useTestMemory } from "../helpers.js";
 /**
  * A prompt's turn pins its snapshot at admission, so a prompt that follows another session's finished turn by moments
  * (`opencode run` after `opencode run`) waits for that turn's publication, bounded by OPTCHAT_ADMISSION_WAIT_MS from
- * the turn's end. The file's memory waits up to 600 s: a wait that should not happen fails the test by its timeout.
+ * the turn's end, while a compactor worker is alive to publish it. The file's memory waits up to 600 s: a wait that
+ * should not happen fails the test by its timeout.
  */
 const db = useTestMemory({ admissionWaitMs: 600_000 });
 const writeMessage = messageWriter(db, Date.UTC(2026, 11, 7, 9));
@@ -28,6 +29,15 @@ async function twoSessions(): Promise<[Session, Session]> {
   return [await open("A"), await open("B")];
 }
 
+/** A compactor worker that beats but has not taken the job yet (a busy or slow one): someone will publish. */
+async function aliveWorker(id: string): Promise<void> {
+  await db.memory.pool.query(
+    `INSERT INTO optchat.compactor_workers (worker_id, host_name, pid, runs_in, summarizer)
+     VALUES ($1::text, 'test', 1, 'test', 'fake')`,
+    [id],
+  );
+}
+
 /** A whole turn of `session`, finished and left to the compactor (none runs unless a test starts one). */
 async function finishedTurn(session: Session, turnId: string, decision: string): Promise<void> {
   await db.memory.admitTurn({ sessionId: session.sessionId, turnId, query: decision });
@@ -39,6 +49,7 @@ async function finishedTurn(session: Session, turnId: string, decision: string):
 describe("a prompt admitted right after another session's turn ended", () => {
   it("waits for that turn's publication, so its snapshot holds it", async () => {
     const [a, b] = await twoSessions();
+    await aliveWorker("slow-1");
     await finishedTurn(a, "a1", "The release branch is trunk-7.");
     const admission = db.memory.admitTurn({ sessionId: b.sessionId, turnId: "b1", awaitRecent: true });
     // The compactor starts only now: the admission cannot have pinned a snapshot with A's publication before.
@@ -50,6 +61,15 @@ describe("a prompt admitted right after another session's turn ended", () => {
     expect(a1.publicationState).toBe("published");
     await worker.stop();
     worker = undefined;
+  });
+
+  it("does not wait when no compactor worker is alive to publish it", async () => {
+    await db.memory.pool.query("UPDATE optchat.compactor_workers SET stopped_at = now()");
+    const [a, b] = await twoSessions();
+    await finishedTurn(a, "a1", "Tokens expire after an hour.");
+    const turn = await db.memory.admitTurn({ sessionId: b.sessionId, turnId: "b1", awaitRecent: true });
+    expect(turn.snapshot.publicationHighWater).toBe(0);
+    await aliveWorker("slow-2");
   });
 
   it("is admitted without it once the turn's end is OPTCHAT_ADMISSION_WAIT_MS old (a stalled compactor)", async () => {

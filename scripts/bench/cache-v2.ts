@@ -23,7 +23,7 @@ import {
   runOpencode2,
   startService,
 } from "../opencode2-harness.js";
-import { type AttributedRequest, attribute, billed, promptFor, summarize } from "./cache.js";
+import { type AttributedRequest, alternateSessions, attribute, billed, promptFor, summarize } from "./cache.js";
 import {
   addFigures,
   type CompactorFigures,
@@ -101,10 +101,7 @@ async function runVariant(
     for (let t = 1; t <= turns; t++) writeFileSync(join(env.projectDir, "data", `out-${t}.txt`), toolOutput(t));
     await startService(env);
     const ids: Record<SessionName, string | undefined> = { s1: undefined, s2: undefined };
-    const next = { s1: 1, s2: 1 };
-    const started = Date.now();
-    const step = async (session: SessionName) => {
-      const turn = next[session]++;
+    await alternateSessions(turns, context.signal, `${provider}/v2-${variant}`, async (session, turn) => {
       const run = await runOpencode2(env as Opencode2Env, promptForV2(session, turn), {
         standalone: false,
         ...(ids[session] ? { session: ids[session] } : {}),
@@ -113,20 +110,7 @@ async function runVariant(
       if (run.code !== 0 || !run.sessionId)
         throw new Error(`bench cache v2 ${variant} ${session} t${turn}: exit ${run.code}\n${run.stderr.slice(-2000)}`);
       ids[session] = run.sessionId;
-    };
-    const lead = Math.ceil(turns / 3);
-    while (next.s1 <= turns || next.s2 <= turns) {
-      if (context.signal.aborted) throw new Error("bench cache: aborted");
-      const both: Promise<void>[] = [];
-      if (next.s1 <= turns) both.push(step("s1"));
-      if (next.s1 > lead + 1 && next.s2 <= turns) both.push(step("s2"));
-      await Promise.all(both);
-      const done = next.s1 - 1 + next.s2 - 1;
-      if (done % 20 === 0 || done === 2 * turns)
-        note(
-          `cache ${provider}/v2-${variant}: ${done}/${2 * turns} turns, ${Math.round((Date.now() - started) / 1000)} s`,
-        );
-    }
+    });
     const left = url ? await waitCompactorIdle(url, COMPACTOR_IDLE_WAIT_MS) : 0;
     if (left > 0) note(`cache ${provider}/v2-${variant}: ${left} compactor job(s) still open after the wait`);
     const compactor = url ? addFigures([...(await readCompactorFigures(url)).values()]) : undefined;

@@ -125,6 +125,32 @@ export interface AttributedRequest {
   readonly billedByPiece: Record<Piece, number>;
 }
 
+/**
+ * The workload's order: s1 alone for its first third, then both sessions side by side, then s2 alone. `ask` runs turn
+ * `turn` (from 1) of a session; progress goes to stderr under `label`.
+ */
+export async function alternateSessions(
+  turns: number,
+  signal: AbortSignal,
+  label: string,
+  ask: (session: SessionName, turn: number) => Promise<void>,
+): Promise<void> {
+  const next = { s1: 1, s2: 1 };
+  const started = Date.now();
+  const step = (session: SessionName) => ask(session, next[session]++);
+  const lead = Math.ceil(turns / 3);
+  while (next.s1 <= turns || next.s2 <= turns) {
+    if (signal.aborted) throw new Error("bench cache: aborted");
+    const both: Promise<void>[] = [];
+    if (next.s1 <= turns) both.push(step("s1"));
+    if (next.s1 > lead + 1 && next.s2 <= turns) both.push(step("s2"));
+    await Promise.all(both);
+    const done = next.s1 - 1 + next.s2 - 1;
+    if (done % 20 === 0 || done === 2 * turns)
+      note(`cache ${label}: ${done}/${2 * turns} turns, ${Math.round((Date.now() - started) / 1000)} s`);
+  }
+}
+
 /** The person's prompt of turn `turn` in session `session`: its directives drive the scripted model. */
 export function promptFor(session: SessionName, turn: number): string {
   const tag = `[bench ${session} t${turn}]`;
@@ -290,30 +316,13 @@ async function runOne(context: BenchContext, provider: Provider, variant: Varian
     mkdirSync(join(env.projectDir, "data"), { recursive: true });
     for (let t = 1; t <= turns; t++) writeFileSync(join(env.projectDir, "data", `out-${t}.txt`), toolOutput(t));
     const server = await startOpencodeServer(env);
-    const started = Date.now();
     const ids = { s1: "", s2: "" };
     try {
       ids.s1 = await server.createSession("bench s1");
       ids.s2 = await server.createSession("bench s2");
-      const next = { s1: 1, s2: 1 };
-      const step = async (session: SessionName) => {
-        const turn = next[session]++;
-        await ask(server, ids[session], promptFor(session, turn));
-      };
-      const lead = Math.ceil(turns / 3);
-      // s1 alone, then side by side, then s2 alone.
-      while (next.s1 <= turns || next.s2 <= turns) {
-        if (context.signal.aborted) throw new Error("bench cache: aborted");
-        const both: Promise<void>[] = [];
-        if (next.s1 <= turns) both.push(step("s1"));
-        if (next.s1 > lead + 1 && next.s2 <= turns) both.push(step("s2"));
-        await Promise.all(both);
-        const done = next.s1 - 1 + next.s2 - 1;
-        if (done % 20 === 0 || done === 2 * turns)
-          note(
-            `cache ${provider}/${variant}: ${done}/${2 * turns} turns, ${Math.round((Date.now() - started) / 1000)} s`,
-          );
-      }
+      await alternateSessions(turns, context.signal, `${provider}/${variant}`, (session, turn) =>
+        ask(server, ids[session], promptFor(session, turn)),
+      );
       // The compactor's work for the last turns (leaves, merges, publications) belongs to this bill too.
       const left = url ? await waitCompactorIdle(url, COMPACTOR_IDLE_WAIT_MS) : 0;
       if (left > 0) note(`cache ${provider}/${variant}: ${left} compactor job(s) still open after the wait`);

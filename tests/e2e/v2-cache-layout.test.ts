@@ -1,17 +1,10 @@
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { MEMORY_CONTINUED, MEMORY_HEAD } from "../../plugin/request/memory-message.js";
-import { type CapturedRequest, type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencode2Env,
-  createOpencode2Env,
-  OPTCHAT_V2_PLUGIN_DIR,
-  type Opencode2Env,
-  processesOf,
-  runOpencode2,
-  startService,
-} from "../../scripts/opencode2-harness.js";
-import { createTestDatabase, retrying } from "../helpers.js";
-import { PgPool } from "./v2-pool.js";
+import type { CapturedRequest, ModelServer } from "../../scripts/model-server.js";
+import { type Opencode2Env, runOpencode2, startService } from "../../scripts/opencode2-harness.js";
+import { retrying } from "../helpers.js";
+import type { PgPool } from "./v2-pool.js";
+import { useV2World } from "./v2-world.js";
 
 /**
  * The V2 request layout (plugin/v2/layout.ts, docs/caching.md "OpenCode V2"), with real `@opencode/cli` 2.1.2
@@ -24,30 +17,16 @@ import { PgPool } from "./v2-pool.js";
 // biome-ignore lint/suspicious/noExplicitAny: wire JSON as V2's Anthropic client sent it
 type Json = any;
 
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+const world = useV2World({ installs: 2, install: { modelApi: "anthropic" }, setupTimeoutMs: 120_000 });
 let db: ReturnType<typeof PgPool>;
 let model: ModelServer;
 let envA: Opencode2Env;
 let envB: Opencode2Env;
-
 beforeAll(async () => {
-  database = await createTestDatabase();
-  db = PgPool(database.url);
-  model = await startModelServer();
-  const extraEnv = { DATABASE_URL: database.url, OPTCHAT_READINESS_WAIT_MS: "30000" };
-  const common = { modelUrl: model.url, modelApi: "anthropic" as const, plugins: [OPTCHAT_V2_PLUGIN_DIR], extraEnv };
-  envA = await createOpencode2Env(common);
-  envB = await createOpencode2Env({ ...common, shareDataWith: envA });
+  ({ db, model } = world);
+  [envA, envB] = world.envs as [Opencode2Env, Opencode2Env];
   await startService(envB);
-}, 120_000);
-
-afterAll(async () => {
-  for (const env of [envB, envA]) if (env) await cleanupOpencode2Env(env);
-  for (const env of [envB, envA]) if (env) expect(processesOf(env)).toEqual([]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
-});
+}, 60_000);
 
 function stripMarks(value: Json): Json {
   if (Array.isArray(value)) return value.map(stripMarks);

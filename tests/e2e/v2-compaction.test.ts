@@ -1,18 +1,11 @@
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
 import { MEMORY_HEAD } from "../../plugin/request/memory-message.js";
 import { CHECKPOINT_HEAD } from "../../plugin/v2/compaction.js";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencode2Env,
-  createOpencode2Env,
-  OPTCHAT_V2_PLUGIN_DIR,
-  type Opencode2Env,
-  processesOf,
-  runOpencode2,
-} from "../../scripts/opencode2-harness.js";
-import { createTestDatabase, retrying } from "../helpers.js";
-import { PgPool } from "./v2-pool.js";
+import type { ModelServer } from "../../scripts/model-server.js";
+import { type Opencode2Env, runOpencode2 } from "../../scripts/opencode2-harness.js";
+import { retrying } from "../helpers.js";
+import { useV2World } from "./v2-world.js";
 
 /**
  * V2's compaction answered by optchat (plugin/v2/compaction.ts), with a real `@opencode/cli` 2.1.2 process at a 16k
@@ -24,30 +17,14 @@ import { PgPool } from "./v2-pool.js";
 const WINDOW = 16_000;
 const NATIVE_SUMMARY_ASK = "You MUST summarize";
 const CALLS = 12;
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+// No OPTCHAT_V2_WINDOW_TOKENS: the window is the model's limit.context, read from V2 (plugin/v2/window.ts).
+const world = useV2World({ extraEnv: {}, install: { contextLimit: WINDOW } });
 let db: pg.Pool;
 let model: ModelServer;
 let env: Opencode2Env;
-
-beforeAll(async () => {
-  database = await createTestDatabase();
-  db = PgPool(database.url);
-  model = await startModelServer();
-  env = await createOpencode2Env({
-    modelUrl: model.url,
-    plugins: [OPTCHAT_V2_PLUGIN_DIR],
-    contextLimit: WINDOW,
-    // No OPTCHAT_V2_WINDOW_TOKENS: the window is the model's limit.context, read from V2 (plugin/v2/window.ts).
-    extraEnv: { DATABASE_URL: database.url },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  if (env) await cleanupOpencode2Env(env);
-  if (env) expect(processesOf(env)).toEqual([]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
+beforeAll(() => {
+  ({ db, model } = world);
+  env = world.envs[0] as Opencode2Env;
 });
 
 describe("a V2 compaction answered by optchat (real @opencode/cli 2.1.2, 16k window)", () => {

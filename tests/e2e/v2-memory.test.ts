@@ -1,20 +1,19 @@
 import { readdirSync, readFileSync, rmSync } from "node:fs";
 import pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { ModelServer } from "../../scripts/model-server.js";
 import {
   cleanupOpencode2Env,
   createOpencode2Env,
   OPTCHAT_V2_PLUGIN_DIR,
   type Opencode2Env,
-  processesOf,
   runOpencode2,
 } from "../../scripts/opencode2-harness.js";
 import { embeddedUrl } from "../../src/embedded/paths.js";
 import { stopEmbeddedServer } from "../../src/embedded/server.js";
 import { resolveConfig } from "../../src/memory/config.js";
-import { createTestDatabase, retrying } from "../helpers.js";
-import { PgPool } from "./v2-pool.js";
+import { retrying } from "../helpers.js";
+import { useV2World } from "./v2-world.js";
 
 /**
  * The V2 host (plugin/v2) with real `@opencode/cli` 2.1.2 processes (`opencode run --standalone`), the scripted model
@@ -23,35 +22,17 @@ import { PgPool } from "./v2-pool.js";
  */
 
 const DECISION = "We need a persistent queue for the importer. Decision: no Redis; use Postgres LISTEN/NOTIFY";
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+const world = useV2World({ installs: 2 });
 let db: pg.Pool;
 let model: ModelServer;
 let envA: Opencode2Env;
 let envB: Opencode2Env;
+beforeAll(() => {
+  ({ db, model } = world);
+  [envA, envB] = world.envs as [Opencode2Env, Opencode2Env];
+});
 
 const mainRequests = () => model.requests().filter((request) => request.kind === "main");
-
-beforeAll(async () => {
-  database = await createTestDatabase();
-  db = PgPool(database.url);
-  model = await startModelServer();
-  const extraEnv = { DATABASE_URL: database.url, OPTCHAT_READINESS_WAIT_MS: "30000" };
-  envA = await createOpencode2Env({ modelUrl: model.url, plugins: [OPTCHAT_V2_PLUGIN_DIR], extraEnv });
-  envB = await createOpencode2Env({
-    modelUrl: model.url,
-    plugins: [OPTCHAT_V2_PLUGIN_DIR],
-    extraEnv,
-    shareDataWith: envA,
-  });
-}, 60_000);
-
-afterAll(async () => {
-  for (const env of [envB, envA]) if (env) await cleanupOpencode2Env(env);
-  for (const env of [envB, envA]) if (env) expect(processesOf(env)).toEqual([]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
-});
 
 describe("optchat on OpenCode V2 (real @opencode/cli 2.1.2 processes)", () => {
   it("A's turn is stored whole; B's first request holds A's decision, injected through `context`", async () => {

@@ -1,16 +1,9 @@
 import type pg from "pg";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { type ModelServer, startModelServer } from "../../scripts/model-server.js";
-import {
-  cleanupOpencode2Env,
-  createOpencode2Env,
-  OPTCHAT_V2_PLUGIN_DIR,
-  type Opencode2Env,
-  processesOf,
-  runOpencode2,
-} from "../../scripts/opencode2-harness.js";
-import { createTestDatabase, retrying } from "../helpers.js";
-import { PgPool } from "./v2-pool.js";
+import { beforeAll, describe, expect, it } from "vitest";
+import type { ModelServer } from "../../scripts/model-server.js";
+import { type Opencode2Env, runOpencode2 } from "../../scripts/opencode2-harness.js";
+import { retrying } from "../helpers.js";
+import { useV2World } from "./v2-world.js";
 
 /**
  * Where a V2 session comes from (plugin/v2/lineage.ts), with real `@opencode/cli` 2.1.2 processes: a fork
@@ -20,28 +13,13 @@ import { PgPool } from "./v2-pool.js";
  */
 
 const WAIT = 30_000;
-let database: Awaited<ReturnType<typeof createTestDatabase>>;
+const world = useV2World();
 let db: pg.Pool;
 let model: ModelServer;
 let env: Opencode2Env;
-
-beforeAll(async () => {
-  database = await createTestDatabase();
-  db = PgPool(database.url);
-  model = await startModelServer();
-  env = await createOpencode2Env({
-    modelUrl: model.url,
-    plugins: [OPTCHAT_V2_PLUGIN_DIR],
-    extraEnv: { DATABASE_URL: database.url, OPTCHAT_READINESS_WAIT_MS: "30000" },
-  });
-}, 60_000);
-
-afterAll(async () => {
-  if (env) await cleanupOpencode2Env(env);
-  if (env) expect(processesOf(env)).toEqual([]);
-  await model?.close();
-  await db?.end();
-  await database?.drop();
+beforeAll(() => {
+  ({ db, model } = world);
+  env = world.envs[0] as Opencode2Env;
 });
 
 /** The session's records in order: kind, and whether it was taken over from a parent. */

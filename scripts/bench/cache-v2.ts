@@ -23,7 +23,15 @@ import {
   runOpencode2,
   startService,
 } from "../opencode2-harness.js";
-import { type AttributedRequest, alternateSessions, attribute, billed, promptFor, summarize } from "./cache.js";
+import {
+  type AttributedRequest,
+  alternateSessions,
+  attribute,
+  billed,
+  promptFor,
+  summarize,
+  toolOutput,
+} from "./cache.js";
 import {
   addFigures,
   type CompactorFigures,
@@ -44,7 +52,6 @@ import {
 const V2_WINDOW = 200_000;
 const TURN_WAIT_MS = 240_000;
 const COMPACTOR_IDLE_WAIT_MS = 60_000;
-const TOOL_OUTPUT_BYTES = 10 * 1024;
 type SessionName = "s1" | "s2";
 
 /** The V1 bench's prompt with V2's shell tool: `shell` takes `command` (and no `description`). */
@@ -59,17 +66,6 @@ interface V2Run {
   readonly variant: "native" | "optchat";
   readonly requests: readonly AttributedRequest[];
   readonly compactor: CompactorFigures | undefined;
-}
-
-function toolOutput(turn: number): string {
-  const lines: string[] = [];
-  let size = 0;
-  for (let n = 0; size < TOOL_OUTPUT_BYTES; n++) {
-    const line = `out-${turn} line ${n}: value=${(n * 2654435761 + turn) % 1000003} status=${n % 7 === 0 ? "warn" : "ok"}\n`;
-    lines.push(line);
-    size += line.length;
-  }
-  return lines.join("").slice(0, TOOL_OUTPUT_BYTES);
 }
 
 async function runVariant(

@@ -165,7 +165,8 @@ export function promptFor(session: SessionName, turn: number): string {
   return `${note} REPLY=noted ${session} turn ${turn}: option ${String.fromCharCode(65 + (turn % 4))}, retry limit ${turn + 2}.`;
 }
 
-function toolOutput(turn: number): string {
+/** The 10 KB a turn's tool reads (data/out-<turn>.txt), the same in every variant. */
+export function toolOutput(turn: number): string {
   const lines: string[] = [];
   let size = 0;
   for (let n = 0; size < TOOL_OUTPUT_BYTES; n++) {

@@ -51,10 +51,13 @@ async function awaitRecentPublications(
 ): Promise<void> {
   const withinMs = deps.config.admissionWaitMs;
   if (withinMs === 0) return;
+  // Never past the setting from the prompt's arrival: turns other sessions finish meanwhile must not extend it.
+  const giveUpAt = performance.now() + withinMs;
   for (;;) {
     const remaining = await recentUnpublishedMs(deps.pool, { ...input, withinMs, aliveSeconds: WORKER_ALIVE_SECONDS });
-    if (remaining === 0) return;
-    await new Promise((resolve) => setTimeout(resolve, Math.min(RECENT_POLL_MS, remaining)));
+    const left = Math.min(remaining, giveUpAt - performance.now());
+    if (left <= 0) return;
+    await new Promise((resolve) => setTimeout(resolve, Math.min(RECENT_POLL_MS, left)));
   }
 }
 

@@ -118,8 +118,8 @@ export interface InheritedKey {
  * point at the parent's payload blobs, their search vectors and host coordinates taken over, the copies' finalization
  * keys and host attributes so the adapter recognises OpenCode's copies as held), sets its record counter and its
  * provenance, and copies the parent's finished turns that lie wholly in the inherited range (never published again:
- * publication_state 'none'; their times kept, so the previous exchange is the parent's last inherited turn). The
- * caller holds the child's generation row locked and checked empty.
+ * publication_state 'none'; their times kept, so the previous exchange is the parent's last inherited turn). A child of
+ * a private parent becomes private. The caller holds the child's generation row locked and checked empty.
  */
 export async function writeInheritedRecords(
   db: Queryable,
@@ -142,6 +142,12 @@ export async function writeInheritedRecords(
               r.search, (SELECT s.scope_id FROM optchat.sessions s WHERE s.session_id = $1::text)
          FROM unnest($5::bigint[], $6::text[], $7::text[], $8::jsonb[]) AS k(seq, event_key, stage_key, attributes)
          JOIN optchat.records r ON r.session_id = $3::text AND r.generation = $4::int AND r.seq = k.seq
+       RETURNING 1
+     ), kept_private AS (
+       -- A copy of a private session's text is private too, whatever the fork was opened as (issue 41).
+       UPDATE optchat.sessions SET visibility = 'private'
+        WHERE session_id = $1::text AND visibility = 'shared'
+          AND EXISTS (SELECT 1 FROM optchat.sessions p WHERE p.session_id = $3::text AND p.visibility = 'private')
        RETURNING 1
      ), counted AS (
        UPDATE optchat.generations

@@ -189,4 +189,35 @@ describe("a fork's inherited history", () => {
       await count("SELECT count(*) AS n FROM optchat.records WHERE session_id = $1::text", [stranger.sessionId]),
     ).toBe(0);
   });
+
+  it("makes a fork of a private session private: the copies are the private session's text (issue 41)", async () => {
+    const secret = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "PRIV",
+      projectId: "prj_private_fork",
+      visibility: "private",
+    });
+    const words: Message[] = [
+      { kind: "user", text: "PRIVMARK-1 the staging password rotates on Mondays" },
+      { kind: "assistant", text: "PRIVMARK-1 noted." },
+    ];
+    await turn(secret, "p1", words);
+    const fork = await db.memory.openSession({
+      host: "test",
+      hostSessionId: "PRIV-FORK",
+      projectId: "prj_private_fork",
+    });
+    const visibility = async (session: Session) =>
+      (
+        await db.memory.pool.query("SELECT visibility FROM optchat.sessions WHERE session_id = $1::text", [
+          session.sessionId,
+        ])
+      ).rows[0]?.visibility;
+    expect(await visibility(fork)).toBe("shared");
+    const result = await db.memory.inheritHistory(fork.sessionId, events(fork, "x1", words, "copy"));
+    expect(result.status).toBe("inherited");
+    expect(await visibility(fork)).toBe("private");
+    // Its own turns then never publish, like its parent's.
+    expect((await db.memory.admitTurn({ sessionId: fork.sessionId, turnId: "f1" })).publishes).toBe(false);
+  });
 });

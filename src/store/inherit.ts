@@ -143,10 +143,8 @@ export async function writeInheritedRecords(
          FROM unnest($5::bigint[], $6::text[], $7::text[], $8::jsonb[]) AS k(seq, event_key, stage_key, attributes)
          JOIN optchat.records r ON r.session_id = $3::text AND r.generation = $4::int AND r.seq = k.seq
        RETURNING 1
-     ), kept_private AS (
-       -- A copy of a private session's text is private too, whatever the fork was opened as (issue 41).
-       UPDATE optchat.sessions SET visibility = 'private'
-        WHERE session_id = $1::text AND visibility = 'shared'
+     ), kept_private AS ( -- a copy of a private session's text is private, whatever the fork was opened as
+       UPDATE optchat.sessions SET visibility = 'private' WHERE session_id = $1::text AND visibility = 'shared'
           AND EXISTS (SELECT 1 FROM optchat.sessions p WHERE p.session_id = $3::text AND p.visibility = 'private')
        RETURNING 1
      ), counted AS (
